@@ -1,0 +1,385 @@
+"""The SDK runtime: tool registration, the persistent loop and the oneshot answer.
+
+# Strategy: the main thread only reads stdin and answers control messages (ping, cancel,
+# shutdown), so a busy worker still pongs and a cancel is answered at once. Calls run on a
+# thread pool sized to the advertised concurrency. Every write to the protocol stream goes
+# through one lock. At start the real stdout is moved to a private descriptor and fd 1 is
+# pointed at stderr, so a stray print (or a child process) can never corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any, get_type_hints
+
+import msgspec
+
+from supervisor.contracts import wire
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.decode
+
+
+class ToolError(Exception):
+    """Raise from a tool to answer ``ok: false`` with a code.
+
+    Args:
+        message: Human text; becomes the envelope's ``content``.
+        code: One of ``failed | unavailable | unsupported | invalid-input``.
+        details: Structured facts for audit (paths, exit codes, provider status).
+        data: Partial data that should survive the failure.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "failed",
+        details: dict[str, Any] | None = None,
+        data: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code if code in wire.RESULT_CODES else "failed"
+        self.details = details
+        self.data = data
+
+
+class Reply(msgspec.Struct, kw_only=True):
+    """Return this to give the model a text besides the structured ``data``."""
+
+    data: Any = None
+    content: str | None = None
+
+
+class Context:
+    """What a tool call can see: config, anchors, cancellation and progress."""
+
+    def __init__(
+        self,
+        app: Sidecar,
+        call_id: int | None,
+        deadline_ms: int,
+        cancelled: threading.Event,
+    ) -> None:
+        self.app = app
+        self.call_id = call_id
+        self.deadline_ms = deadline_ms
+        self.cancelled = cancelled
+        self.started = time.monotonic()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.app.config
+
+    @property
+    def project_dir(self) -> str:
+        return self.app.project_dir
+
+    @property
+    def cwd(self) -> str:
+        return self.app.cwd
+
+    def progress(self, data: Any) -> None:
+        """Send a progress event for this call (ignored in oneshot mode)."""
+        if self.call_id is not None and not self.cancelled.is_set():
+            self.app._send(wire.Progress(id=self.call_id, data=msgspec.Raw(_json_encode(data))))
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`ToolError` with code ``cancelled`` if the host cancelled the call."""
+        if self.cancelled.is_set():
+            raise ToolError("call cancelled", code="cancelled")
+
+
+class ToolSpec(msgspec.Struct, kw_only=True):
+    """A registered tool: its function, input type and manifest facts."""
+
+    name: str
+    func: Callable[..., Any]
+    input_type: Any
+    description: str
+    read_only: bool = False
+    concurrency_safe: bool = False
+    permission: str | None = None
+    sandbox: str | None = None
+    timeout_ms: int | None = None
+    output_type: Any = None
+
+    def input_schema(self) -> dict[str, Any]:
+        return struct_schema(self.input_type)
+
+    def output_schema(self) -> dict[str, Any] | None:
+        if self.output_type is None:
+            return None
+        return struct_schema(self.output_type)
+
+
+def struct_schema(tp: Any) -> dict[str, Any]:
+    """A self-contained JSON Schema for ``tp`` with the top-level ``$ref`` inlined."""
+    schema = msgspec.json.schema(tp)
+    ref = schema.get("$ref")
+    defs = dict(schema.get("$defs", {}))
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        name = ref.removeprefix("#/$defs/")
+        root = dict(defs.pop(name))
+        if defs:
+            root["$defs"] = defs
+        return root
+    return schema
+
+
+HealthFunc = Callable[["Sidecar"], dict[str, wire.ToolHealth]]
+
+
+class Sidecar:
+    """A sidecar program: register tools with :meth:`tool`, then call :meth:`run`."""
+
+    def __init__(self, name: str, *, version: str = "0.0.0", concurrency: int = 1) -> None:
+        self.name = name
+        self.version = version
+        self.concurrency = max(1, concurrency)
+        self.tools: dict[str, ToolSpec] = {}
+        self.config: dict[str, Any] = {}
+        self.project_dir = os.getcwd()
+        self.config_dir = os.getcwd()
+        self.cwd = os.getcwd()
+        self.sidecar_id = os.environ.get("TOOLHOST_SIDECAR", name)
+        self._health: HealthFunc | None = None
+        self._out: IO[bytes] | None = None
+        self._write_lock = threading.Lock()
+        self._answered_lock = threading.Lock()
+        self._pending: dict[int, threading.Event] = {}
+
+    # registration ------------------------------------------------------------------------
+
+    def tool(
+        self,
+        name: str,
+        *,
+        description: str,
+        read_only: bool = False,
+        concurrency_safe: bool = False,
+        permission: str | None = None,
+        sandbox: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator registering ``func(args: InputStruct, ctx: Context)`` as tool ``name``."""
+
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            hints = get_type_hints(func)
+            params = list(inspect.signature(func).parameters)
+            if not params or params[0] not in hints:
+                raise TypeError(f"tool {name}: first parameter must be annotated with a Struct")
+            ret = hints.get("return")
+            output_type = ret if isinstance(ret, type) and issubclass(ret, msgspec.Struct) else None
+            self.tools[name] = ToolSpec(
+                name=name,
+                func=func,
+                input_type=hints[params[0]],
+                description=description,
+                read_only=read_only,
+                concurrency_safe=concurrency_safe,
+                permission=permission,
+                sandbox=sandbox,
+                timeout_ms=timeout_ms,
+                output_type=output_type,
+            )
+            return func
+
+        return register
+
+    def health(self, func: HealthFunc) -> HealthFunc:
+        """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy)."""
+        self._health = func
+        return func
+
+    def ready_message(self) -> wire.Ready:
+        return wire.Ready(
+            name=self.name,
+            version=self.version,
+            concurrency=self.concurrency,
+            tools=[
+                wire.ToolInfo(
+                    name=spec.name,
+                    description=spec.description,
+                    inputSchema=spec.input_schema(),
+                    outputSchema=spec.output_schema(),
+                )
+                for spec in self.tools.values()
+            ],
+        )
+
+    # running -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve stdin/stdout until shutdown or EOF; exits the process when done."""
+        self._out = _claim_stdout()
+        stdin = sys.stdin.buffer
+        first = stdin.readline()
+        if not first.strip():
+            return
+        try:
+            raw = _json_decode(first)
+        except msgspec.DecodeError as exc:
+            self._fatal(f"first line is not JSON: {exc}")
+            return
+        if isinstance(raw, dict) and raw.get("type") == "init":
+            self._apply_init(msgspec.convert(raw, wire.Init))
+            self._serve(stdin)
+        elif isinstance(raw, dict) and "tool" in raw:
+            self._oneshot(raw)
+        else:
+            self._fatal("first line is neither an init message nor a oneshot request")
+
+    def _apply_init(self, init: wire.Init) -> None:
+        self.config = init.config
+        self.project_dir = init.projectDir
+        self.config_dir = init.configDir
+        self.cwd = init.cwd
+        self.sidecar_id = init.sidecar
+
+    def _serve(self, stdin: IO[bytes]) -> None:
+        self._send(self.ready_message())
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="call")
+        decode = wire.host_decoder.decode
+        try:
+            for line in stdin:
+                try:
+                    msg = decode(line)
+                except msgspec.DecodeError as exc:
+                    self._log("error", f"bad message from host: {exc}")
+                    continue
+                if isinstance(msg, wire.Call):
+                    flag = threading.Event()
+                    with self._answered_lock:
+                        self._pending[msg.id] = flag
+                    pool.submit(self._run_call, msg, flag)
+                elif isinstance(msg, wire.Ping):
+                    self._send(self._pong(msg.id))
+                elif isinstance(msg, wire.Cancel):
+                    self._cancel(msg.id)
+                elif isinstance(msg, wire.Shutdown):
+                    break
+        finally:
+            for flag in list(self._pending.values()):
+                flag.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _pong(self, ping_id: str) -> wire.Pong:
+        tools: dict[str, wire.ToolHealth] = {}
+        status: wire.HealthStatus = "healthy"
+        if self._health is not None:
+            try:
+                tools = self._health(self)
+            except Exception as exc:
+                status = "degraded"
+                self._log("error", f"health check raised: {exc!r}")
+        return wire.Pong(id=ping_id, status=status, tools=tools)
+
+    def _cancel(self, call_id: int) -> None:
+        with self._answered_lock:
+            flag = self._pending.pop(call_id, None)
+        if flag is None:
+            return  # already answered: the host ignores anything later
+        flag.set()
+        self._send(wire.Result(id=call_id, ok=False, code="cancelled", error="call cancelled"))
+
+    def _run_call(self, call: wire.Call, cancelled: threading.Event) -> None:
+        if cancelled.is_set():
+            return
+        t0 = time.thread_time()
+        result = self.execute(call.tool, call.input, Context(self, call.id, call.deadlineMs, cancelled))
+        result.id = call.id
+        result.cpuMs = round((time.thread_time() - t0) * 1000.0, 3)
+        with self._answered_lock:
+            if self._pending.pop(call.id, None) is None:
+                return  # cancelled meanwhile; that answer already went out
+        self._send(result)
+
+    def execute(self, tool: str, raw_input: bytes | msgspec.Raw, ctx: Context) -> wire.Result:
+        """Run one tool on raw JSON input and return the wire result (id left 0)."""
+        spec = self.tools.get(tool)
+        if spec is None:
+            return wire.Result(
+                id=0, ok=False, code="unsupported", error=f"{self.name} does not serve {tool}"
+            )
+        try:
+            args = msgspec.json.decode(raw_input, type=spec.input_type)
+        except msgspec.ValidationError as exc:
+            return wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
+        except msgspec.DecodeError as exc:
+            return wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
+        try:
+            out = spec.func(args, ctx)
+        except ToolError as exc:
+            data = msgspec.Raw(_json_encode(exc.data)) if exc.data is not None else wire.NULL
+            return wire.Result(
+                id=0, ok=False, code=exc.code, error=exc.message, details=exc.details, data=data
+            )
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            return wire.Result(id=0, ok=False, code="failed", error=f"{type(exc).__name__}: {exc}")
+        if isinstance(out, Reply):
+            return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out.data)), content=out.content)
+        return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out)))
+
+    def _oneshot(self, request: dict[str, Any]) -> None:
+        """Answer one Flyflor request (PROTOCOL 3.2) and return; exit status 0 unless failed."""
+        self.config = request.get("config") or {}
+        self.project_dir = request.get("projectDir") or self.project_dir
+        self.config_dir = request.get("configDir") or self.config_dir
+        self.cwd = request.get("cwd") or self.cwd
+        raw_input = _json_encode(request.get("input", {}))
+        result = self.execute(str(request["tool"]), raw_input, Context(self, None, 0, threading.Event()))
+        answer: dict[str, Any]
+        if result.ok:
+            data = _json_decode(result.data)
+            answer = {"ok": True, **data} if isinstance(data, dict) else {"ok": True, "data": data}
+            if result.content is not None:
+                answer.setdefault("content", result.content)
+        else:
+            answer = {**(result.details or {}), "ok": False, "code": result.code, "error": result.error}
+            if result.data != wire.NULL:
+                answer["data"] = _json_decode(result.data)
+        self._write(_json_encode(answer) + b"\n")
+        if not result.ok:
+            sys.exit(1)
+
+    # output ------------------------------------------------------------------------------
+
+    def _send(self, msg: wire.Ready | wire.Result | wire.Progress | wire.Pong | wire.Log) -> None:
+        self._write(_json_encode(msg) + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        out = self._out
+        if out is None:
+            raise RuntimeError("Sidecar.run() has not claimed stdout")
+        with self._write_lock:
+            try:
+                out.write(data)
+                out.flush()
+            except BrokenPipeError:
+                os._exit(0)  # the host is gone; nobody is left to answer
+
+    def _log(self, level: str, message: str) -> None:
+        print(f"[{self.name}] {level}: {message}", file=sys.stderr, flush=True)
+
+    def _fatal(self, message: str) -> None:
+        self._log("error", message)
+        sys.exit(2)
+
+
+def _claim_stdout() -> IO[bytes]:
+    """Move the protocol stream to a private fd and point fd 1 (and ``sys.stdout``) at stderr."""
+    sys.stdout.flush()
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(proto_fd, "wb", buffering=1 << 16)

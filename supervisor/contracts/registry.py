@@ -1,0 +1,137 @@
+"""The registry file ``tools/external.tools.jsonc``, schemaVersion 2 (PROTOCOL 1).
+
+Every config struct forbids unknown fields so a typo becomes a ``manifest: invalid`` reason
+that names the JSON path instead of a silently ignored key.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+PositiveInt = Annotated[int, Meta(ge=1)]
+NonNegInt = Annotated[int, Meta(ge=0)]
+NonNegFloat = Annotated[float, Meta(ge=0)]
+SidecarId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+ToolName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")]
+
+Anchor = Literal["app", "project", "config", "workspace"]
+Protocol = Literal["process-json", "simple-json", "mcp"]
+Mode = Literal["persistent", "oneshot"]
+SandboxValue = Literal["allowed", "approval-required", "denied"]
+UpgradeState = Literal["idle", "staged", "applying", "rollback-required", "failed"]
+RestartPolicyName = Literal["always", "on-failure", "never"]
+
+
+class _Config(Struct, forbid_unknown_fields=True, rename="camel", kw_only=True):
+    """Base for registry structs: strict, camelCase on disk."""
+
+
+class WsConfig(_Config):
+    """``host.ws``: the optional WebSocket gateway."""
+
+    listen: str = "127.0.0.1:7717"
+    token_file: str = ".toolhost/ws.token"
+
+
+class HostConfig(_Config):
+    """``host``: where the host listens and which folders anchor paths."""
+
+    socket: str = ".toolhost/host.sock"
+    ws: WsConfig | None = None
+    project_dir: str = "."
+    workspace_dir: str = "."
+    allow_degraded: bool = False
+    audit_log: str = ".toolhost/audit.jsonl"
+    max_frame_bytes: PositiveInt = 16 * 1024 * 1024
+
+
+class PoolConfig(_Config):
+    """``sidecars.<id>.pool``: how many workers, how much queueing."""
+
+    min: NonNegInt = 1
+    max: PositiveInt = 1
+    queue: NonNegInt = 64
+    max_calls_per_worker: NonNegInt = 0
+    idle_ms: NonNegInt = 60_000
+
+
+class ProbeConfig(_Config):
+    """``sidecars.<id>.probe``: health pings and the start deadline."""
+
+    interval_ms: NonNegInt = 10_000
+    timeout_ms: PositiveInt = 1_000
+    failure_threshold: PositiveInt = 3
+    start_timeout_ms: PositiveInt = 10_000
+
+
+class RestartConfig(_Config):
+    """``sidecars.<id>.restart``: policy, backoff and intensity limit."""
+
+    policy: RestartPolicyName = "always"
+    backoff_ms: NonNegInt = 100
+    max_backoff_ms: NonNegInt = 30_000
+    intensity: PositiveInt = 5
+    period_ms: PositiveInt = 60_000
+    reset_after_ms: NonNegInt = 30_000
+
+
+class QuotaConfig(_Config):
+    """``sidecars.<id>.quota``: 0 means unlimited for every field."""
+
+    calls_per_minute: NonNegInt = 0
+    calls_per_day: NonNegInt = 0
+    max_concurrent: NonNegInt = 0
+    cpu_seconds_per_call: NonNegFloat = 0
+    rss_mb: NonNegInt = 0
+    max_output_bytes: NonNegInt = 0
+
+
+class SidecarConfig(_Config):
+    """One entry of ``sidecars``."""
+
+    command: Annotated[str, Meta(min_length=1)]
+    args: list[str] = msgspec.field(default_factory=list)
+    cwd: Anchor = "app"
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    protocol: Protocol = "process-json"
+    mode: Mode = "persistent"
+    tools: list[ToolName] = msgspec.field(default_factory=list)
+    enabled: bool = True
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+    timeout_ms: PositiveInt = 30_000
+    max_output_bytes: PositiveInt = 4 * 1024 * 1024
+    package_id: str | None = None
+    package_version: str | None = None
+    protocol_version: str | None = None
+    compatible_core: str | None = None
+    upgrade: UpgradeState = "idle"
+    pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
+    probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
+    restart: RestartConfig = msgspec.field(default_factory=RestartConfig)
+    quota: QuotaConfig = msgspec.field(default_factory=QuotaConfig)
+    sandbox: SandboxValue | dict[str, SandboxValue] | None = None
+
+
+class RegistryFile(_Config):
+    """The whole file. ``sidecars`` values are validated one by one (see registry.load)."""
+
+    schema_version: Literal[1, 2]
+    host: HostConfig = msgspec.field(default_factory=HostConfig)
+    autodiscover: list[str] = msgspec.field(default_factory=list)
+    sidecars: dict[SidecarId, SidecarConfig] = msgspec.field(default_factory=dict)
+
+
+class RegistryTop(_Config):
+    """First pass over the file: the top level strict, each sidecar entry left raw.
+
+    The loader validates every ``sidecars.<id>`` separately so one broken entry marks only
+    that sidecar ``manifest: invalid``.
+    """
+
+    schema_version: Literal[1, 2]
+    host: HostConfig = msgspec.field(default_factory=HostConfig)
+    autodiscover: list[str] = msgspec.field(default_factory=list)
+    sidecars: dict[SidecarId, dict[str, Any]] = msgspec.field(default_factory=dict)

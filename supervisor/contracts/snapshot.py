@@ -1,0 +1,133 @@
+"""The stability snapshot every tool descriptor carries (PROTOCOL 4), and the descriptor."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
+
+Discovery = Literal["configured", "missing", "disabled"]
+ManifestState = Literal["valid", "invalid"]
+PathState = Literal["resolved", "unresolved", "outside-root-denied"]
+VersionState = Literal["compatible", "incompatible", "unknown"]
+ProbeState = Literal["healthy", "degraded", "unavailable", "skipped"]
+RuntimeState = Literal["ready", "failed", "timed-out", "schema-error"]
+SandboxState = Literal["allowed", "approval-required", "denied", "quota-limited"]
+UpgradeField = Literal["idle", "staged", "applying", "rollback-required", "failed"]
+Effective = Literal["available", "degraded", "unavailable", "disabled"]
+
+STABILITY_FIELDS = (
+    "discovery",
+    "manifest",
+    "path",
+    "version",
+    "probe",
+    "runtime",
+    "sandbox",
+    "upgrade",
+)
+
+
+class Reason(Struct, frozen=True, kw_only=True):
+    """Why a tool is not plainly available: which field, a stable code, and what to do."""
+
+    field: str
+    code: str
+    message: str
+    hint: str = ""
+
+
+class PathDetails(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """How a sidecar's command was resolved. ``base`` is the anchor name, never a path."""
+
+    base: str
+    command: str
+    mode: Literal["relative", "path"] | None = None
+    portable: bool = True
+    rootSafe: bool = True
+    resolved: str | None = None
+
+
+class StabilityDetails(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Run-time detail behind the nine fields; absent keys mean "nothing to say"."""
+
+    path: PathDetails | None = None
+    restarts: int = 0
+    workers: int = 0
+    lastExitCode: int | None = None
+    lastExitReason: str | None = None
+    stderrTail: str | None = None
+    nextRestartMs: float | None = None
+    retryAfterMs: int | None = None
+    probeLatencyMs: float | None = None
+    protocolError: str | None = None
+
+
+class Stability(Struct, frozen=True, kw_only=True):
+    """The nine fields, reasons and details."""
+
+    discovery: Discovery
+    manifest: ManifestState
+    path: PathState
+    version: VersionState
+    probe: ProbeState
+    runtime: RuntimeState
+    sandbox: SandboxState
+    upgrade: UpgradeField
+    effective: Effective
+    reasons: list[Reason] = msgspec.field(default_factory=list)
+    details: StabilityDetails = msgspec.field(default_factory=StabilityDetails)
+
+
+class Annotations(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Behavioural hints from the manifest, passed through to the kernel."""
+
+    readOnly: bool = False
+    concurrencySafe: bool = False
+    exclusive: bool = False
+    permission: str | None = None
+    resultLimit: int | None = None
+    timeoutMs: int | None = None
+    requires: list[str] = msgspec.field(default_factory=list)
+    outputSchema: dict[str, Any] | None = None
+
+
+class Descriptor(Struct, frozen=True, kw_only=True):
+    """One tool as the kernel sees it in ``capability.catalog.get``."""
+
+    name: str
+    description: str
+    inputSchema: dict[str, Any]
+    sidecar: str | None
+    protocol: str | None
+    visible: bool
+    annotations: Annotations
+    stability: Stability
+
+
+class WorkerStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    pid: int
+    state: str
+    inflight: int = 0
+    calls: int = 0
+    uptimeMs: float = 0
+
+
+class SidecarStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One sidecar in ``capability.catalog.get`` and ``toolhost status``."""
+
+    id: str
+    protocol: str
+    mode: str
+    enabled: bool
+    manifest: ManifestState
+    runtime: RuntimeState | Literal["starting", "stopped", "backoff"]
+    tools: list[str] = msgspec.field(default_factory=list)
+    workers: list[WorkerStatus] = msgspec.field(default_factory=list)
+    queued: int = 0
+    restarts: int = 0
+    lastExitCode: int | None = None
+    lastExitReason: str | None = None
+    nextRestartMs: float | None = None
+    errors: list[str] = msgspec.field(default_factory=list)

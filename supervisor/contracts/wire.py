@@ -1,0 +1,121 @@
+"""process-json persistent protocol 1 (PROTOCOL 3.1): one JSON object per line.
+
+Wire structs are tolerant: unknown fields are ignored so either side can grow. ``input`` and
+``data`` stay :class:`msgspec.Raw` on the host so a call's payload crosses the host without being
+decoded and re-encoded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Raw, Struct
+
+NULL = Raw(b"null")
+EMPTY_OBJECT = Raw(b"{}")
+
+HealthStatus = Literal["healthy", "degraded", "unavailable"]
+ResultCode = Literal["failed", "unavailable", "unsupported", "invalid-input", "cancelled"]
+
+
+class _Msg(Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """Base of every line: the ``type`` field is the tag."""
+
+
+# host -> worker
+
+
+class Init(_Msg, tag="init", kw_only=True):
+    protocol: int = 1
+    sidecar: str
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+    projectDir: str
+    configDir: str
+    cwd: str
+
+
+class Call(_Msg, tag="call", kw_only=True):
+    id: int
+    tool: str
+    input: Raw = EMPTY_OBJECT
+    deadlineMs: int = 0
+
+
+class Cancel(_Msg, tag="cancel", kw_only=True):
+    id: int
+
+
+class Ping(_Msg, tag="ping", kw_only=True):
+    id: str
+
+
+class Shutdown(_Msg, tag="shutdown", kw_only=True):
+    pass
+
+
+HostMessage = Init | Call | Cancel | Ping | Shutdown
+
+
+# worker -> host
+
+
+class ToolInfo(Struct, kw_only=True, omit_defaults=True):
+    name: str
+    description: str = ""
+    inputSchema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
+    outputSchema: dict[str, Any] | None = None
+
+
+class Ready(_Msg, tag="ready", kw_only=True):
+    protocol: int = 1
+    name: str = ""
+    version: str = ""
+    concurrency: int = 1
+    tools: list[ToolInfo] = msgspec.field(default_factory=list)
+
+
+class Result(_Msg, tag="result", kw_only=True):
+    id: int
+    ok: bool
+    data: Raw = NULL
+    content: str | None = None
+    code: str | None = None
+    error: str | None = None
+    details: dict[str, Any] | None = None
+    cpuMs: float | None = None
+    """CPU milliseconds the call used inside the worker (toolhost SDK extension)."""
+
+
+class Progress(_Msg, tag="progress", kw_only=True):
+    id: int
+    data: Raw = NULL
+
+
+class ToolHealth(Struct, kw_only=True, omit_defaults=True):
+    status: HealthStatus = "healthy"
+    reason: str | None = None
+    hint: str | None = None
+
+
+class Pong(_Msg, tag="pong", kw_only=True, omit_defaults=False):
+    id: str
+    status: HealthStatus = "healthy"
+    tools: dict[str, ToolHealth] = msgspec.field(default_factory=dict)
+
+
+class Log(_Msg, tag="log", kw_only=True):
+    level: str = "info"
+    message: str = ""
+
+
+WorkerMessage = Ready | Result | Progress | Pong | Log
+
+RESULT_CODES: frozenset[str] = frozenset(
+    ("failed", "unavailable", "unsupported", "invalid-input", "cancelled")
+)
+
+# Built once: the host decodes worker lines and encodes host lines; the SDK does the reverse.
+worker_decoder: msgspec.json.Decoder[WorkerMessage] = msgspec.json.Decoder(WorkerMessage)
+host_decoder: msgspec.json.Decoder[HostMessage] = msgspec.json.Decoder(HostMessage)
+encoder = msgspec.json.Encoder()

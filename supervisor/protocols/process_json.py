@@ -1,0 +1,145 @@
+"""process-json persistent protocol 1 as a sans-IO connection (PROTOCOL 3.1).
+
+# Strategy: one object per worker. The runtime hands it every chunk read from the worker's
+# stdout (``feed``) and gets decoded, state-checked messages back; it asks it for the bytes of
+# every message to send. The object owns call-id bookkeeping: ids are issued here, never reused,
+# and a result is accepted once for a call in flight or abandoned (cancelled, timed out). Any
+# breach (non-JSON, unknown type, a result for an unknown call or a second answer, a message
+# before ``ready``) raises :class:`ProtocolError` and leaves the connection in the error state.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from supervisor.contracts import wire
+from supervisor.protocols.errors import ProtocolError
+from supervisor.protocols.framing import LineSplitter
+
+State = Literal["starting", "ready", "closed", "error"]
+
+DEFAULT_MAX_LINE = 16 * 1024 * 1024
+
+_encode = wire.encoder.encode
+_decode = wire.worker_decoder.decode
+
+
+class ProcessJsonConnection:
+    """The host side of one persistent process-json worker."""
+
+    def __init__(self, *, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self.state: State = "starting"
+        self.ready: wire.Ready | None = None
+        self.error: str | None = None
+        self._lines = LineSplitter(max_line)
+        self._next_id = 1
+        self._ping_seq = 0
+        self.inflight: set[int] = set()
+        self.abandoned: set[int] = set()
+
+    # host -> worker ----------------------------------------------------------------------
+
+    def init(self, msg: wire.Init) -> bytes:
+        """The first line of the conversation."""
+        return _encode(msg) + b"\n"
+
+    def call(self, tool: str, input_raw: msgspec.Raw, deadline_ms: int) -> tuple[int, bytes]:
+        """Issue a call: returns its new id and the line to write."""
+        if self.state != "ready":
+            raise ProtocolError(f"cannot call in state {self.state}")
+        call_id = self._next_id
+        self._next_id += 1
+        self.inflight.add(call_id)
+        return call_id, _encode(wire.Call(id=call_id, tool=tool, input=input_raw, deadlineMs=deadline_ms)) + b"\n"
+
+    def abandon(self, call_id: int) -> bytes:
+        """Give up waiting on a call (deadline or cancel); returns the ``cancel`` line.
+
+        A later answer for it is accepted once and reported as usual; the caller ignores it.
+        """
+        if call_id in self.inflight:
+            self.inflight.discard(call_id)
+            self.abandoned.add(call_id)
+        return _encode(wire.Cancel(id=call_id)) + b"\n"
+
+    def ping(self) -> tuple[str, bytes]:
+        self._ping_seq += 1
+        ping_id = f"p{self._ping_seq}"
+        return ping_id, _encode(wire.Ping(id=ping_id)) + b"\n"
+
+    def shutdown(self) -> bytes:
+        self.state = "closed" if self.state != "error" else "error"
+        return _encode(wire.Shutdown()) + b"\n"
+
+    # worker -> host ----------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> list[wire.WorkerMessage]:
+        """Decode every complete line in ``data`` (may be empty) into checked messages.
+
+        Raises:
+            ProtocolError: On the first breach; later calls raise it again.
+        """
+        if self.state == "error":
+            raise ProtocolError(self.error or "connection in error state")
+        try:
+            lines = self._lines.feed(data)
+            out: list[wire.WorkerMessage] = []
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    msg = _decode(line)
+                except msgspec.DecodeError as exc:
+                    raise ProtocolError(f"invalid message on stdout: {exc}: {_preview(line)}") from exc
+                if self._accept(msg):
+                    out.append(msg)
+            return out
+        except ProtocolError as exc:
+            self.state = "error"
+            self.error = exc.message
+            raise
+
+    def _accept(self, msg: wire.WorkerMessage) -> bool:
+        match msg:
+            case wire.Result(id=call_id):
+                if call_id in self.inflight:
+                    self.inflight.discard(call_id)
+                    return True
+                if call_id in self.abandoned:
+                    self.abandoned.discard(call_id)
+                    return True
+                if 0 < call_id < self._next_id:
+                    raise ProtocolError(f"second answer for call {call_id}")
+                raise ProtocolError(f"answer for unknown call {call_id}")
+            case wire.Progress(id=call_id):
+                if self.state != "ready":
+                    raise ProtocolError("progress before ready")
+                if call_id in self.inflight:
+                    return True
+                if 0 < call_id < self._next_id:
+                    return False  # late progress for a finished or abandoned call
+                raise ProtocolError(f"progress for unknown call {call_id}")
+            case wire.Ready():
+                if self.state != "starting":
+                    raise ProtocolError("second ready message")
+                if msg.protocol != 1:
+                    raise ProtocolError(f"unsupported protocol version {msg.protocol}")
+                if msg.concurrency < 1:
+                    raise ProtocolError(f"concurrency must be >= 1, got {msg.concurrency}")
+                self.state = "ready"
+                self.ready = msg
+                return True
+            case wire.Pong():
+                if self.state == "starting":
+                    raise ProtocolError("pong before ready")
+                return True
+            case wire.Log():
+                return True
+        raise ProtocolError(f"unexpected message {type(msg).__name__}")  # pragma: no cover
+
+
+def _preview(line: bytes, limit: int = 120) -> str:
+    text = line[:limit].decode("utf-8", "replace")
+    return repr(text + ("..." if len(line) > limit else ""))

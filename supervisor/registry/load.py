@@ -1,0 +1,266 @@
+"""Load ``tools/external.tools.jsonc`` (and the user-global one), validate, merge.
+
+# Strategy: parse with json5, check the top level, then validate each ``sidecars.<id>`` on its
+# own so a broken entry marks only that sidecar invalid. Nothing here raises for bad input: every
+# problem becomes a message naming the file and JSON path, and the host keeps running. The result
+# keeps each entry's raw JSON so a reload can tell which sidecars changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import json5
+import msgspec
+
+from supervisor.contracts.registry import HostConfig, RegistryTop, SidecarConfig
+from supervisor.contracts.validation import describe
+
+REGISTRY_RELPATH = "tools/external.tools.jsonc"
+SIDECAR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+TOP_KEYS = ("schemaVersion", "host", "autodiscover", "sidecars")
+
+BUILTIN_PREFIXES = ("workspace.", "patch.", "git.", "process.", "shell.")
+BUILTIN_NAMES = frozenset(("file.read", "file.write", "file.edit", "file.list"))
+
+
+def is_builtin(tool: str) -> bool:
+    """True for names in the kernel's builtin coding namespaces (refused for sidecars)."""
+    return tool in BUILTIN_NAMES or tool.startswith(BUILTIN_PREFIXES) or tool in {
+        p.rstrip(".") for p in BUILTIN_PREFIXES
+    }
+
+
+class SidecarEntry(msgspec.Struct, kw_only=True):
+    """One sidecar as loaded: valid config, or errors plus whatever tools could be salvaged."""
+
+    id: str
+    source: str
+    config_dir: str
+    config: SidecarConfig | None
+    errors: list[str] = msgspec.field(default_factory=list)
+    tools: list[str] = msgspec.field(default_factory=list)
+    fingerprint: bytes = b""
+
+    @property
+    def valid(self) -> bool:
+        return self.config is not None
+
+
+class Registry(msgspec.Struct, kw_only=True):
+    """The merged registry."""
+
+    app_root: str
+    files: list[str] = msgspec.field(default_factory=list)
+    host: HostConfig = msgspec.field(default_factory=HostConfig)
+    autodiscover: list[str] = msgspec.field(default_factory=list)
+    sidecars: dict[str, SidecarEntry] = msgspec.field(default_factory=dict)
+    errors: list[str] = msgspec.field(default_factory=list)
+
+    def path(self, rel: str) -> str:
+        """An absolute path for a registry-relative one (for I/O only, never written back)."""
+        return os.path.normpath(os.path.join(self.app_root, rel))
+
+    @property
+    def project_dir(self) -> str:
+        return self.path(self.host.project_dir)
+
+    @property
+    def workspace_dir(self) -> str:
+        return self.path(self.host.workspace_dir)
+
+    def anchor_dir(self, entry: SidecarEntry, anchor: str) -> str:
+        if anchor == "config":
+            return entry.config_dir
+        if anchor == "workspace":
+            return self.workspace_dir
+        return self.app_root
+
+
+def global_registry_path(env: Mapping[str, str] = os.environ) -> Path:
+    """``$XDG_CONFIG_HOME/toolhost/external.tools.jsonc``, else under ``~/.config``."""
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".config"
+    )
+    return Path(base) / "toolhost" / "external.tools.jsonc"
+
+
+def parse_text(text: str, display: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """Parse JSONC text; returns the object or the reasons it is unusable."""
+    try:
+        data = json5.loads(text)
+    except ValueError as exc:
+        return None, [f"{display}: not valid JSONC: {exc}"]
+    if not isinstance(data, dict):
+        return None, [f"{display}: top level must be an object, got {type(data).__name__}"]
+    return data, []
+
+
+class _FileView(msgspec.Struct, kw_only=True):
+    display: str
+    config_dir: str
+    data: dict[str, Any]
+
+
+def _read_file(path: Path, display: str) -> tuple[_FileView | None, list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, []
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [f"{display}: cannot read: {exc}"]
+    data, errors = parse_text(text, display)
+    if data is None:
+        return None, errors
+    return _FileView(display=display, config_dir=str(path.parent), data=data), []
+
+
+def _salvage_tools(raw: Any) -> list[str]:
+    if isinstance(raw, dict) and isinstance(raw.get("tools"), list):
+        return [t for t in raw["tools"] if isinstance(t, str) and t]
+    return []
+
+
+def _fingerprint(raw: Any) -> bytes:
+    return msgspec.json.encode(raw, order="sorted")
+
+
+def load_registry(
+    app_root: str | os.PathLike[str],
+    *,
+    registry_path: str | os.PathLike[str] | None = None,
+    global_path: str | os.PathLike[str] | None = None,
+    use_global: bool = True,
+) -> Registry:
+    """Read, validate and merge the registry files.
+
+    Args:
+        app_root: The application root (anchor ``app``).
+        registry_path: The project registry (default ``<app_root>/tools/external.tools.jsonc``).
+        global_path: The user-global registry (default per :func:`global_registry_path`).
+        use_global: Whether to read the user-global registry at all.
+
+    Returns:
+        The merged registry; problems are in ``errors`` and in each entry's ``errors``.
+    """
+    root = os.path.abspath(app_root)
+    project = Path(registry_path) if registry_path else Path(root) / REGISTRY_RELPATH
+    views: list[_FileView] = []
+    errors: list[str] = []
+    files: list[str] = []
+    if use_global:
+        gpath = Path(global_path) if global_path else global_registry_path()
+        view, errs = _read_file(gpath, "~global:" + gpath.name)
+        errors += errs
+        if view:
+            views.append(view)
+            files.append(str(gpath))
+    display = os.path.relpath(project, root) if project.is_absolute() else str(project)
+    view, errs = _read_file(project if project.is_absolute() else Path(root) / project, display)
+    errors += errs
+    if view:
+        views.append(view)
+        files.append(display)
+    reg = Registry(app_root=root, files=files, errors=errors)
+    host_raw: dict[str, Any] = {}
+    for view in views:
+        _merge_file(reg, view, host_raw)
+    if host_raw:
+        try:
+            reg.host = msgspec.convert(host_raw, HostConfig)
+        except msgspec.ValidationError as exc:
+            reg.errors.append(describe(exc, host_raw, "host") + " (host defaults used)")
+        else:
+            for name in ("project_dir", "workspace_dir", "socket", "audit_log"):
+                value = getattr(reg.host, name)
+                if os.path.isabs(value):
+                    reg.errors.append(
+                        f"host.{_camel(name)}: absolute paths are not portable, "
+                        f"got {value!r} (default used)"
+                    )
+                    setattr(reg.host, name, getattr(HostConfig(), name))
+    return reg
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _merge_file(reg: Registry, view: _FileView, host_raw: dict[str, Any]) -> None:
+    data = view.data
+    where = view.display
+    for key in data:
+        if key not in TOP_KEYS:
+            reg.errors.append(f"{where}: {key}: unknown top-level field")
+    top_raw = {k: v for k, v in data.items() if k in TOP_KEYS and k != "sidecars"}
+    schema_error: str | None = None
+    try:
+        top = msgspec.convert({**top_raw, "sidecars": {}}, RegistryTop)
+    except msgspec.ValidationError as exc:
+        message = describe(exc, top_raw)
+        if message.startswith("schemaVersion"):
+            schema_error = f"{where}: {message} (expected 1 or 2)"
+            reg.errors.append(schema_error)
+        else:
+            reg.errors.append(f"{where}: {message}")
+        top = None
+    if isinstance(data.get("host"), dict):
+        host_raw.update(data["host"])
+    if top is not None:
+        reg.autodiscover = list(top.autodiscover) or reg.autodiscover
+    elif isinstance(data.get("autodiscover"), list):
+        reg.autodiscover = [a for a in data["autodiscover"] if isinstance(a, str)]
+    sidecars = data.get("sidecars", {})
+    if not isinstance(sidecars, dict):
+        reg.errors.append(f"{where}: sidecars: expected object, got {type(sidecars).__name__}")
+        return
+    for sid, raw in sidecars.items():
+        entry = SidecarEntry(
+            id=sid,
+            source=where,
+            config_dir=view.config_dir,
+            config=None,
+            tools=_salvage_tools(raw),
+            fingerprint=_fingerprint(raw),
+        )
+        prefix = f"sidecars.{sid}"
+        if schema_error is not None:
+            entry.errors.append(schema_error)
+        elif not re.match(SIDECAR_ID_PATTERN, sid):
+            entry.errors.append(f"{prefix}: sidecar id must match {SIDECAR_ID_PATTERN}")
+        elif not isinstance(raw, dict):
+            entry.errors.append(f"{prefix}: expected object, got {type(raw).__name__}")
+        else:
+            try:
+                entry.config = msgspec.convert(raw, SidecarConfig)
+            except msgspec.ValidationError as exc:
+                entry.errors.append(describe(exc, raw, prefix))
+            else:
+                entry.tools = list(entry.config.tools)
+                _check_semantics(entry, prefix)
+        reg.sidecars[sid] = entry
+
+
+def _check_semantics(entry: SidecarEntry, prefix: str) -> None:
+    """Rules a struct cannot express; any failure makes the entry invalid."""
+    cfg = entry.config
+    assert cfg is not None
+    problems: list[str] = []
+    if cfg.pool.min > cfg.pool.max:
+        problems.append(f"{prefix}.pool.min: {cfg.pool.min} is above pool.max {cfg.pool.max}")
+    if cfg.mode == "oneshot" and cfg.protocol != "process-json":
+        problems.append(f"{prefix}.mode: oneshot applies to process-json only")
+    if len(set(cfg.tools)) != len(cfg.tools):
+        problems.append(f"{prefix}.tools: a tool is listed twice")
+    if isinstance(cfg.sandbox, dict):
+        for tool in cfg.sandbox:
+            if tool not in cfg.tools:
+                problems.append(f"{prefix}.sandbox.{tool}: not one of this sidecar's tools")
+    if problems:
+        entry.errors.extend(problems)
+        entry.config = None

@@ -1,0 +1,1 @@
+"""The trio runtime: processes, workers, pools, and the host that owns them."""
