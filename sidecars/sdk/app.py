@@ -178,7 +178,11 @@ class Sidecar:
             if not params or params[0] not in hints:
                 raise TypeError(f"tool {name}: first parameter must be annotated with a Struct")
             ret = hints.get("return")
-            output_type = ret if isinstance(ret, type) and issubclass(ret, msgspec.Struct) else None
+            output_type = (
+                ret
+                if isinstance(ret, type) and issubclass(ret, msgspec.Struct) and ret is not Reply
+                else None
+            )
             self.tools[name] = ToolSpec(
                 name=name,
                 func=func,

@@ -62,7 +62,7 @@ class Envelope(Struct, kw_only=True):
     status: Status
     tool: str
     content: str
-    data: Raw = NULL
+    data: Raw = msgspec.field(default_factory=lambda: NULL)
     error: ErrorInfo | None = None
     meta: Meta = msgspec.field(default_factory=Meta)
 

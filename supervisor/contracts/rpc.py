@@ -35,7 +35,7 @@ ERROR_CODES = frozenset(
 class Request(Struct, kw_only=True):
     id: RequestId
     method: str
-    params: Raw = EMPTY_OBJECT
+    params: Raw = msgspec.field(default_factory=lambda: EMPTY_OBJECT)
 
 
 class RpcError(Struct, kw_only=True, omit_defaults=True):
@@ -88,7 +88,7 @@ class Approval(Struct, kw_only=True):
 
 class InvokeParams(Struct, kw_only=True):
     tool: str
-    input: Raw = EMPTY_OBJECT
+    input: Raw = msgspec.field(default_factory=lambda: EMPTY_OBJECT)
     timeoutMs: int | None = None
     approval: Approval | None = None
     stream: bool = False

@@ -54,14 +54,13 @@ class StabilityDetails(Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     path: PathDetails | None = None
     restarts: int = 0
-    workers: int = 0
     lastExitCode: int | None = None
     lastExitReason: str | None = None
     stderrTail: str | None = None
     nextRestartMs: float | None = None
     retryAfterMs: int | None = None
-    probeLatencyMs: float | None = None
     protocolError: str | None = None
+    install: str | None = None
 
 
 class Stability(Struct, frozen=True, kw_only=True):

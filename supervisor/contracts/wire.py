@@ -38,7 +38,7 @@ class Init(_Msg, tag="init", kw_only=True):
 class Call(_Msg, tag="call", kw_only=True):
     id: int
     tool: str
-    input: Raw = EMPTY_OBJECT
+    input: Raw = msgspec.field(default_factory=lambda: EMPTY_OBJECT)
     deadlineMs: int = 0
 
 
@@ -78,7 +78,7 @@ class Ready(_Msg, tag="ready", kw_only=True):
 class Result(_Msg, tag="result", kw_only=True):
     id: int
     ok: bool
-    data: Raw = NULL
+    data: Raw = msgspec.field(default_factory=lambda: NULL)
     content: str | None = None
     code: str | None = None
     error: str | None = None
@@ -89,7 +89,7 @@ class Result(_Msg, tag="result", kw_only=True):
 
 class Progress(_Msg, tag="progress", kw_only=True):
     id: int
-    data: Raw = NULL
+    data: Raw = msgspec.field(default_factory=lambda: NULL)
 
 
 class ToolHealth(Struct, kw_only=True, omit_defaults=True):

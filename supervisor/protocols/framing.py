@@ -60,3 +60,56 @@ class LineSplitter:
     def pending(self) -> int:
         """Bytes of an unfinished line."""
         return len(self._buf)
+
+    def take_pending(self) -> bytes:
+        """Remove and return the bytes of the unfinished line (for a framing switch)."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        self._scan_from = 0
+        return data
+
+
+class LengthPrefixSplitter:
+    """4-byte big-endian length-prefixed frames (the kernel protocol's MessagePack mode).
+
+    Args:
+        max_frame: Largest frame body accepted, in bytes.
+    """
+
+    __slots__ = ("_buf", "max_frame")
+
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add ``data``; return the complete frame bodies.
+
+        Raises:
+            LineTooLong: A frame header announces more than ``max_frame`` bytes.
+        """
+        buf = self._buf
+        buf += data
+        out: list[bytes] = []
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            size = int.from_bytes(buf[pos : pos + 4], "big")
+            if size > self.max_frame:
+                raise LineTooLong(f"frame of {size} bytes is over the {self.max_frame}-byte limit")
+            if n - pos - 4 < size:
+                break
+            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+
+def length_prefixed(body: bytes) -> bytes:
+    """Frame ``body`` with its 4-byte big-endian length."""
+    return len(body).to_bytes(4, "big") + body

@@ -43,6 +43,7 @@ class SidecarEntry(msgspec.Struct, kw_only=True):
     config_dir: str
     config: SidecarConfig | None
     errors: list[str] = msgspec.field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     tools: list[str] = msgspec.field(default_factory=list)
     fingerprint: bytes = b""
 
@@ -60,6 +61,8 @@ class Registry(msgspec.Struct, kw_only=True):
     autodiscover: list[str] = msgspec.field(default_factory=list)
     sidecars: dict[str, SidecarEntry] = msgspec.field(default_factory=dict)
     errors: list[str] = msgspec.field(default_factory=list)
+    unreadable: bool = False
+    """A file exists but could not be read or parsed at all."""
 
     def path(self, rel: str) -> str:
         """An absolute path for a registry-relative one (for I/O only, never written back)."""
@@ -162,10 +165,11 @@ def load_registry(
     display = os.path.relpath(project, root) if project.is_absolute() else str(project)
     view, errs = _read_file(project if project.is_absolute() else Path(root) / project, display)
     errors += errs
+    unreadable = bool(errors)
     if view:
         views.append(view)
         files.append(display)
-    reg = Registry(app_root=root, files=files, errors=errors)
+    reg = Registry(app_root=root, files=files, errors=errors, unreadable=unreadable)
     host_raw: dict[str, Any] = {}
     for view in views:
         _merge_file(reg, view, host_raw)

@@ -193,6 +193,9 @@ class ChildProcess:
         else:  # pragma: no cover - kernels without pidfd
             while self._popen.poll() is None:
                 await trio.sleep(0.01)
+        # The leader is a zombie now: sweep whatever it left in its group, then reap it.
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signal.SIGKILL)
         rc = self._popen.wait()
         self.returncode = rc
         self._close_pidfd()

@@ -1,0 +1,77 @@
+"""``toolhost``: serve the host, and operate a running one."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from supervisor import __version__
+from supervisor.cli.common import EXIT_USAGE, add_location_args
+
+
+def _lazy(module: str, func: str = "run") -> Callable[[argparse.Namespace], int]:
+    """Import a command's module only when it runs (keeps ``toolhost --help`` fast)."""
+
+    def call(args: argparse.Namespace) -> int:
+        import importlib
+
+        return int(getattr(importlib.import_module(module), func)(args))
+
+    return call
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolhost",
+        description="A resident tool host: supervised sidecar worker pools for an agent kernel.",
+    )
+    parser.add_argument("--version", action="version", version=f"toolhost {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run the host in the foreground")
+    add_location_args(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_lazy("supervisor.cli.serve"))
+
+    p = sub.add_parser("status", help="sidecars and tools of the running host")
+    add_location_args(p)
+    p.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "status"))
+
+    p = sub.add_parser("invoke", help="invoke a tool and print the result envelope")
+    add_location_args(p)
+    p.add_argument("tool", help="tool name, e.g. file.hash")
+    p.add_argument("input", nargs="?", default="{}", help="input JSON object ('-' reads stdin)")
+    p.add_argument("--timeout", type=int, metavar="MS", help="per-call deadline in milliseconds")
+    p.add_argument("--approve", metavar="BY", help="grant approval for approval-required tools")
+    p.add_argument("--stream", action="store_true", help="print progress events as they come")
+    p.add_argument("--content", action="store_true", help="print only the content text")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "invoke"))
+
+    p = sub.add_parser("dev", help="developer tasks: generated files")
+    dev = p.add_subparsers(dest="dev_command", metavar="TASK")
+    for name, helptext in (
+        ("schemas", "JSON Schemas of the contracts in manifests/schema/"),
+        ("manifests", "manifests/*.toml of the bundled SDK sidecars"),
+    ):
+        q = dev.add_parser(name, help=helptext)
+        mode = q.add_mutually_exclusive_group()
+        mode.add_argument("--write", action="store_true", help="write the files")
+        mode.add_argument("--check", action="store_true", help="fail if the files are stale")
+        q.set_defaults(func=_lazy("supervisor.cli.dev", name))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""CLI commands that talk to a running host over its socket."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import msgspec
+import trio
+
+from supervisor.cli.common import (
+    EXIT_FAILED,
+    EXIT_NO_HOST,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    die,
+    socket_path,
+)
+from supervisor.cli.render import status_text
+from supervisor.client import Client, ConnectionLost, RpcError, open_client
+
+
+def _run(args: argparse.Namespace, body: Any) -> int:
+    path = socket_path(args)
+
+    async def main() -> int:
+        async with open_client(path, name="toolhost-cli") as client:
+            return int(await body(client))
+
+    try:
+        return trio.run(main)
+    except (FileNotFoundError, ConnectionRefusedError):
+        return die(f"no host is serving on {path} (start one with `toolhost serve`)")
+    except ConnectionLost:
+        return die("the host closed the connection")
+    except RpcError as exc:
+        return die(f"host answered {exc.code}: {exc.message}", EXIT_FAILED)
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(msgspec.to_builtins(obj), indent=2, ensure_ascii=False) + "\n")
+
+
+def status(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        cat = await client.catalog()
+        if args.json:
+            _print_json(cat)
+        else:
+            print(status_text(cat))
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def invoke(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.input == "-" else args.input
+    try:
+        tool_input = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return die(f"input is not JSON: {exc}", EXIT_USAGE)
+
+    def on_event(name: str, data: Any) -> None:
+        print(json.dumps({"event": name, "data": data}), file=sys.stderr, flush=True)
+
+    async def body(client: Client) -> int:
+        env = await client.invoke(
+            args.tool,
+            tool_input,
+            timeout_ms=args.timeout,
+            approval={"granted": True, "by": args.approve} if args.approve else None,
+            stream=args.stream,
+            on_event=on_event if args.stream else None,
+        )
+        if args.content:
+            print(env.content)
+        else:
+            _print_json(env)
+        return {"success": EXIT_OK, "failed": EXIT_FAILED}.get(env.status, EXIT_UNAVAILABLE)
+
+    return _run(args, body)
+
+
+__all__ = ["EXIT_NO_HOST", "invoke", "status"]

@@ -1,0 +1,73 @@
+"""Plain-text rendering for the CLI: aligned tables and short state words."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from supervisor.contracts.rpc import Catalog
+from supervisor.contracts.snapshot import Descriptor
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns aligned by the widest cell; the last column is not padded."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [list(headers), *rows]:
+        cells = [c.ljust(widths[i]) if i < len(row) - 1 else c for i, c in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def reason_text(d: Descriptor, *, with_hint: bool = True) -> str:
+    reasons = d.stability.reasons
+    if not reasons:
+        return ""
+    r = reasons[0]
+    text = f"{r.code}: {r.message}"
+    if with_hint and r.hint:
+        text += f" (hint: {r.hint})"
+    if len(reasons) > 1:
+        text += f" [+{len(reasons) - 1} more]"
+    return text
+
+
+def status_text(cat: Catalog) -> str:
+    """The ``toolhost status`` screen."""
+    side_rows = []
+    for s in cat.sidecars:
+        workers = ",".join(str(w.pid) for w in s.workers) or "-"
+        side_rows.append(
+            [
+                s.id,
+                s.runtime,
+                str(len(s.workers)),
+                workers,
+                str(s.restarts),
+                str(s.queued),
+                (s.lastExitReason or "") if s.runtime != "ready" else "",
+            ]
+        )
+    tool_rows = []
+    for d in cat.tools:
+        tool_rows.append(
+            [
+                d.name,
+                d.stability.effective,
+                "yes" if d.visible else "no",
+                d.sidecar or "-",
+                reason_text(d, with_hint=False),
+            ]
+        )
+    parts = [f"catalog revision {cat.revision}"]
+    if cat.registry.errors:
+        parts.append("registry problems:\n" + "\n".join(f"  - {e}" for e in cat.registry.errors))
+    parts.append(
+        table(["SIDECAR", "STATE", "WORKERS", "PIDS", "RESTARTS", "QUEUED", "LAST EXIT"], side_rows)
+        if side_rows
+        else "no sidecars configured"
+    )
+    parts.append(table(["TOOL", "EFFECTIVE", "VISIBLE", "SIDECAR", "REASON"], tool_rows))
+    return "\n\n".join(parts)

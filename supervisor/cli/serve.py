@@ -1,0 +1,85 @@
+"""``toolhost serve``: run the host in the foreground until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import trio
+
+from supervisor.cli.common import app_root, die
+from supervisor.runtime.host import Host, HostOptions
+from supervisor.runtime.process import warden
+from supervisor.server.connection import ConnectionLimits
+from supervisor.server.unix import SocketInUse, serve_unix
+
+log = logging.getLogger("toolhost")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return trio.run(_serve, args)
+    except SocketInUse as exc:
+        return die(str(exc), 1)
+    finally:
+        warden().close()
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    options = HostOptions(
+        app_root=app_root(args),
+        registry_path=args.registry,
+        use_global=not args.no_global,
+    )
+    host = Host(options)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        reg = host.registry
+        path = args.socket or reg.path(reg.host.socket)
+        limits = ConnectionLimits(max_frame=reg.host.max_frame_bytes)
+        server_scope = trio.CancelScope()
+
+        async def serve() -> None:
+            with server_scope:
+                await serve_unix(host, path, limits=limits)
+
+        nursery.start_soon(serve)
+        for error in reg.errors:
+            log.warning("registry: %s", error)
+        log.info(
+            "toolhost serving %d sidecar(s) on %s (registry: %s)",
+            len(host.plan.sidecars),
+            path,
+            ", ".join(reg.files) or "none",
+        )
+        nursery.start_soon(_watch_signals, host, nursery.cancel_scope)
+        # host.run returns once every pool has drained and stopped; then close the socket.
+        await host.wait_stopped()
+        server_scope.cancel()
+        nursery.cancel_scope.cancel()
+    return 0
+
+
+async def _watch_signals(host: Host, scope: trio.CancelScope) -> None:
+    """SIGHUP reloads; the first SIGINT/SIGTERM stops gracefully, a second one at once."""
+    stopping = False
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                result = await host.reload()
+                log.info("reload: %s", result.summary())
+                continue
+            if stopping:
+                log.warning("second signal: stopping at once")
+                scope.cancel()
+                return
+            stopping = True
+            log.info("stopping (%s): draining calls", signal.Signals(signum).name)
+            host.stop()

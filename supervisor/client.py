@@ -1,0 +1,264 @@
+"""A Python kernel client for toolhost (trio): connect, hello, catalog, subscribe, invoke, cancel.
+
+Example::
+
+    async with open_client(".toolhost/host.sock") as client:
+        env = await client.invoke("file.hash", {"path": "README.md"})
+        print(env.status, env.content)
+
+The client multiplexes any number of requests over one connection; responses are matched by id,
+events are routed to the request they belong to (``tool.start``/``tool.progress``) or to the
+subscription channel (``catalog.changed``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import msgspec
+import trio
+
+from supervisor.contracts.envelope import EnvelopeView
+from supervisor.contracts.rpc import Catalog, HealthResult
+from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
+
+EventSink = Callable[[str, Any], None]
+MAX_FRAME = 256 * 1024 * 1024
+
+
+class RpcError(Exception):
+    """The host answered a request with a protocol error."""
+
+    def __init__(self, code: str, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class ConnectionLost(Exception):
+    """The connection closed while a request was waiting."""
+
+
+class _Pending:
+    __slots__ = ("done", "error", "on_event", "result")
+
+    def __init__(self, on_event: EventSink | None) -> None:
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.on_event = on_event
+
+
+class Client:
+    """One connection to a host. Use :func:`open_client` to create it."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.encoding: Literal["json", "msgpack"] = "json"
+        self.server: dict[str, Any] = {}
+        self._ids = itertools.count(1)
+        self._pending: dict[Any, _Pending] = {}
+        self._lines: LineSplitter | None = LineSplitter(MAX_FRAME)
+        self._frames: LengthPrefixSplitter | None = None
+        self._switch_after: Any = None
+        self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
+        self._events_send, self.events = trio.open_memory_channel[Any](math.inf)
+        self._closed = False
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    # transport ---------------------------------------------------------------------------
+
+    def _encode(self, obj: Any) -> bytes:
+        if self.encoding == "json":
+            return msgspec.json.encode(obj) + b"\n"
+        return length_prefixed(msgspec.msgpack.encode(obj))
+
+    async def _writer(self) -> None:
+        recv = self._recv
+        async for frame in recv:
+            batch = [frame]
+            while True:
+                try:
+                    batch.append(recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            try:
+                await self.stream.send_all(frame if len(batch) == 1 else b"".join(batch))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+
+    async def _reader(self) -> None:
+        try:
+            while True:
+                try:
+                    data = await self.stream.receive_some(1 << 16)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    break
+                if not data:
+                    break
+                self._feed(data)
+        finally:
+            self._closed = True
+            for p in self._pending.values():
+                if not p.done.is_set():
+                    p.error = ConnectionLost("connection closed")
+                    p.done.set()
+            self._events_send.close()
+
+    def _feed(self, data: bytes) -> None:
+        frames = self._lines.feed(data) if self._lines is not None else self._frames.feed(data)  # type: ignore[union-attr]
+        i = 0
+        while i < len(frames):
+            frame = frames[i]
+            i += 1
+            if self._lines is not None and not frame.strip():
+                continue
+            msg = msgspec.json.decode(frame) if self._lines is not None else msgspec.msgpack.decode(frame)
+            self._route(msg)
+            if self._switch_after is not None and msg.get("id") == self._switch_after:
+                self._switch_after = None
+                rest = b"".join(f + b"\n" for f in frames[i:])
+                assert self._lines is not None
+                rest += self._lines.take_pending()
+                self._lines, self._frames = None, LengthPrefixSplitter(MAX_FRAME)
+                frames = self._frames.feed(rest) if rest else []
+                i = 0
+
+    def _route(self, msg: dict[str, Any]) -> None:
+        if "event" in msg:
+            rid = msg.get("id")
+            pending = self._pending.get(rid) if rid is not None else None
+            if pending is not None and pending.on_event is not None:
+                pending.on_event(msg["event"], msg.get("data"))
+            elif rid is None:
+                self._events_send.send_nowait(msg)
+            return
+        pending = self._pending.pop(msg.get("id"), None)
+        if pending is None:
+            return
+        if "error" in msg and msg["error"] is not None:
+            err = msg["error"]
+            pending.error = RpcError(err.get("code", "internal"), err.get("message", ""), err.get("data"))
+        else:
+            pending.result = msg.get("result")
+        pending.done.set()
+
+    # requests ----------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        request_id: Any = None,
+        on_event: EventSink | None = None,
+    ) -> Any:
+        """Send one request and wait for its response.
+
+        Raises:
+            RpcError: The host answered with an error.
+            ConnectionLost: The connection closed first.
+        """
+        if self._closed:
+            raise ConnectionLost("connection closed")
+        rid = request_id if request_id is not None else self.new_id()
+        pending = _Pending(on_event)
+        self._pending[rid] = pending
+        body: dict[str, Any] = {"id": rid, "method": method, "params": params or {}}
+        if method == "server.hello" and (params or {}).get("encoding") == "msgpack":
+            self._switch_after = rid
+        frame = self._encode(body)
+        try:
+            self._send.send_nowait(frame)
+            await pending.done.wait()
+        finally:
+            self._pending.pop(rid, None)
+        if method == "server.hello" and (params or {}).get("encoding") == "msgpack":
+            self.encoding = "msgpack"
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    async def hello(self, *, encoding: str = "json", name: str = "toolhost-client") -> dict[str, Any]:
+        result = await self.request(
+            "server.hello", {"client": {"name": name, "version": "1"}, "encoding": encoding}
+        )
+        self.server = result
+        return result  # type: ignore[no-any-return]
+
+    async def catalog(self) -> Catalog:
+        return msgspec.convert(await self.request("capability.catalog.get"), Catalog)
+
+    async def subscribe(self) -> int:
+        """Start ``catalog.changed`` events on :attr:`events`; returns the current revision."""
+        result = await self.request("capability.catalog.subscribe")
+        return int(result["revision"])
+
+    async def tools(self, fmt: str = "native") -> list[Any]:
+        return (await self.request("tools.list", {"format": fmt}))["tools"]  # type: ignore[no-any-return]
+
+    async def invoke(
+        self,
+        tool: str,
+        input: Any = None,
+        *,
+        timeout_ms: int | None = None,
+        approval: dict[str, Any] | None = None,
+        stream: bool = False,
+        on_event: EventSink | None = None,
+        request_id: Any = None,
+    ) -> EnvelopeView:
+        """Invoke a tool; returns the envelope (``status`` tells success from failure)."""
+        params: dict[str, Any] = {"tool": tool, "input": {} if input is None else input}
+        if timeout_ms is not None:
+            params["timeoutMs"] = timeout_ms
+        if approval is not None:
+            params["approval"] = approval
+        if stream:
+            params["stream"] = True
+        result = await self.request(
+            "tools.invoke", params, request_id=request_id, on_event=on_event
+        )
+        return msgspec.convert(result, EnvelopeView)
+
+    async def cancel(self, request_id: Any) -> bool:
+        return bool((await self.request("tools.cancel", {"id": request_id}))["cancelled"])
+
+    async def health(self) -> HealthResult:
+        return msgspec.convert(await self.request("system.health"), HealthResult)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.request("system.stats")  # type: ignore[no-any-return]
+
+    async def restart(self, sidecar: str) -> bool:
+        return bool((await self.request("sidecar.restart", {"sidecar": sidecar}))["restarted"])
+
+
+@asynccontextmanager
+async def open_client(
+    path: str | os.PathLike[str],
+    *,
+    encoding: str = "json",
+    name: str = "toolhost-client",
+    hello: bool = True,
+) -> AsyncIterator[Client]:
+    """Connect to a host's Unix socket (and say hello) for the duration of the block."""
+    stream = await trio.open_unix_socket(os.fspath(path))
+    client = Client(stream)
+    async with stream, trio.open_nursery() as nursery:
+        nursery.start_soon(client._reader)
+        nursery.start_soon(client._writer)
+        try:
+            if hello:
+                await client.hello(encoding=encoding, name=name)
+            yield client
+        finally:
+            nursery.cancel_scope.cancel()

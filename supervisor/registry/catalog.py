@@ -1,0 +1,323 @@
+"""The catalog: static plan + runtime facts -> descriptors, with a revision that moves on change.
+
+# Strategy: pure state (no trio). The host feeds it the plan at (re)load and a
+# :class:`SidecarFacts` whenever a pool learns something; every update recomputes the affected
+# descriptors, compares them with the previous ones, and bumps ``revision`` only when one really
+# changed. The changed descriptors are returned so the server can publish ``catalog.changed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from supervisor.contracts.snapshot import (
+    Annotations,
+    Descriptor,
+    ProbeState,
+    Reason,
+    RuntimeState,
+    Stability,
+    StabilityDetails,
+)
+from supervisor.contracts.wire import ToolInfo
+from supervisor.policy.availability import Facts, assess
+from supervisor.registry.load import is_builtin
+from supervisor.registry.plan import Plan, ToolPlan
+
+STATIC_FIELDS = ("discovery", "manifest", "path", "version", "upgrade")
+
+
+class ToolRuntime(msgspec.Struct, frozen=True, kw_only=True):
+    state: RuntimeState
+    reason: Reason | None = None
+
+
+class ToolProbe(msgspec.Struct, frozen=True, kw_only=True):
+    state: ProbeState
+    reason: Reason | None = None
+
+
+class SidecarFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What a pool knows about its sidecar now."""
+
+    runtime: RuntimeState = "failed"
+    runtime_reason: Reason | None = None
+    probe: ProbeState = "skipped"
+    probe_reason: Reason | None = None
+    tool_runtime: dict[str, ToolRuntime] = msgspec.field(default_factory=dict)
+    tool_probe: dict[str, ToolProbe] = msgspec.field(default_factory=dict)
+    announced: dict[str, ToolInfo] | None = None
+    """Tools the sidecar said it serves (None: it has not said yet)."""
+    details: StabilityDetails = msgspec.field(default_factory=StabilityDetails)
+
+
+NOT_STARTED = SidecarFacts(
+    runtime="failed",
+    runtime_reason=Reason(
+        field="runtime",
+        code="starting",
+        message="the sidecar is starting: no worker has sent ready yet",
+        hint="wait a moment; `toolhost status` shows its progress",
+    ),
+)
+
+
+class Catalog:
+    """Descriptors for every tool the host knows of."""
+
+    def __init__(self, *, allow_degraded: bool = False) -> None:
+        self.revision = 0
+        self.allow_degraded = allow_degraded
+        self._plan = Plan()
+        self._facts: dict[str, SidecarFacts] = {}
+        self._quota: dict[str, int] = {}
+        self._descriptors: dict[str, Descriptor] = {}
+        self._owner: dict[str, str] = {}
+        self._dependents: set[str] = set()
+
+    # reading -----------------------------------------------------------------------------
+
+    def get(self, name: str) -> Descriptor | None:
+        return self._descriptors.get(name)
+
+    def owner(self, name: str) -> str | None:
+        """The sidecar that serves ``name`` (None for tools nobody serves)."""
+        return self._owner.get(name)
+
+    def tools(self) -> list[Descriptor]:
+        return [self._descriptors[n] for n in sorted(self._descriptors)]
+
+    def visible(self) -> list[Descriptor]:
+        return [d for d in self.tools() if d.visible]
+
+    def tool_plan(self, name: str) -> ToolPlan | None:
+        return self._plan.tools.get(name)
+
+    # writing -----------------------------------------------------------------------------
+
+    def load(
+        self,
+        plan: Plan,
+        *,
+        allow_degraded: bool | None = None,
+        reset: set[str] | frozenset[str] = frozenset(),
+    ) -> list[Descriptor]:
+        """Install a new plan (start or reload); returns changed or new descriptors.
+
+        Tools that vanished from the plan vanish from the catalog (and count as a change).
+        Runtime facts of sidecars in ``reset`` (restarted ones) are forgotten.
+        """
+        if allow_degraded is not None:
+            self.allow_degraded = allow_degraded
+        self._plan = plan
+        for sid in list(self._facts):
+            if sid not in plan.sidecars or sid in reset:
+                del self._facts[sid]
+        removed = [n for n in self._descriptors if n not in self._names()]
+        for name in removed:
+            del self._descriptors[name]
+            self._owner.pop(name, None)
+        changed = self._refresh(self._names())
+        if removed and not changed:
+            self.revision += 1
+        return changed
+
+    def update_sidecar(self, sidecar: str, facts: SidecarFacts) -> list[Descriptor]:
+        """Record a pool's facts; returns the descriptors that changed."""
+        if sidecar not in self._plan.sidecars:
+            return []
+        self._facts[sidecar] = facts
+        names = {n for n, tp in self._plan.tools.items() if tp.sidecar == sidecar}
+        names |= {n for n, o in self._owner.items() if o == sidecar}
+        if facts.announced:
+            names |= set(facts.announced)
+        return self._refresh(names)
+
+    def set_quota(self, tool: str, retry_after_ms: int | None) -> list[Descriptor]:
+        """Mark ``tool`` quota-limited (with ``retryAfterMs``) or clear it with None."""
+        if retry_after_ms is None:
+            if self._quota.pop(tool, None) is None:
+                return []
+        else:
+            self._quota[tool] = retry_after_ms
+        return self._refresh({tool})
+
+    # internals ---------------------------------------------------------------------------
+
+    def _names(self) -> set[str]:
+        names = set(self._plan.tools)
+        for sid, facts in self._facts.items():
+            sp = self._plan.sidecars.get(sid)
+            if facts.announced and sp is not None and sp.config is not None and not sp.config.tools:
+                names |= {n for n in facts.announced if n not in self._plan.tools}
+        return names
+
+    def _refresh(self, names: Iterable[str]) -> list[Descriptor]:
+        valid = self._names()
+        todo = {n for n in names if n in valid}
+        changed: list[Descriptor] = []
+        # Tools with ``requires`` go last so they see their dependencies' new visibility.
+        later = self._dependents | {n for n in todo if self._has_requires(n)}
+        for name in sorted(todo - later):
+            self._update_one(name, changed)
+        for name in sorted(later):
+            if name in valid:
+                self._update_one(name, changed)
+        if changed:
+            self.revision += 1
+        return changed
+
+    def _has_requires(self, name: str) -> bool:
+        tp = self._plan.tools.get(name)
+        return bool(tp and tp.manifest and tp.manifest.requires)
+
+    def _update_one(self, name: str, changed: list[Descriptor]) -> None:
+        new = self._describe(name)
+        if self._descriptors.get(name) != new:
+            self._descriptors[name] = new
+            changed.append(new)
+        if new.annotations.requires:
+            self._dependents.add(name)
+        else:
+            self._dependents.discard(name)
+
+    def _announced_plan(self, name: str) -> ToolPlan | None:
+        for sid, facts in self._facts.items():
+            if facts.announced and name in facts.announced:
+                sp = self._plan.sidecars[sid]
+                cfg = sp.config
+                if cfg is None or cfg.tools:
+                    continue
+                tp = ToolPlan(
+                    name=name,
+                    sidecar=sid,
+                    protocol=cfg.protocol,
+                    manifest=None,
+                    discovery="configured" if cfg.enabled else "disabled",
+                    path="resolved",
+                    path_details=sp.resolution.details if sp.resolution else None,
+                    sandbox=(cfg.sandbox if isinstance(cfg.sandbox, str) else None) or "allowed",
+                    declared=False,
+                )
+                if is_builtin(name):
+                    tp.manifest_state = "invalid"
+                    tp.reasons["manifest"] = Reason(
+                        field="manifest",
+                        code="duplicates-builtin",
+                        message=f"{name} is in a builtin coding namespace",
+                        hint=f"the {sid} sidecar must not serve {name}; it is refused",
+                    )
+                return tp
+        return None
+
+    def _describe(self, name: str) -> Descriptor:
+        tp = self._plan.tools.get(name) or self._announced_plan(name)
+        assert tp is not None
+        if tp.sidecar is not None:
+            self._owner[name] = tp.sidecar
+        facts = self._facts.get(tp.sidecar, NOT_STARTED) if tp.sidecar else None
+        info = facts.announced.get(name) if facts and facts.announced else None
+        specific = dict(tp.reasons)
+        if facts is None:
+            runtime: RuntimeState = "failed"
+            probe: ProbeState = "skipped"
+        else:
+            tr = facts.tool_runtime.get(name)
+            runtime = tr.state if tr else facts.runtime
+            rr = tr.reason if tr else facts.runtime_reason
+            if rr is not None:
+                specific["runtime"] = rr
+            tpr = facts.tool_probe.get(name)
+            probe = tpr.state if tpr else facts.probe
+            pr = tpr.reason if tpr else facts.probe_reason
+            if pr is not None:
+                specific["probe"] = pr
+        retry_after = self._quota.get(name)
+        sandbox = tp.sandbox
+        if retry_after is not None and sandbox != "denied":
+            sandbox = "quota-limited"
+        f = Facts(
+            discovery=tp.discovery,
+            manifest=tp.manifest_state,
+            path=tp.path,
+            version=tp.version,
+            probe=probe,
+            runtime=runtime,
+            sandbox=sandbox,  # type: ignore[arg-type]
+            upgrade=tp.upgrade,
+        )
+        eff, reasons = assess(f, specific, tp.sidecar)
+        if any(r.field in STATIC_FIELDS for r in reasons):
+            # A tool that cannot run for a static reason: runtime noise would only distract.
+            reasons = [r for r in reasons if r.field not in ("runtime", "probe")]
+        manifest = tp.manifest
+        requires = list(manifest.requires) if manifest else []
+        if requires and eff in ("available", "degraded"):
+            blocked = [r for r in requires if not self._is_visible(r)]
+            if blocked:
+                eff = "unavailable"
+                reasons = [
+                    *reasons,
+                    Reason(
+                        field="requires",
+                        code="dependency-unavailable",
+                        message=f"requires {', '.join(blocked)}, not visible now",
+                        hint="make the required tools available first (`toolhost catalog`)",
+                    ),
+                ]
+        visible = eff == "available" or (eff == "degraded" and self.allow_degraded)
+        base = facts.details if facts is not None else StabilityDetails()
+        details = msgspec.structs.replace(
+            base,
+            path=tp.path_details,
+            retryAfterMs=retry_after,
+            install=tp.install if tp.discovery == "missing" else None,
+        )
+        if eff == "available":
+            details = msgspec.structs.replace(details, stderrTail=None, lastExitReason=None)
+        stability = Stability(
+            discovery=f.discovery,
+            manifest=f.manifest,
+            path=f.path,
+            version=f.version,
+            probe=f.probe,
+            runtime=f.runtime,
+            sandbox=f.sandbox,
+            upgrade=f.upgrade,
+            effective=eff,
+            reasons=reasons,
+            details=details,
+        )
+        if manifest is not None:
+            description = manifest.description
+            schema = manifest.input_schema
+            annotations = Annotations(
+                readOnly=manifest.read_only,
+                concurrencySafe=manifest.concurrency_safe,
+                exclusive=manifest.exclusive,
+                permission=manifest.permission,
+                resultLimit=manifest.result_limit,
+                timeoutMs=manifest.timeout_ms,
+                requires=requires,
+                outputSchema=manifest.output_schema,
+            )
+        else:
+            description = info.description if info else ""
+            schema = info.inputSchema if info else {"type": "object"}
+            annotations = Annotations(outputSchema=info.outputSchema if info else None)
+        return Descriptor(
+            name=name,
+            description=description,
+            inputSchema=schema,
+            sidecar=tp.sidecar,
+            protocol=tp.protocol,
+            visible=visible,
+            annotations=annotations,
+            stability=stability,
+        )
+
+    def _is_visible(self, name: str) -> bool:
+        d = self._descriptors.get(name)
+        return bool(d and d.visible)

@@ -1,0 +1,72 @@
+"""The known catalog: ``manifests/*.toml`` (PROTOCOL 2).
+
+Bundled manifests ship with toolhost; an application may add or override tools in its own
+``<appRoot>/manifests/``. A broken file is reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+from supervisor.contracts.manifest import ManifestFile, ToolManifest
+from supervisor.contracts.validation import describe
+
+
+class KnownTool(msgspec.Struct, frozen=True, kw_only=True):
+    manifest: ToolManifest
+    family: str
+    sidecar: str | None = None
+    install: str | None = None
+
+
+class KnownCatalog(msgspec.Struct, kw_only=True):
+    tools: dict[str, KnownTool] = msgspec.field(default_factory=dict)
+    errors: list[str] = msgspec.field(default_factory=list)
+
+    def get(self, name: str) -> ToolManifest | None:
+        known = self.tools.get(name)
+        return known.manifest if known else None
+
+
+def bundled_manifest_dir() -> Path:
+    """``manifests/`` next to the installed packages (the repository's own folder)."""
+    return Path(__file__).resolve().parents[2] / "manifests"
+
+
+def load_manifest_file(path: Path) -> tuple[ManifestFile | None, str | None]:
+    """Parse one TOML manifest; returns it or an error naming the file and JSON path."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return None, f"{path.name}: {exc}"
+    try:
+        return msgspec.convert(raw, ManifestFile), None
+    except msgspec.ValidationError as exc:
+        return None, f"{path.name}: {describe(exc, raw)}"
+
+
+def load_known_catalog(dirs: list[Path]) -> KnownCatalog:
+    """Read every ``*.toml`` under each folder in order; later folders override earlier ones."""
+    catalog = KnownCatalog()
+    seen: set[Path] = set()
+    for folder in dirs:
+        try:
+            folder = folder.resolve()
+        except OSError:
+            continue
+        if folder in seen or not folder.is_dir():
+            continue
+        seen.add(folder)
+        for path in sorted(folder.glob("*.toml")):
+            mf, error = load_manifest_file(path)
+            if mf is None:
+                catalog.errors.append(error or path.name)
+                continue
+            for tool in mf.tool:
+                catalog.tools[tool.name] = KnownTool(
+                    manifest=tool, family=path.stem, sidecar=mf.sidecar, install=mf.install
+                )
+    return catalog

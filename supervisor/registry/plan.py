@@ -1,0 +1,260 @@
+"""From a loaded registry and the known catalog to a plan: what runs, and each tool's static facts.
+
+# Strategy: everything the host can know before starting a process is decided here, once per
+# (re)load: which sidecar owns which tool name, whether its entry is valid, enabled, resolvable,
+# version-compatible, what its sandbox policy is. The runtime adds probe and runtime facts later
+# through :class:`supervisor.registry.catalog.Catalog`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable
+
+import msgspec
+
+from supervisor.contracts.manifest import ToolManifest
+from supervisor.contracts.registry import SidecarConfig
+from supervisor.contracts.snapshot import (
+    Discovery,
+    ManifestState,
+    PathDetails,
+    PathState,
+    Reason,
+    UpgradeField,
+    VersionState,
+)
+from supervisor.policy.paths import Resolution, resolve_command
+from supervisor.policy.version import compatibility
+from supervisor.registry.load import Registry, SidecarEntry, is_builtin
+from supervisor.registry.manifests import KnownCatalog
+
+SandboxPolicy = str  # allowed | approval-required | denied
+
+
+class ToolPlan(msgspec.Struct, kw_only=True):
+    """Static facts about one tool name."""
+
+    name: str
+    sidecar: str | None
+    protocol: str | None
+    manifest: ToolManifest | None
+    discovery: Discovery
+    manifest_state: ManifestState = "valid"
+    path: PathState = "resolved"
+    path_details: PathDetails | None = None
+    version: VersionState = "unknown"
+    upgrade: UpgradeField = "idle"
+    sandbox: SandboxPolicy = "allowed"
+    reasons: dict[str, Reason] = msgspec.field(default_factory=dict)
+    install: str | None = None
+    declared: bool = True
+    """Listed in the registry (False: known only from what the sidecar announces)."""
+
+
+class SidecarPlan(msgspec.Struct, kw_only=True):
+    """How to run one sidecar, or why it cannot run."""
+
+    id: str
+    entry: SidecarEntry
+    resolution: Resolution | None = None
+    argv: list[str] = msgspec.field(default_factory=list)
+    cwd: str = ""
+    runnable: bool = False
+    problem: str = ""
+
+    @property
+    def config(self) -> SidecarConfig | None:
+        return self.entry.config
+
+    @property
+    def fingerprint(self) -> bytes:
+        return self.entry.fingerprint
+
+
+class Plan(msgspec.Struct, kw_only=True):
+    tools: dict[str, ToolPlan] = msgspec.field(default_factory=dict)
+    sidecars: dict[str, SidecarPlan] = msgspec.field(default_factory=dict)
+
+
+def sandbox_for(cfg: SidecarConfig | None, tool: str, manifest: ToolManifest | None) -> str:
+    """Policy for ``tool``: the registry's per-tool or sidecar value, else the manifest default."""
+    value = cfg.sandbox if cfg is not None else None
+    if isinstance(value, dict):
+        if tool in value:
+            return value[tool]
+    elif value is not None:
+        return value
+    if manifest is not None and manifest.sandbox is not None:
+        return manifest.sandbox
+    return "allowed"
+
+
+def _reason(field: str, code: str, message: str, hint: str) -> Reason:
+    return Reason(field=field, code=code, message=message, hint=hint)
+
+
+def build_plan(
+    registry: Registry,
+    known: KnownCatalog,
+    *,
+    host_version: str,
+    path_env: str | None = None,
+    host_python: str = sys.executable,
+    which: Callable[[str, str], str | None] | None = None,
+) -> Plan:
+    """Decide every static fact. Never raises for bad input."""
+    path_env = os.environ.get("PATH", os.defpath) if path_env is None else path_env
+    which = which or (lambda name, path: shutil.which(name, path=path))
+    plan = Plan()
+    for sid, entry in registry.sidecars.items():
+        plan.sidecars[sid] = _plan_sidecar(registry, entry, path_env, host_python, which)
+    for sid, sp in plan.sidecars.items():
+        entry = sp.entry
+        cfg = entry.config
+        for tool in entry.tools:
+            if tool in plan.tools and plan.tools[tool].sidecar != sid:
+                entry.warnings.append(
+                    f"sidecars.{sid}.tools: {tool} is already served by {plan.tools[tool].sidecar}"
+                )
+                continue
+            plan.tools[tool] = _plan_tool(sp, tool, known, host_version, cfg)
+    for name, kt in known.tools.items():
+        if name not in plan.tools:
+            hint = kt.install or (
+                f"add a sidecar serving {name} to tools/external.tools.jsonc"
+                + (f" (the bundled one is {kt.sidecar!r}; `toolhost init` writes it)" if kt.sidecar else "")
+            )
+            plan.tools[name] = ToolPlan(
+                name=name,
+                sidecar=None,
+                protocol=None,
+                manifest=kt.manifest,
+                discovery="missing",
+                sandbox=kt.manifest.sandbox or "allowed",
+                install=kt.install,
+                reasons={
+                    "discovery": _reason(
+                        "discovery",
+                        "not-configured",
+                        f"no sidecar in the registry serves {name}",
+                        hint,
+                    )
+                },
+            )
+    return plan
+
+
+def _plan_sidecar(
+    registry: Registry,
+    entry: SidecarEntry,
+    path_env: str,
+    host_python: str,
+    which: Callable[[str, str], str | None],
+) -> SidecarPlan:
+    sp = SidecarPlan(id=entry.id, entry=entry)
+    cfg = entry.config
+    if cfg is None:
+        sp.problem = "; ".join(entry.errors) or "invalid entry"
+        return sp
+    anchor = "app" if cfg.cwd == "project" else cfg.cwd
+    anchor_dir = registry.anchor_dir(entry, anchor)
+    sp.cwd = anchor_dir
+    env_path = cfg.env.get("PATH", path_env)
+    sp.resolution = resolve_command(
+        cfg.command,
+        anchor_name=anchor,
+        anchor_dir=anchor_dir,
+        path_env=env_path,
+        host_python=host_python,
+        which=which,
+    )
+    if sp.resolution.executable:
+        sp.argv = [sp.resolution.executable, *cfg.args]
+    if not cfg.enabled:
+        sp.problem = "disabled"
+    elif sp.resolution.state != "resolved":
+        sp.problem = sp.resolution.message
+    else:
+        sp.runnable = True
+    return sp
+
+
+def _plan_tool(
+    sp: SidecarPlan,
+    tool: str,
+    known: KnownCatalog,
+    host_version: str,
+    cfg: SidecarConfig | None,
+) -> ToolPlan:
+    kt = known.tools.get(tool)
+    manifest = kt.manifest if kt else None
+    tp = ToolPlan(
+        name=tool,
+        sidecar=sp.id,
+        protocol=cfg.protocol if cfg else None,
+        manifest=manifest,
+        discovery="configured",
+        sandbox=sandbox_for(cfg, tool, manifest),
+        install=kt.install if kt else None,
+    )
+    reasons = tp.reasons
+    if cfg is None:
+        tp.manifest_state = "invalid"
+        message = "; ".join(sp.entry.errors) or "invalid registry entry"
+        reasons["manifest"] = _reason(
+            "manifest",
+            "manifest-invalid",
+            message,
+            "fix the entry in tools/external.tools.jsonc (`toolhost doctor` shows every problem)",
+        )
+        tp.path = "unresolved"
+        reasons["path"] = _reason("path", "not-resolved", "not resolved: the entry is invalid", "")
+        return tp
+    if is_builtin(tool):
+        tp.manifest_state = "invalid"
+        reasons["manifest"] = _reason(
+            "manifest",
+            "duplicates-builtin",
+            f"{tool} is in a builtin coding namespace; sidecars must not duplicate first-party "
+            "primitives",
+            f"remove {tool} from sidecars.{sp.id}.tools",
+        )
+    if not cfg.enabled:
+        tp.discovery = "disabled"
+        reasons["discovery"] = _reason(
+            "discovery",
+            "sidecar-disabled",
+            f"sidecar {sp.id} is disabled",
+            f'set "enabled": true on sidecars.{sp.id} to use it',
+        )
+    res = sp.resolution
+    if res is not None:
+        tp.path = res.state
+        tp.path_details = res.details
+        if res.state == "unresolved":
+            reasons["path"] = _reason(
+                "path",
+                "command-not-found",
+                res.message,
+                f"install {res.details.command!r} or fix sidecars.{sp.id}.command",
+            )
+        elif res.state == "outside-root-denied":
+            reasons["path"] = _reason(
+                "path",
+                "outside-root-denied",
+                res.message,
+                "use a relative command inside the anchor (./tools/packages/...) or a bare PATH name",
+            )
+    tp.version, vmsg = compatibility(host_version, cfg.compatible_core)
+    if tp.version == "incompatible":
+        reasons["version"] = _reason(
+            "version",
+            "version-incompatible",
+            vmsg,
+            f"install a {sp.id} package whose compatibleCore admits toolhost {host_version}",
+        )
+    tp.upgrade = cfg.upgrade
+    return tp

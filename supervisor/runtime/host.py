@@ -1,0 +1,543 @@
+"""The host: registry -> plan -> catalog, one pool per runnable sidecar, and the invoke path.
+
+# Strategy: the host owns the nursery every pool runs in and the catalog every fact flows into.
+# ``invoke`` is the one door to a sidecar: unknown tool, invisible tool, policy refusal are
+# answered here without touching a worker; everything else goes to the sidecar's pool and comes
+# back through the result funnel as exactly one envelope.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+import supervisor
+from supervisor.contracts import wire
+from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.rpc import (
+    Approval,
+    Catalog,
+    CatalogChanged,
+    HealthCounts,
+    HealthResult,
+    RegistryStatus,
+)
+from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus
+from supervisor.policy import results
+from supervisor.policy.naming import provider_name
+from supervisor.registry.catalog import Catalog as CatalogState
+from supervisor.registry.catalog import SidecarFacts
+from supervisor.registry.load import Registry, load_registry
+from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
+from supervisor.registry.plan import Plan, SidecarPlan, build_plan
+from supervisor.runtime.pool import Pool
+from supervisor.runtime.process import allowed_env
+from supervisor.runtime.worker import LaunchSpec, ProgressSink
+
+SUBSCRIBER_BUFFER = 256
+
+
+class HostOptions(msgspec.Struct, kw_only=True):
+    """How to find the registry; defaults follow PROTOCOL 1."""
+
+    app_root: str
+    registry_path: str | None = None
+    global_registry: str | None = None
+    use_global: bool = True
+    manifest_dirs: list[str] | None = None
+    seed: int | None = None
+    cancel_grace_ms: int = 500
+    stop_grace_ms: int = 2000
+
+
+class ReloadResult(msgspec.Struct, kw_only=True):
+    """What a registry reload did."""
+
+    applied: bool
+    revision: int
+    added: list[str] = msgspec.field(default_factory=list)
+    removed: list[str] = msgspec.field(default_factory=list)
+    restarted: list[str] = msgspec.field(default_factory=list)
+    unchanged: list[str] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)
+
+    def summary(self) -> str:
+        if not self.applied:
+            return "kept the running registry: " + "; ".join(self.errors)
+        parts = [f"revision {self.revision}"]
+        for name in ("added", "removed", "restarted"):
+            items = getattr(self, name)
+            if items:
+                parts.append(f"{name} {', '.join(items)}")
+        if self.errors:
+            parts.append(f"{len(self.errors)} problem(s): " + "; ".join(self.errors))
+        return ", ".join(parts)
+
+
+class Host:
+    """A running tool host."""
+
+    def __init__(self, options: HostOptions) -> None:
+        self.options = options
+        self.app_root = os.path.abspath(options.app_root)
+        self.version = supervisor.__version__
+        self.catalog = CatalogState()
+        self.registry: Registry = Registry(app_root=self.app_root)
+        self.known = KnownCatalog()
+        self.plan = Plan()
+        self.pools: dict[str, Pool] = {}
+        self.started_at = 0.0
+        self.rng = random.Random(options.seed)
+        self._nursery: trio.Nursery | None = None
+        self._stop = trio.Event()
+        self._stopped = trio.Event()
+        self._reload_lock = trio.Lock()
+        self._subscribers: set[trio.MemorySendChannel[CatalogChanged | None]] = set()
+        self._calls: dict[Any, trio.CancelScope] = {}
+        self._on_change: list[Callable[[list[Descriptor]], None]] = []
+        self._aliases: dict[str, str] = {}
+        self._pulse = trio.Event()
+
+    # loading -----------------------------------------------------------------------------
+
+    def load(self) -> Plan:
+        """Read registry and manifests and build a plan (does not apply it)."""
+        opts = self.options
+        self.registry = load_registry(
+            self.app_root,
+            registry_path=opts.registry_path,
+            global_path=opts.global_registry,
+            use_global=opts.use_global,
+        )
+        dirs = [Path(d) for d in opts.manifest_dirs] if opts.manifest_dirs is not None else [
+            bundled_manifest_dir(),
+            Path(self.app_root) / "manifests",
+        ]
+        self.known = load_known_catalog(dirs)
+        return build_plan(self.registry, self.known, host_version=self.version)
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[Host] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start every runnable sidecar and serve until :meth:`stop`."""
+        self.started_at = trio.current_time()
+        self.plan = self.load()
+        self.catalog.allow_degraded = self.registry.host.allow_degraded
+        self._changed(self.catalog.load(self.plan))
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for sp in self.plan.sidecars.values():
+                    await self._start_pool(sp)
+                task_status.started(self)
+                await self._stop.wait()
+                async with trio.open_nursery() as stopping:
+                    for pool in list(self.pools.values()):
+                        stopping.start_soon(pool.stop)
+                nursery.cancel_scope.cancel()
+        finally:
+            for ch in list(self._subscribers):
+                ch.close()
+            self._subscribers.clear()
+            self._stopped.set()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop every sidecar gracefully and return."""
+        self._stop.set()
+
+    async def wait_stopped(self) -> None:
+        """Return once :meth:`run` has stopped every sidecar."""
+        await self._stopped.wait()
+
+    async def reload(self) -> ReloadResult:
+        """Re-read the registry; restart only sidecars whose entry changed.
+
+        Sidecars whose entry is unchanged keep serving without a dropped call. A file that cannot
+        be parsed keeps everything as it was; a sidecar whose new entry is invalid keeps running
+        its previous configuration. Either way the reasons are reported.
+        """
+        async with self._reload_lock:
+            old_registry, old_known, old_plan = self.registry, self.known, self.plan
+            new_plan = self.load()
+            if self.registry.unreadable:
+                errors = list(self.registry.errors)
+                self.registry, self.known = old_registry, old_known
+                return ReloadResult(applied=False, revision=self.catalog.revision, errors=errors)
+            result = ReloadResult(applied=True, revision=0, errors=list(self.registry.errors))
+            for sid, sp in list(new_plan.sidecars.items()):
+                old = old_plan.sidecars.get(sid)
+                if sp.config is None and old is not None and old.config is not None and sid in self.pools:
+                    msg = f"sidecars.{sid}: new entry invalid ({'; '.join(sp.entry.errors)}); " \
+                        "still running the previous configuration"
+                    result.errors.append(msg)
+                    old.entry.warnings = [msg]
+                    new_plan.sidecars[sid] = old
+                    for tool, tp in old_plan.tools.items():
+                        if tp.sidecar == sid:
+                            new_plan.tools[tool] = tp
+            stop: list[str] = []
+            start: list[str] = []
+            for sid in sorted(set(old_plan.sidecars) | set(new_plan.sidecars)):
+                old, new = old_plan.sidecars.get(sid), new_plan.sidecars.get(sid)
+                if new is None:
+                    result.removed.append(sid)
+                    stop.append(sid)
+                elif old is None:
+                    result.added.append(sid)
+                    start.append(sid)
+                elif old.fingerprint != new.fingerprint or old.argv != new.argv:
+                    result.restarted.append(sid)
+                    stop.append(sid)
+                    start.append(sid)
+                else:
+                    result.unchanged.append(sid)
+                    new_plan.sidecars[sid] = old if old is not new and sid in self.pools else new
+            async with trio.open_nursery() as nursery:
+                for sid in stop:
+                    pool = self.pools.pop(sid, None)
+                    if pool is not None:
+                        nursery.start_soon(pool.stop)
+            self.plan = new_plan
+            self._changed(
+                self.catalog.load(
+                    new_plan, allow_degraded=self.registry.host.allow_degraded, reset=set(stop)
+                )
+            )
+            for sid in result.unchanged:
+                pool = self.pools.get(sid)
+                if pool is not None:
+                    self.on_facts(sid, pool.facts())
+            for sid in start:
+                await self._start_pool(new_plan.sidecars[sid])
+            result.revision = self.catalog.revision
+            return result
+
+    async def _start_pool(self, sp: SidecarPlan) -> None:
+        cfg = sp.config
+        if not sp.runnable or cfg is None:
+            return
+        if cfg.protocol != "process-json" or cfg.mode != "persistent":
+            self.on_facts(
+                sp.id,
+                SidecarFacts(
+                    runtime="failed",
+                    runtime_reason=Reason(
+                        field="runtime",
+                        code="protocol-unsupported",
+                        message=f"protocol {cfg.protocol} ({cfg.mode}) is not supported by this "
+                        "toolhost build",
+                        hint="use process-json persistent",
+                    ),
+                ),
+            )
+            return
+        pool = Pool(
+            sp.id,
+            cfg,
+            lambda sp=sp: self.launch_spec(sp),
+            self.on_facts,
+            list(sp.entry.tools),
+            rng=random.Random(self.rng.random()),
+            notify=self._notify,
+        )
+        self.pools[sp.id] = pool
+        assert self._nursery is not None
+        await self._nursery.start(pool.run)
+
+    def launch_spec(self, sp: SidecarPlan) -> LaunchSpec:
+        """The spawn recipe for one worker of ``sp``."""
+        cfg = sp.config
+        assert cfg is not None
+        env = allowed_env(
+            os.environ,
+            {**cfg.env, "TOOLHOST_SIDECAR": sp.id, "TOOLHOST_PROTOCOL": cfg.protocol},
+        )
+        init = wire.Init(
+            sidecar=sp.id,
+            config=cfg.config,
+            projectDir=self.registry.project_dir,
+            configDir=sp.entry.config_dir,
+            cwd=sp.cwd,
+        )
+        return LaunchSpec(
+            sidecar=sp.id,
+            argv=list(sp.argv),
+            cwd=sp.cwd,
+            env=env,
+            init=init,
+            start_timeout_s=cfg.probe.start_timeout_ms / 1000.0,
+            probe_timeout_s=cfg.probe.timeout_ms / 1000.0,
+            initial_probe=cfg.probe.interval_ms > 0,
+            cancel_grace_s=self.options.cancel_grace_ms / 1000.0,
+            stop_grace_s=self.options.stop_grace_ms / 1000.0,
+        )
+
+    # facts and subscriptions ---------------------------------------------------------------
+
+    def on_facts(self, sidecar: str, facts: SidecarFacts) -> None:
+        self._changed(self.catalog.update_sidecar(sidecar, facts))
+
+    def _notify(self) -> None:
+        self._pulse.set()
+        self._pulse = trio.Event()
+
+    async def wait_change(self) -> None:
+        """Return at the next state change of any pool or of the catalog (for tests and tools
+        that watch the host in-process)."""
+        await self._pulse.wait()
+
+    def _changed(self, changed: list[Descriptor]) -> None:
+        if not changed:
+            return
+        self._notify()
+        for d in changed:
+            alias = provider_name(d.name)
+            if alias != d.name:
+                self._aliases[alias] = d.name
+        event = CatalogChanged(revision=self.catalog.revision, tools=changed)
+        for ch in list(self._subscribers):
+            try:
+                ch.send_nowait(event)
+            except trio.WouldBlock:
+                # A subscriber that cannot keep up is dropped; it may subscribe again.
+                self._subscribers.discard(ch)
+                ch.close()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._subscribers.discard(ch)
+        for cb in self._on_change:
+            cb(changed)
+
+    def subscribe(self) -> trio.MemoryReceiveChannel[CatalogChanged | None]:
+        """A channel of ``catalog.changed`` events (closed if the reader falls behind)."""
+        send, recv = trio.open_memory_channel[CatalogChanged | None](SUBSCRIBER_BUFFER)
+        self._subscribers.add(send)
+        return recv
+
+    # reading -----------------------------------------------------------------------------
+
+    def catalog_snapshot(self) -> Catalog:
+        return Catalog(
+            revision=self.catalog.revision,
+            tools=self.catalog.tools(),
+            sidecars=self.sidecar_statuses(),
+            registry=RegistryStatus(
+                files=list(self.registry.files),
+                errors=[*self.registry.errors, *self.known.errors],
+            ),
+        )
+
+    def sidecar_statuses(self) -> list[SidecarStatus]:
+        out = []
+        for sid, sp in sorted(self.plan.sidecars.items()):
+            pool = self.pools.get(sid)
+            if pool is not None:
+                status = pool.status()
+                if sp.entry.warnings:
+                    status = msgspec.structs.replace(status, errors=list(sp.entry.warnings))
+                out.append(status)
+                continue
+            cfg = sp.config
+            facts_reason = self.catalog_reason(sid)
+            out.append(
+                SidecarStatus(
+                    id=sid,
+                    protocol=cfg.protocol if cfg else "?",
+                    mode=cfg.mode if cfg else "?",
+                    enabled=cfg.enabled if cfg else False,
+                    manifest="valid" if cfg else "invalid",
+                    runtime="stopped" if (cfg and not cfg.enabled) else "failed",
+                    tools=list(sp.entry.tools),
+                    errors=[*sp.entry.errors, *sp.entry.warnings]
+                    + ([sp.problem] if sp.problem and sp.problem not in sp.entry.errors else [])
+                    + ([facts_reason] if facts_reason else []),
+                )
+            )
+        return out
+
+    def catalog_reason(self, sidecar: str) -> str | None:
+        for d in self.catalog.tools():
+            if d.sidecar == sidecar:
+                for r in d.stability.reasons:
+                    if r.field == "runtime":
+                        return r.message
+        return None
+
+    def health(self) -> HealthResult:
+        counts = HealthCounts()
+        tools = HealthCounts()
+        by_sidecar: dict[str, list[str]] = {}
+        for d in self.catalog.tools():
+            eff = d.stability.effective
+            setattr(tools, eff, getattr(tools, eff) + 1)
+            if d.sidecar is not None:
+                by_sidecar.setdefault(d.sidecar, []).append(eff)
+        for sid, sp in self.plan.sidecars.items():
+            effs = by_sidecar.get(sid, [])
+            cfg = sp.config
+            if cfg is not None and not cfg.enabled:
+                state = "disabled"
+            elif not effs:
+                pool = self.pools.get(sid)
+                ok = pool is not None and pool.facts().runtime == "ready"
+                state = "available" if ok else "unavailable"
+            elif all(e == "available" for e in effs):
+                state = "available"
+            elif all(e in ("unavailable", "disabled") for e in effs):
+                state = "unavailable"
+            else:
+                state = "degraded"
+            setattr(counts, state, getattr(counts, state) + 1)
+        status = "ok" if counts.unavailable == 0 and counts.degraded == 0 else "degraded"
+        return HealthResult(
+            status=status,
+            uptimeMs=round((trio.current_time() - self.started_at) * 1000.0, 1),
+            sidecars=counts,
+            tools=tools,
+        )
+
+    # invoking ----------------------------------------------------------------------------
+
+    async def invoke(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw = wire.EMPTY_OBJECT,
+        *,
+        timeout_ms: int | None = None,
+        approval: Approval | None = None,
+        on_progress: ProgressSink | None = None,
+        call_key: Any = None,
+        client: str = "",
+    ) -> Envelope:
+        """Run one tool call to exactly one envelope.
+
+        Args:
+            tool: Tool name.
+            input_raw: The input object as raw JSON.
+            timeout_ms: Deadline override (else the manifest's, else the sidecar's).
+            approval: The kernel's approval for approval-required tools.
+            on_progress: Receives progress payloads (raw JSON).
+            call_key: Key under which :meth:`cancel` can find this call.
+            client: Who asked (for the audit log).
+        """
+        t0 = trio.current_time()
+        desc = self.catalog.get(tool)
+        if desc is None:
+            return results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
+        stab = desc.stability
+        if not desc.visible:
+            code = {
+                "denied": "sandbox-denied",
+                "quota-limited": "quota-limited",
+            }.get(stab.sandbox, "not-visible")
+            first = stab.reasons[0].message if stab.reasons else stab.effective
+            return results.unavailable(
+                tool,
+                code,
+                f"{tool} is {stab.effective}: {first}",
+                details={
+                    "effective": stab.effective,
+                    "reasons": msgspec.to_builtins(stab.reasons),
+                    **({"retryAfterMs": stab.details.retryAfterMs} if stab.details.retryAfterMs else {}),
+                },
+                sidecar=desc.sidecar,
+            )
+        if stab.sandbox == "approval-required" and not (approval and approval.granted):
+            return results.unavailable(
+                tool,
+                "approval-required",
+                f"{tool} requires approval: invoke again with approval {{granted: true, by}}",
+                sidecar=desc.sidecar,
+            )
+        pool = self.pools.get(desc.sidecar or "")
+        if pool is None:
+            return results.unavailable(
+                tool, "unavailable", f"{tool}: sidecar {desc.sidecar} is not running"
+            )
+        cfg = pool.config
+        timeout = timeout_ms or desc.annotations.timeoutMs or cfg.timeout_ms
+        scope = trio.CancelScope()
+        if call_key is not None:
+            self._calls[call_key] = scope
+        try:
+            with scope:
+                outcome = await pool.call(tool, input_raw, timeout_ms=timeout, on_progress=on_progress)
+        finally:
+            if call_key is not None:
+                self._calls.pop(call_key, None)
+        duration = round((trio.current_time() - t0) * 1000.0, 3)
+        if scope.cancelled_caught:
+            pool.stats.cancels += 1
+            return results.failed(
+                tool, "cancelled", f"{tool} was cancelled", sidecar=pool.sidecar, duration_ms=duration
+            )
+        limit = cfg.max_output_bytes
+        if desc.annotations.resultLimit:
+            limit = min(limit, desc.annotations.resultLimit)
+        env = results.from_answer(
+            tool,
+            ok=outcome.ok,
+            data=outcome.data,
+            content=outcome.content,
+            code=outcome.code,
+            error=outcome.error,
+            details=outcome.details,
+            sidecar=pool.sidecar,
+            pid=outcome.pid,
+            duration_ms=duration,
+            max_output_bytes=limit,
+            cpu_ms=outcome.cpu_ms,
+            exit_code=outcome.exit_code,
+            stderr=outcome.stderr,
+        )
+        stats = pool.stats
+        if env.status == "success":
+            stats.success += 1
+        elif env.status == "failed":
+            stats.failed += 1
+        return env
+
+    def resolve_name(self, name: str) -> str:
+        """Map a provider-safe name (``file__hash``) back to the tool name (``file.hash``)."""
+        if self.catalog.get(name) is not None:
+            return name
+        return self._aliases.get(name, name)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters per sidecar (the full accounting lives in the accounting sampler)."""
+        sidecars = {}
+        for sid, pool in sorted(self.pools.items()):
+            st = pool.stats
+            sidecars[sid] = {
+                **msgspec.to_builtins(st),
+                "workers": len(pool.workers),
+                "queued": len(pool.waiters),
+                "restarts": pool.restart_state.total,
+            }
+        return {"uptimeMs": round((trio.current_time() - self.started_at) * 1000.0, 1), "sidecars": sidecars}
+
+    def cancel(self, call_key: Any) -> bool:
+        """Cancel a running :meth:`invoke` registered under ``call_key``."""
+        scope = self._calls.get(call_key)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    async def restart_sidecar(self, sidecar: str) -> bool:
+        pool = self.pools.get(sidecar)
+        if pool is None:
+            return False
+        await pool.restart()
+        return True
+
+
+def default_app_root() -> str:
+    """``$TOOLHOST_APP_ROOT`` or the current directory."""
+    return os.environ.get("TOOLHOST_APP_ROOT") or os.getcwd()
+

@@ -1,0 +1,598 @@
+"""One pool per sidecar: workers, dispatch, queueing, scaling, probes and the restart policy.
+
+# Strategy: each worker runs under a *keeper* task that starts it, awaits its end, asks the pure
+# restart policy what to do, sleeps the backoff and starts the next one. Dispatch picks the
+# least-loaded ready worker within its advertised concurrency; when none has room a call waits in
+# a bounded FIFO and is handed a reserved slot the moment one frees (no thundering herd). A
+# monitor task per ready worker pings it on the probe interval and retires it when idle. Every
+# fact learned is folded into :class:`SidecarFacts` and published to the catalog.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import trio
+
+from supervisor.contracts import wire
+from supervisor.contracts.registry import SidecarConfig
+from supervisor.contracts.snapshot import (
+    ProbeState,
+    Reason,
+    RuntimeState,
+    SidecarStatus,
+    StabilityDetails,
+    WorkerStatus,
+)
+from supervisor.policy import restart as restart_policy
+from supervisor.registry.catalog import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
+from supervisor.runtime.worker import (
+    CallOutcome,
+    LaunchSpec,
+    ProcessWorker,
+    ProgressSink,
+    Worker,
+    WorkerExit,
+    WorkerHooks,
+)
+
+WorkerFactory = Callable[[LaunchSpec, WorkerHooks, int], Worker]
+Publish = Callable[[str, SidecarFacts], None]
+
+
+class _Waiter:
+    __slots__ = ("event", "refused", "worker")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.worker: Worker | None = None
+        self.refused: CallOutcome | None = None
+
+
+def _ms() -> float:
+    return trio.current_time() * 1000.0
+
+
+class PoolStats(msgspec.Struct, kw_only=True):
+    """Counters kept on the call path (plain integer increments)."""
+
+    calls: int = 0
+    success: int = 0
+    failed: int = 0
+    unavailable: int = 0
+    timeouts: int = 0
+    cancels: int = 0
+    overloaded: int = 0
+
+
+class Pool:
+    """Workers of one sidecar.
+
+    Args:
+        sidecar: The sidecar id.
+        config: Its validated registry entry.
+        launch: Builds the launch spec for a new worker.
+        publish: Receives facts for the catalog.
+        declared_tools: Tools the registry assigns (checked against ``ready``).
+        rng: Seeded generator for backoff jitter.
+        worker_factory: Builds workers (defaults to persistent process-json).
+        notify: Called on every state change, facts changed or not (workers, backoff).
+    """
+
+    def __init__(
+        self,
+        sidecar: str,
+        config: SidecarConfig,
+        launch: Callable[[], LaunchSpec],
+        publish: Publish,
+        declared_tools: list[str],
+        *,
+        rng: random.Random | None = None,
+        worker_factory: WorkerFactory | None = None,
+        notify: Callable[[], None] | None = None,
+    ) -> None:
+        self.sidecar = sidecar
+        self.config = config
+        self._launch = launch
+        self._publish_cb = publish
+        self._notify = notify or (lambda: None)
+        self.declared_tools = declared_tools
+        self.rng = rng or random.Random()
+        self._factory: WorkerFactory = worker_factory or (lambda s, h, i: ProcessWorker(s, h, i))
+        self.workers: list[Worker] = []
+        self.waiters: deque[_Waiter] = deque()
+        self.restart_state = restart_policy.RestartState()
+        self.last_exit: WorkerExit | None = None
+        self.last_stderr = ""
+        self.ever_ready = False
+        self.gave_up = False
+        self.stopped = False
+        self.next_restart_at: float | None = None
+        self.stats = PoolStats()
+        self._keepers = 0
+        self._index = 0
+        self._nursery: trio.Nursery | None = None
+        self._done = trio.Event()
+        self._probe: dict[str, ToolProbe] = {}
+        self._probe_default: ProbeState = "skipped" if config.probe.interval_ms == 0 else "healthy"
+        self._probe_reason: Reason | None = None
+        self._announced: dict[str, wire.ToolInfo] | None = None
+        self._last_facts: SidecarFacts | None = None
+        self._stable_scope: trio.CancelScope | None = None
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[Pool] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep ``pool.min`` workers (at least one at first, to verify the sidecar starts)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._publish()
+            for _ in range(max(1, self.config.pool.min)):
+                self._add_keeper()
+            task_status.started(self)
+            await self._done.wait()
+            nursery.cancel_scope.cancel()
+
+    async def stop(self, *, drain_s: float = 5.0) -> None:
+        """Refuse new calls, drain running ones, stop every worker, end :meth:`run`."""
+        self.stopped = True
+        for waiter in self.waiters:
+            waiter.refused = CallOutcome(
+                ok=False, code="shutting-down", error=f"sidecar {self.sidecar} is stopping"
+            )
+            waiter.event.set()
+        self.waiters.clear()
+        async with trio.open_nursery() as nursery:
+            for w in list(self.workers):
+                nursery.start_soon(lambda w=w: w.stop("stopped", drain_s=drain_s))
+        self._done.set()
+
+    async def restart(self) -> None:
+        """Replace every worker (operator action); the restart budget is not charged."""
+        self.gave_up = False
+        self.restart_state = restart_policy.RestartState(total=self.restart_state.total)
+        old = list(self.workers)
+        async with trio.open_nursery() as nursery:
+            for w in old:
+                nursery.start_soon(lambda w=w: w.stop("recycled", drain_s=0.0))
+        if self._keepers == 0:
+            self._add_keeper()
+
+    def _add_keeper(self) -> None:
+        assert self._nursery is not None
+        self._keepers += 1
+        self._nursery.start_soon(self._keeper)
+
+    async def _keeper(self) -> None:
+        try:
+            while not self.stopped:
+                self._index += 1
+                worker = self._factory(self._launch(), self, self._index)
+                self.workers.append(worker)
+                self._publish()
+                ex = await worker.run()
+                self.workers.remove(worker)
+                if ex.stderr_tail:
+                    self.last_stderr = ex.stderr_tail
+                if self.stopped or ex.reason == "stopped":
+                    return
+                if ex.reason == "retired":
+                    return
+                if ex.reason == "recycled":
+                    continue
+                self.last_exit = ex
+                decision, self.restart_state = restart_policy.on_exit(
+                    self.config.restart,
+                    self.restart_state,
+                    now=_ms(),
+                    uptime_ms=ex.uptime_ms,
+                    clean=ex.exit_code == 0,
+                    rng=self.rng,
+                )
+                if decision.action == "stop":
+                    if not any(w.state in ("ready", "starting") for w in self.workers):
+                        self.gave_up = True
+                        self._refuse_waiters(ex)
+                    return
+                if decision.action == "give-up":
+                    self.gave_up = True
+                    self._refuse_waiters(ex)
+                self.next_restart_at = _ms() + decision.delay_ms
+                self._publish()
+                await trio.sleep(decision.delay_ms / 1000.0)
+                self.next_restart_at = None
+        finally:
+            self._keepers -= 1
+            self._publish()
+
+    def _refuse_waiters(self, ex: WorkerExit) -> None:
+        if any(w.state == "ready" for w in self.workers):
+            return
+        for waiter in self.waiters:
+            waiter.refused = CallOutcome(
+                ok=False,
+                code="unavailable",
+                error=f"sidecar {self.sidecar} is failing: {ex.message}",
+                stderr=ex.stderr_tail[-4096:] or None,
+                exit_code=ex.exit_code,
+            )
+            waiter.event.set()
+        self.waiters.clear()
+
+    # worker hooks ------------------------------------------------------------------------
+
+    def on_ready(self, worker: Worker) -> None:
+        self.ever_ready = True
+        if self.gave_up:
+            self.gave_up = False
+        if worker.ready_msg is not None and worker.ready_msg.tools:
+            self._announced = {t.name: t for t in worker.ready_msg.tools}
+        self._publish()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._monitor, worker)
+        self._wake()
+
+    def on_capacity(self, worker: Worker) -> None:
+        if self.waiters:
+            self._wake()
+
+    def on_pong(self, worker: Worker, pong: wire.Pong | None) -> None:
+        if pong is None:
+            return
+        default: ProbeState = pong.status
+        probes: dict[str, ToolProbe] = {}
+        for name, health in pong.tools.items():
+            state: ProbeState = health.status
+            reason = None
+            if state != "healthy":
+                reason = Reason(
+                    field="probe",
+                    code="probe-" + state,
+                    message=health.reason or f"{self.sidecar} reports {name} {state}",
+                    hint=health.hint or f"see `toolhost doctor` for {self.sidecar}",
+                )
+            probes[name] = ToolProbe(state=state, reason=reason)
+        self._probe = probes
+        self._probe_default = default
+        self._probe_reason = (
+            None
+            if default == "healthy"
+            else Reason(
+                field="probe",
+                code="probe-" + default,
+                message=f"{self.sidecar} reports itself {default}",
+                hint=f"see `toolhost logs {self.sidecar}`",
+            )
+        )
+        self._publish()
+
+    async def _monitor(self, worker: Worker) -> None:
+        probe = self.config.probe
+        interval = probe.interval_ms / 1000.0
+        idle = self.config.pool.idle_ms / 1000.0
+        ticks = [t for t in (interval, idle) if t > 0]
+        if not ticks:
+            return
+        tick = min(ticks)
+        misses = 0
+        last_ping = trio.current_time()
+        stable_after = self.config.restart.reset_after_ms / 1000.0
+        stable_noted = False
+        while worker.state == "ready":
+            await trio.sleep(tick)
+            if worker.state != "ready":
+                return
+            now = trio.current_time()
+            if not stable_noted and worker.ready_at is not None and now - worker.ready_at >= stable_after:
+                stable_noted = True
+                self.restart_state = restart_policy.on_stable(self.config.restart, self.restart_state)
+            if idle > 0 and self._may_retire(worker, now, idle):
+                assert self._nursery is not None
+                self._nursery.start_soon(lambda: worker.stop("retired"))
+                return
+            if interval > 0 and now - last_ping >= interval - 1e-9:
+                last_ping = now
+                pong = await worker.ping(probe.timeout_ms / 1000.0)
+                if worker.state != "ready":
+                    return
+                if pong is None:
+                    if worker.inflight == 0:
+                        misses += 1
+                    if misses >= probe.failure_threshold:
+                        self._probe_default = "unavailable"
+                        self._probe = {}
+                        self._probe_reason = Reason(
+                            field="probe",
+                            code="probe-timeout",
+                            message=f"{misses} consecutive pings unanswered within "
+                            f"{probe.timeout_ms} ms",
+                            hint=f"the worker is replaced; see `toolhost logs {self.sidecar}`",
+                        )
+                        self._publish()
+                        worker.kill("hung", f"{misses} consecutive probes unanswered")
+                        return
+                else:
+                    misses = 0
+                    self.on_pong(worker, pong)
+
+    def _may_retire(self, worker: Worker, now: float, idle: float) -> bool:
+        live = sum(1 for w in self.workers if w.state == "ready")
+        return (
+            live > self.config.pool.min
+            and worker.load == 0
+            and not self.waiters
+            and now - worker.last_active >= idle
+        )
+
+    # dispatch ----------------------------------------------------------------------------
+
+    def _pick(self) -> Worker | None:
+        best: Worker | None = None
+        for w in self.workers:
+            if w.has_capacity and (best is None or w.load < best.load):
+                best = w
+        return best
+
+    def _wake(self) -> None:
+        while self.waiters:
+            w = self._pick()
+            if w is None:
+                return
+            waiter = self.waiters.popleft()
+            waiter.worker = w
+            w.reserved += 1
+            waiter.event.set()
+
+    def _maybe_scale_up(self) -> None:
+        if self.stopped or self._nursery is None:
+            return
+        starting = any(w.state == "starting" for w in self.workers)
+        if not starting and self._keepers < self.config.pool.max and self.next_restart_at is None:
+            self._add_keeper()
+
+    async def call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        *,
+        timeout_ms: int,
+        on_progress: ProgressSink | None = None,
+    ) -> CallOutcome:
+        """Dispatch one call; returns its outcome (never raises for worker faults).
+
+        Raises:
+            trio.Cancelled: The caller's scope was cancelled (``tools.cancel``, disconnect); the
+                call has been abandoned on its worker.
+        """
+        stats = self.stats
+        stats.calls += 1
+        deadline = trio.current_time() + timeout_ms / 1000.0
+        worker = None if self.waiters else self._pick()
+        if worker is None:
+            refusal = self._refusal()
+            if refusal is not None:
+                stats.unavailable += 1
+                return refusal
+            if len(self.waiters) >= self.config.pool.queue:
+                stats.overloaded += 1
+                return CallOutcome(
+                    ok=False,
+                    code="overloaded",
+                    error=f"{self.sidecar}: all workers busy and {len(self.waiters)} calls queued "
+                    f"(pool.queue={self.config.pool.queue})",
+                )
+            waiter = _Waiter()
+            self.waiters.append(waiter)
+            self._maybe_scale_up()
+            try:
+                with trio.move_on_at(deadline):
+                    await waiter.event.wait()
+            except BaseException:
+                self._drop_waiter(waiter)
+                raise
+            if waiter.refused is not None:
+                stats.unavailable += 1
+                return waiter.refused
+            if waiter.worker is None or trio.current_time() >= deadline:
+                self._drop_waiter(waiter)
+                stats.timeouts += 1
+                return CallOutcome(
+                    ok=False,
+                    code="timeout",
+                    error=f"{tool}: no worker of {self.sidecar} was free within {timeout_ms} ms",
+                )
+            worker = waiter.worker
+            worker.reserved -= 1
+        remaining = max(1, int((deadline - trio.current_time()) * 1000.0))
+        with trio.move_on_at(deadline) as scope:
+            outcome = await worker.call(tool, input_raw, remaining, on_progress)
+        if scope.cancelled_caught:
+            stats.timeouts += 1
+            outcome = CallOutcome(
+                ok=False,
+                code="timeout",
+                error=f"{tool} did not answer within {timeout_ms} ms",
+                pid=worker.pid,
+            )
+        self._after_call(worker)
+        return outcome
+
+    def _drop_waiter(self, waiter: _Waiter) -> None:
+        """Forget a waiter that will not run: release its reserved slot, if it had one."""
+        if waiter.worker is not None:
+            waiter.worker.reserved -= 1
+            waiter.worker = None
+            self._wake()
+        else:
+            try:
+                self.waiters.remove(waiter)
+            except ValueError:
+                pass
+
+    def _after_call(self, worker: Worker) -> None:
+        limit = self.config.pool.max_calls_per_worker
+        if limit and worker.calls_issued >= limit and worker.state == "ready":
+            worker.state = "draining"
+            assert self._nursery is not None
+            self._nursery.start_soon(
+                lambda: worker.stop("recycled", drain_s=self.config.timeout_ms / 1000.0)
+            )
+        if self.waiters:
+            self._wake()
+
+    def _refusal(self) -> CallOutcome | None:
+        if self.stopped:
+            return CallOutcome(
+                ok=False, code="shutting-down", error=f"sidecar {self.sidecar} is stopping"
+            )
+        if self.gave_up and not any(w.state in ("ready", "starting") for w in self.workers):
+            ex = self.last_exit
+            return CallOutcome(
+                ok=False,
+                code="unavailable",
+                error=f"sidecar {self.sidecar} has failed"
+                + (f": {ex.message}" if ex is not None else ""),
+                exit_code=ex.exit_code if ex else None,
+                stderr=(ex.stderr_tail[-4096:] or None) if ex else None,
+            )
+        return None
+
+    # facts -------------------------------------------------------------------------------
+
+    def facts(self) -> SidecarFacts:
+        """What the catalog should know about this sidecar now."""
+        ready = any(w.state in ("ready", "draining") for w in self.workers)
+        verified_idle = (
+            self.config.pool.min == 0 and self.ever_ready and not self.gave_up and self.last_exit is None
+        )
+        ex = self.last_exit
+        runtime: RuntimeState
+        reason: Reason | None = None
+        if ready or verified_idle:
+            runtime = "ready"
+        elif ex is None and not self.stopped:
+            return self._with_details(NOT_STARTED)
+        else:
+            if ex is not None and ex.reason == "start-timeout":
+                runtime = "timed-out"
+                code, hint = "start-timeout", (
+                    f"raise sidecars.{self.sidecar}.probe.startTimeoutMs or fix its start-up"
+                )
+            elif ex is not None and ex.reason == "protocol-error":
+                runtime = "schema-error"
+                code, hint = "protocol-error", (
+                    f"the sidecar broke the process-json protocol; see `toolhost logs {self.sidecar}`"
+                )
+            else:
+                runtime = "failed"
+                code = "gave-up" if self.gave_up else "restarting"
+                hint = f"see `toolhost logs {self.sidecar}` for its stderr"
+                if self.gave_up:
+                    hint += "; it is retried slowly"
+            if self.stopped:
+                code, message = "stopped", f"sidecar {self.sidecar} is stopped"
+            else:
+                message = ex.message if ex is not None else "no worker can serve"
+                if self.gave_up:
+                    message = f"crash loop past the restart intensity: {message}"
+                elif self.next_restart_at is not None:
+                    message += "; restarting after backoff"
+            reason = Reason(field="runtime", code=code, message=message, hint=hint)
+        tool_runtime: dict[str, ToolRuntime] = {}
+        announced = self._announced
+        if announced:
+            for tool in self.declared_tools:
+                if tool not in announced:
+                    tool_runtime[tool] = ToolRuntime(
+                        state="schema-error",
+                        reason=Reason(
+                            field="runtime",
+                            code="tool-not-served",
+                            message=f"{self.sidecar}'s ready message does not list {tool}",
+                            hint=f"remove {tool} from sidecars.{self.sidecar}.tools or update "
+                            "the sidecar",
+                        ),
+                    )
+        probe_default = self._probe_default
+        if self.config.probe.interval_ms == 0 and probe_default == "healthy":
+            probe_default = "skipped"
+        facts = SidecarFacts(
+            runtime=runtime,
+            runtime_reason=reason,
+            probe=probe_default if runtime == "ready" else "skipped",
+            probe_reason=self._probe_reason if runtime == "ready" else None,
+            tool_runtime=tool_runtime,
+            tool_probe=self._probe if runtime == "ready" else {},
+            announced=announced,
+        )
+        return self._with_details(facts)
+
+    def _with_details(self, facts: SidecarFacts) -> SidecarFacts:
+        ex = self.last_exit
+        details = StabilityDetails(
+            restarts=self.restart_state.total,
+            lastExitCode=ex.exit_code if ex else None,
+            lastExitReason=ex.reason if ex else None,
+            stderrTail=(self.last_stderr[-1024:] or None) if ex else None,
+            nextRestartMs=(
+                round(max(0.0, self.next_restart_at - _ms()), 1)
+                if self.next_restart_at is not None
+                else None
+            ),
+        )
+        return msgspec.structs.replace(facts, details=details)
+
+    def _publish(self) -> None:
+        self._notify()
+        facts = self.facts()
+        if facts != self._last_facts:
+            self._last_facts = facts
+            self._publish_cb(self.sidecar, facts)
+
+    def status(self) -> SidecarStatus:
+        """The sidecar's row in ``catalog.sidecars`` and ``toolhost status``."""
+        now = trio.current_time()
+        facts = self._last_facts or self.facts()
+        state: Any = facts.runtime
+        if self.stopped:
+            state = "stopped"
+        elif facts.runtime_reason is not None and facts.runtime_reason.code == "starting":
+            state = "starting"
+        elif self.next_restart_at is not None and facts.runtime != "ready":
+            state = "backoff"
+        ex = self.last_exit
+        return SidecarStatus(
+            id=self.sidecar,
+            protocol=self.config.protocol,
+            mode=self.config.mode,
+            enabled=self.config.enabled,
+            manifest="valid",
+            runtime=state,
+            tools=sorted(set(self.declared_tools) | set(self._announced or ())),
+            workers=[
+                WorkerStatus(
+                    pid=w.pid or 0,
+                    state=w.state,
+                    inflight=w.inflight,
+                    calls=w.calls_issued,
+                    uptimeMs=round((now - w.started_at) * 1000.0, 1),
+                )
+                for w in self.workers
+            ],
+            queued=len(self.waiters),
+            restarts=self.restart_state.total,
+            lastExitCode=ex.exit_code if ex else None,
+            lastExitReason=(f"{ex.reason}: {ex.message}" if ex else None),
+            nextRestartMs=facts.details.nextRestartMs,
+        )
+
+    def stderr_tail(self, limit: int = 64 * 1024) -> str:
+        """The freshest stderr: a live worker's ring, else the last exited worker's tail."""
+        for w in reversed(self.workers):
+            if w.stderr.total:
+                return w.stderr.tail(limit)
+        return self.last_stderr[-limit:]

@@ -1,0 +1,514 @@
+"""Workers: one sidecar process (or, for oneshot protocols, one call site) behind one interface.
+
+# Strategy: a :class:`Worker` is what a pool dispatches to. :class:`ProcessWorker` owns the life of
+# one long-lived child: spawn, stderr always drained into a ring, a writer task that batches lines,
+# a reader task that feeds a sans-IO connection, exit awaited on a pidfd, and cleanup that is
+# shielded and always reaps. A call is a slot (an id and an event) - no task per message. Calls
+# that outlive their deadline or are cancelled are abandoned: the worker is told ``cancel`` and
+# gets a short grace to answer, else it is killed and replaced. When the process dies every call
+# still on it fails at once with the stderr tail.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import msgspec
+import trio
+
+from supervisor.contracts import wire
+from supervisor.protocols.errors import ProtocolError
+from supervisor.protocols.process_json import ProcessJsonConnection
+from supervisor.runtime.process import ChildProcess, StderrRing, describe_exit, spawn
+
+ExitReason = Literal[
+    "stopped",
+    "retired",
+    "recycled",
+    "crashed",
+    "start-failed",
+    "start-timeout",
+    "protocol-error",
+    "hung",
+]
+EXPECTED_EXITS = frozenset(("stopped", "retired", "recycled"))
+WorkerState = Literal["starting", "ready", "draining", "stopping", "exited"]
+
+READ_CHUNK = 1 << 16
+STDERR_SETTLE_S = 0.2
+EOF_EXIT_GRACE_S = 0.5
+
+
+class CallOutcome(msgspec.Struct, kw_only=True):
+    """What a worker made of one call, before it becomes an envelope."""
+
+    ok: bool
+    data: msgspec.Raw = wire.NULL
+    content: str | None = None
+    code: str | None = None
+    error: str | None = None
+    details: dict[str, Any] | None = None
+    cpu_ms: float | None = None
+    exit_code: int | None = None
+    stderr: str | None = None
+    pid: int | None = None
+
+
+class WorkerExit(msgspec.Struct, frozen=True, kw_only=True):
+    reason: ExitReason
+    message: str
+    exit_code: int | None = None
+    uptime_ms: float = 0.0
+    was_ready: bool = False
+    stderr_tail: str = ""
+
+    @property
+    def expected(self) -> bool:
+        return self.reason in EXPECTED_EXITS
+
+
+class LaunchSpec(msgspec.Struct, kw_only=True):
+    """Everything needed to start one worker of a sidecar."""
+
+    sidecar: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    init: wire.Init | None = None
+    start_timeout_s: float = 10.0
+    probe_timeout_s: float = 1.0
+    initial_probe: bool = True
+    cancel_grace_s: float = 0.5
+    stop_grace_s: float = 2.0
+    max_line: int = 16 * 1024 * 1024
+    limits: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
+
+
+ProgressSink = Callable[[msgspec.Raw], None]
+
+
+class WorkerHooks(Protocol):
+    """How a worker tells its pool what happened."""
+
+    def on_ready(self, worker: Worker) -> None: ...
+
+    def on_capacity(self, worker: Worker) -> None: ...
+
+    def on_pong(self, worker: Worker, pong: wire.Pong | None) -> None: ...
+
+
+class _Slot:
+    __slots__ = ("abandoned", "done", "failure", "id", "on_progress", "result", "tool")
+
+    def __init__(self, call_id: int, tool: str, on_progress: ProgressSink | None) -> None:
+        self.id = call_id
+        self.tool = tool
+        self.on_progress = on_progress
+        self.done = trio.Event()
+        self.result: wire.Result | None = None
+        self.failure: CallOutcome | None = None
+        self.abandoned = False
+
+
+class Worker(ABC):
+    """The interface a pool dispatches to."""
+
+    sidecar: str
+    index: int
+    pid: int | None = None
+    state: WorkerState = "starting"
+    concurrency: int = 1
+    reserved: int = 0
+    calls_issued: int = 0
+    started_at: float = 0.0
+    ready_at: float | None = None
+    last_active: float = 0.0
+    ready_msg: wire.Ready | None = None
+    stderr: StderrRing
+
+    @property
+    @abstractmethod
+    def inflight(self) -> int:
+        """Calls running on this worker (abandoned ones included until they end)."""
+
+    @property
+    def load(self) -> int:
+        return self.inflight + self.reserved
+
+    @property
+    def has_capacity(self) -> bool:
+        return self.state == "ready" and self.load < self.concurrency
+
+    @abstractmethod
+    async def run(self) -> WorkerExit:
+        """Start, serve until the end, clean up; returns why it ended. Never raises for
+        worker faults."""
+
+    @abstractmethod
+    async def call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        on_progress: ProgressSink | None = None,
+    ) -> CallOutcome:
+        """Run one call; cancellation (deadline, ``tools.cancel``) abandons it."""
+
+    @abstractmethod
+    async def ping(self, timeout_s: float) -> wire.Pong | None:
+        """Health probe; None when unanswered in time."""
+
+    @abstractmethod
+    def kill(self, reason: ExitReason, message: str) -> None:
+        """Kill now; ``run`` returns with this reason."""
+
+    @abstractmethod
+    async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
+        """Graceful stop: drain, shutdown message, SIGTERM, SIGKILL; returns once exited."""
+
+
+class ProcessWorker(Worker):
+    """A long-lived child process speaking persistent process-json (PROTOCOL 3.1)."""
+
+    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
+        self.spec = spec
+        self.sidecar = spec.sidecar
+        self.hooks = hooks
+        self.index = index
+        self.stderr = StderrRing()
+        self.conn = ProcessJsonConnection(max_line=spec.max_line)
+        self.proc: ChildProcess | None = None
+        self.slots: dict[int, _Slot] = {}
+        self._pings: dict[str, list[Any]] = {}
+        self._send, self._recv = trio.open_memory_channel[bytes | None](math.inf)
+        self._nursery: trio.Nursery | None = None
+        self._ready_or_dead = trio.Event()
+        self._exited = trio.Event()
+        self._stderr_eof = trio.Event()
+        self._idle = trio.Event()
+        self._end: tuple[ExitReason, str] | None = None
+        self._protocol_error: str | None = None
+
+    @property
+    def inflight(self) -> int:
+        return len(self.slots)
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> WorkerExit:
+        self.started_at = self.last_active = trio.current_time()
+        try:
+            self.proc = spawn(self.spec.argv, cwd=self.spec.cwd, env=self.spec.env, limits=self.spec.limits)
+        except OSError as exc:
+            self.state = "exited"
+            self._exited.set()
+            argv0 = self.spec.argv[0] if self.spec.argv else "?"
+            return WorkerExit(
+                reason="start-failed",
+                message=f"cannot execute {argv0}: {exc.strerror or exc}",
+            )
+        proc = self.proc
+        self.pid = proc.pid
+        rc: int | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._drain_stderr)
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._handshake)
+                rc = await proc.wait()
+                self._exited.set()
+                with trio.move_on_after(STDERR_SETTLE_S):
+                    await self._stderr_eof.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    proc.kill()
+                    rc = await proc.wait()
+                self._exited.set()
+                proc.forget()
+                await proc.aclose_streams()
+                self.state = "exited"
+                result = self._exit_record(rc)
+                self._fail_all(result)
+        return result
+
+    async def _handshake(self) -> None:
+        init = self.spec.init
+        if init is not None:
+            self._write(self.conn.init(init))
+        with trio.move_on_after(self.spec.start_timeout_s) as cs:
+            await self._ready_or_dead.wait()
+        if cs.cancelled_caught:
+            ms = int(self.spec.start_timeout_s * 1000)
+            self.kill("start-timeout", f"no ready message within startTimeoutMs={ms}")
+            return
+        if self.conn.ready is None or self._end is not None or self._exited.is_set():
+            return
+        self.ready_msg = self.conn.ready
+        self.concurrency = max(1, self.conn.ready.concurrency)
+        if self.spec.initial_probe:
+            pong = await self.ping(self.spec.probe_timeout_s)
+            self.hooks.on_pong(self, pong)
+        if self._end is None and not self._exited.is_set():
+            self.state = "ready"
+            self.ready_at = trio.current_time()
+            self.hooks.on_ready(self)
+
+    def _exit_record(self, rc: int | None) -> WorkerExit:
+        now = trio.current_time()
+        uptime = (now - self.started_at) * 1000.0
+        tail = self.stderr.tail()
+        was_ready = self.ready_at is not None
+        if self._end is not None:
+            reason, message = self._end
+        elif self._protocol_error is not None:
+            reason, message = "protocol-error", self._protocol_error
+        elif not was_ready:
+            reason, message = "start-failed", f"exited before ready ({describe_exit(rc)})"
+        else:
+            reason, message = "crashed", f"worker exited ({describe_exit(rc)})"
+        if reason in ("hung", "start-timeout") or (reason == "protocol-error" and self._end is None):
+            message = f"{message}; {describe_exit(rc)}" if rc is not None and rc >= 0 else message
+        return WorkerExit(
+            reason=reason,
+            message=message,
+            exit_code=rc,
+            uptime_ms=uptime,
+            was_ready=was_ready,
+            stderr_tail=tail,
+        )
+
+    def _fail_all(self, ex: WorkerExit) -> None:
+        slots, self.slots = self.slots, {}
+        code = "protocol-error" if ex.reason == "protocol-error" else "worker-crashed"
+        if ex.reason in ("stopped", "retired", "recycled"):
+            code = "worker-crashed"
+        for slot in slots.values():
+            if slot.done.is_set():
+                continue
+            slot.failure = CallOutcome(
+                ok=False,
+                code=code,
+                error=f"worker {self.pid} of {self.sidecar} ended while running {slot.tool}: "
+                f"{ex.message}",
+                exit_code=ex.exit_code,
+                stderr=ex.stderr_tail[-4096:] or None,
+                pid=self.pid,
+            )
+            slot.done.set()
+        for waiter in self._pings.values():
+            waiter[0].set()
+        self._pings.clear()
+        self._idle.set()
+
+    def kill(self, reason: ExitReason, message: str) -> None:
+        if self._end is None:
+            self._end = (reason, message)
+        if self.state not in ("exited",):
+            self.state = "stopping"
+        self._ready_or_dead.set()
+        if self.proc is not None:
+            self.proc.kill()
+
+    async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
+        if self._end is None:
+            self._end = (reason, f"worker {reason}")
+        if self.state in ("ready", "starting", "draining"):
+            self.state = "draining"
+            if self.slots and drain_s > 0:
+                self._idle = trio.Event()
+                with trio.move_on_after(drain_s):
+                    await self._idle.wait()
+        self.state = "stopping"
+        self._ready_or_dead.set()
+        proc = self.proc
+        if proc is None:
+            return
+        self._write(self.conn.shutdown())
+        self._write(None)
+        grace = self.spec.stop_grace_s
+        with trio.move_on_after(grace):
+            await self._exited.wait()
+        if not self._exited.is_set():
+            proc.signal_group(signal.SIGTERM)
+            with trio.move_on_after(grace):
+                await self._exited.wait()
+        if not self._exited.is_set():
+            proc.kill()
+            await self._exited.wait()
+
+    # calls -------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        on_progress: ProgressSink | None = None,
+    ) -> CallOutcome:
+        try:
+            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
+        except ProtocolError as exc:
+            return CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
+        slot = _Slot(call_id, tool, on_progress)
+        self.slots[call_id] = slot
+        self.calls_issued += 1
+        self.last_active = trio.current_time()
+        self._write(line)
+        try:
+            await slot.done.wait()
+        finally:
+            if not slot.done.is_set():
+                self._abandon(slot)
+        r = slot.result
+        if r is not None:
+            return CallOutcome(
+                ok=r.ok,
+                data=r.data,
+                content=r.content,
+                code=r.code,
+                error=r.error,
+                details=r.details,
+                cpu_ms=r.cpuMs,
+                pid=self.pid,
+            )
+        assert slot.failure is not None
+        return slot.failure
+
+    def _abandon(self, slot: _Slot) -> None:
+        slot.abandoned = True
+        if self._end is None and not self._exited.is_set():
+            self._write(self.conn.abandon(slot.id))
+            if self._nursery is not None:
+                self._nursery.start_soon(self._grace_kill, slot)
+
+    async def _grace_kill(self, slot: _Slot) -> None:
+        with trio.move_on_after(self.spec.cancel_grace_s):
+            await slot.done.wait()
+        if not slot.done.is_set() and not self._exited.is_set():
+            ms = int(self.spec.cancel_grace_s * 1000)
+            self.kill("hung", f"call {slot.id} ({slot.tool}) did not stop within {ms} ms of cancel")
+
+    async def ping(self, timeout_s: float) -> wire.Pong | None:
+        if self._end is not None or self._exited.is_set() or self.conn.state != "ready":
+            return None
+        ping_id, line = self.conn.ping()
+        waiter: list[Any] = [trio.Event(), None]
+        self._pings[ping_id] = waiter
+        self._write(line)
+        with trio.move_on_after(timeout_s):
+            await waiter[0].wait()
+        self._pings.pop(ping_id, None)
+        pong: wire.Pong | None = waiter[1]
+        return pong
+
+    # IO tasks ----------------------------------------------------------------------------
+
+    def _write(self, data: bytes | None) -> None:
+        try:
+            self._send.send_nowait(data)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    async def _write_loop(self) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        stdin = self.proc.stdin
+        recv = self._recv
+        try:
+            while True:
+                data = await recv.receive()
+                if data is None:
+                    await stdin.aclose()
+                    return
+                batch = [data]
+                close = False
+                while True:
+                    try:
+                        more = recv.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    if more is None:
+                        close = True
+                        break
+                    batch.append(more)
+                await stdin.send_all(data if len(batch) == 1 else b"".join(batch))
+                if close:
+                    await stdin.aclose()
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+    async def _read_loop(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        stream = self.proc.stdout
+        feed = self.conn.feed
+        dispatch = self._dispatch
+        try:
+            while True:
+                data = await stream.receive_some(READ_CHUNK)
+                if not data:
+                    break
+                try:
+                    msgs = feed(data)
+                except ProtocolError as exc:
+                    self._protocol_error = exc.message
+                    self.kill("protocol-error", f"protocol error: {exc.message}")
+                    return
+                for msg in msgs:
+                    dispatch(msg)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            pass
+        finally:
+            self._ready_or_dead.set()
+        # stdout closed: the worker is exiting, or is useless. Keep its real status if it exits.
+        if self._end is None:
+            with trio.move_on_after(EOF_EXIT_GRACE_S):
+                await self._exited.wait()
+            if not self._exited.is_set():
+                self.kill("crashed", "worker closed its stdout")
+
+    def _dispatch(self, msg: wire.WorkerMessage) -> None:
+        if type(msg) is wire.Result:
+            slot = self.slots.pop(msg.id, None)
+            if slot is not None:
+                slot.result = msg
+                slot.done.set()
+                self.last_active = trio.current_time()
+                if not self.slots:
+                    self._idle.set()
+                self.hooks.on_capacity(self)
+        elif type(msg) is wire.Progress:
+            slot = self.slots.get(msg.id)
+            if slot is not None and slot.on_progress is not None and not slot.abandoned:
+                slot.on_progress(msg.data)
+        elif type(msg) is wire.Pong:
+            waiter = self._pings.get(msg.id)
+            if waiter is not None:
+                waiter[1] = msg
+                waiter[0].set()
+        elif type(msg) is wire.Ready:
+            self._ready_or_dead.set()
+        elif type(msg) is wire.Log:
+            self.stderr.write(f"[{msg.level}] {msg.message}\n".encode("utf-8", "replace"))
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        stream = self.proc.stderr
+        ring = self.stderr
+        try:
+            while True:
+                data = await stream.receive_some(READ_CHUNK)
+                if not data:
+                    break
+                ring.write(data)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            pass
+        finally:
+            self._stderr_eof.set()

@@ -1,0 +1,1 @@
+"""Serving the kernel protocol (PROTOCOL 6) over the Unix socket and the WebSocket."""

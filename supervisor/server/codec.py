@@ -1,0 +1,163 @@
+"""Per-connection encodings of the kernel protocol: JSON lines or length-prefixed MessagePack.
+
+Results may hold :class:`msgspec.Raw` JSON (envelope ``data``, progress payloads): JSON connections
+copy those bytes through untouched; MessagePack connections get them decoded once, at encode time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from supervisor.contracts.envelope import Envelope, EnvelopeView
+from supervisor.contracts.validation import describe
+from supervisor.contracts.rpc import ErrorResponse, Event, Request, RequestId, Response, RpcError
+from supervisor.protocols.framing import length_prefixed
+
+T = TypeVar("T")
+Encoding = Literal["json", "msgpack"]
+
+_json_encoder = msgspec.json.Encoder()
+_msgpack_encoder = msgspec.msgpack.Encoder()
+_json_request = msgspec.json.Decoder(Request)
+_msgpack_request = msgspec.msgpack.Decoder(Request)
+_json_params: dict[type, msgspec.json.Decoder[Any]] = {}
+_msgpack_params: dict[type, msgspec.msgpack.Decoder[Any]] = {}
+
+
+class BadFrame(Exception):
+    """A frame that is not a valid request; ``request_id`` is set when it could be recovered."""
+
+    def __init__(self, message: str, request_id: RequestId | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+
+
+class BadParams(Exception):
+    """Params that do not fit the method; the message names the JSON path."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _recover_id(obj: Any) -> RequestId | None:
+    if isinstance(obj, dict):
+        rid = obj.get("id")
+        if isinstance(rid, int | str) and not isinstance(rid, bool):
+            return rid
+    return None
+
+
+def _json_safe(value: Any) -> Any:
+    """Replace Raw JSON by plain values, for encoders other than JSON."""
+    if isinstance(value, msgspec.Raw):
+        return msgspec.json.decode(value) if bytes(value) else None
+    if isinstance(value, Envelope):
+        return EnvelopeView(
+            status=value.status,
+            tool=value.tool,
+            content=value.content,
+            data=_json_safe(value.data),
+            error=value.error,
+            meta=value.meta,
+        )
+    return value
+
+
+class Codec:
+    """Encode and decode frames for one connection."""
+
+    def __init__(self, encoding: Encoding = "json") -> None:
+        self.encoding: Encoding = encoding
+
+    # decoding ----------------------------------------------------------------------------
+
+    def request(self, frame: bytes) -> Request:
+        """Decode one frame into a request.
+
+        Raises:
+            BadFrame: Not a valid request.
+        """
+        json_mode = self.encoding == "json"
+        try:
+            return _json_request.decode(frame) if json_mode else _msgpack_request.decode(frame)
+        except msgspec.ValidationError as exc:
+            try:
+                obj = msgspec.json.decode(frame) if json_mode else msgspec.msgpack.decode(frame)
+            except msgspec.DecodeError:
+                obj = None
+            raise BadFrame(f"invalid request: {describe(exc, obj)}", _recover_id(obj)) from exc
+        except msgspec.DecodeError as exc:
+            kind = "JSON" if json_mode else "MessagePack"
+            raise BadFrame(f"invalid request: not {kind}: {exc}") from exc
+
+    def params(self, raw: msgspec.Raw, tp: type[T]) -> T:
+        """Decode ``params`` into the method's struct.
+
+        Raises:
+            BadParams: With a message naming the offending path.
+        """
+        if self.encoding == "json":
+            dec = _json_params.get(tp)
+            if dec is None:
+                dec = _json_params[tp] = msgspec.json.Decoder(tp)
+        else:
+            dec = _msgpack_params.get(tp)
+            if dec is None:
+                dec = _msgpack_params[tp] = msgspec.msgpack.Decoder(tp)
+        try:
+            return dec.decode(raw)  # type: ignore[no-any-return]
+        except msgspec.ValidationError as exc:
+            try:
+                obj = self.plain(raw)
+            except msgspec.DecodeError:
+                obj = None
+            raise BadParams(describe(exc, obj, "params")) from exc
+        except msgspec.DecodeError as exc:
+            raise BadParams(f"params: {exc}") from exc
+
+    def plain(self, raw: msgspec.Raw) -> Any:
+        """Decode a Raw value of this connection's encoding into plain Python values."""
+        if self.encoding == "json":
+            return msgspec.json.decode(raw)
+        return msgspec.msgpack.decode(raw)
+
+    def to_json(self, raw: msgspec.Raw) -> msgspec.Raw:
+        """A Raw input of this connection's encoding as Raw JSON (for a sidecar)."""
+        if self.encoding == "json":
+            return raw
+        return msgspec.Raw(_json_encoder.encode(msgspec.msgpack.decode(raw)))
+
+    # encoding ----------------------------------------------------------------------------
+
+    def frame(self, body: bytes) -> bytes:
+        return body + b"\n" if self.encoding == "json" else length_prefixed(body)
+
+    def response(self, request_id: RequestId, result: Any) -> bytes:
+        if self.encoding == "json":
+            return _json_encoder.encode(Response(id=request_id, result=result)) + b"\n"
+        return length_prefixed(
+            _msgpack_encoder.encode(Response(id=request_id, result=_json_safe(result)))
+        )
+
+    def error(
+        self,
+        request_id: RequestId | None,
+        code: str,
+        message: str,
+        data: dict[str, Any] | None = None,
+    ) -> bytes:
+        body = ErrorResponse(id=request_id, error=RpcError(code=code, message=message, data=data))
+        if self.encoding == "json":
+            return _json_encoder.encode(body) + b"\n"
+        return length_prefixed(_msgpack_encoder.encode(body))
+
+    def event(self, name: str, data: Any, request_id: RequestId | None = None) -> bytes:
+        if self.encoding == "json":
+            return _json_encoder.encode(Event(event=name, data=data, id=request_id)) + b"\n"
+        return length_prefixed(
+            _msgpack_encoder.encode(Event(event=name, data=_json_safe(data), id=request_id))
+        )

@@ -1,0 +1,93 @@
+"""The Unix domain socket transport: a private socket (0600 inside a 0700 folder)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket as stdsocket
+import stat
+
+import trio
+
+from supervisor.runtime.host import Host
+from supervisor.server.connection import Connection, ConnectionLimits, peer_name
+
+log = logging.getLogger("toolhost.server")
+
+
+class SocketInUse(Exception):
+    """Another host already answers on the socket path."""
+
+
+def _prepare_dir(path: str) -> None:
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+        return
+    st = os.stat(folder)
+    if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        # A folder we own that others can enter: tighten it when it is a dedicated one.
+        if os.path.basename(folder).startswith("."):
+            os.chmod(folder, 0o700)
+        else:
+            log.warning("socket folder %s is accessible to others; the socket itself is 0600", folder)
+
+
+def _clear_stale(path: str) -> None:
+    if not os.path.exists(path):
+        return
+    probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError as exc:
+        if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        raise
+    else:
+        raise SocketInUse(f"another toolhost is already serving on {path}")
+    finally:
+        probe.close()
+
+
+async def bind_unix(path: str) -> trio.SocketListener:
+    """Create the listening socket with mode 0600 (atomically, via the umask)."""
+    _prepare_dir(path)
+    _clear_stale(path)
+    sock = trio.socket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        await sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(256)
+    return trio.SocketListener(sock)
+
+
+async def serve_unix(
+    host: Host,
+    path: str,
+    *,
+    limits: ConnectionLimits | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the kernel protocol on ``path`` until cancelled; removes the socket on exit."""
+    listener = await bind_unix(path)
+    ino = os.stat(path).st_ino
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await Connection(host, stream, limits=limits, name=peer_name(stream, "unix")).run()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, handler, [listener])
+            task_status.started(path)
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == ino:
+                os.unlink(path)

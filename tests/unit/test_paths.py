@@ -1,0 +1,74 @@
+"""Command resolution per PROTOCOL 1, with the file system injected."""
+
+import pytest
+
+from supervisor.policy.paths import resolve_command
+
+EXECUTABLES = {"/app/tools/bin/run", "/app/link-inside", "/usr/bin/jq"}
+LINKS = {"/app/link-out": "/etc/passwd", "/app/link-inside": "/app/tools/bin/run"}
+
+
+def which(name, path):
+    for folder in path.split(":"):
+        cand = f"{folder}/{name}"
+        if cand in EXECUTABLES:
+            return cand
+    return None
+
+
+def realpath(p):
+    return LINKS.get(p, p)
+
+
+def resolve(command, anchor="app", anchor_dir="/app"):
+    return resolve_command(
+        command,
+        anchor_name=anchor,
+        anchor_dir=anchor_dir,
+        path_env="/usr/bin:/bin",
+        host_python="/venv/bin/python",
+        which=which,
+        realpath=realpath,
+        is_executable=lambda p: realpath(p) in EXECUTABLES or p in EXECUTABLES,
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "state", "mode", "root_safe", "executable"),
+    [
+        ("./tools/bin/run", "resolved", "relative", True, "/app/tools/bin/run"),
+        ("tools/bin/run", "resolved", "relative", True, "/app/tools/bin/run"),
+        ("./tools/bin/missing", "unresolved", "relative", True, None),
+        ("../outside/run", "outside-root-denied", "relative", False, None),
+        ("./tools/../../etc/x", "outside-root-denied", "relative", False, None),
+        ("/usr/bin/jq", "outside-root-denied", None, False, None),
+        ("~/bin/x", "outside-root-denied", None, False, None),
+        ("jq", "resolved", "path", True, "/usr/bin/jq"),
+        ("nope-not-installed", "unresolved", "path", True, None),
+        ("python", "resolved", "path", True, "/venv/bin/python"),
+        ("python3", "resolved", "path", True, "/venv/bin/python"),
+        ("./link-out", "outside-root-denied", "relative", False, None),
+        ("./link-inside", "resolved", "relative", True, "/app/link-inside"),
+        ("", "unresolved", None, False, None),
+    ],
+)
+def test_resolution_table(command, state, mode, root_safe, executable):
+    r = resolve(command)
+    assert r.state == state, r.message
+    assert r.details.mode == mode
+    assert r.details.rootSafe is root_safe
+    assert r.executable == executable
+    if state != "resolved":
+        assert r.message
+    assert not r.details.base.startswith("/")  # the anchor is named, never a path
+
+
+def test_absolute_is_not_portable():
+    r = resolve("/usr/bin/jq")
+    assert r.details.portable is False
+    assert "not portable" in r.message
+
+
+def test_anchor_name_is_reported():
+    r = resolve("./tools/bin/run", anchor="workspace")
+    assert r.details.base == "workspace"
