@@ -113,15 +113,23 @@ class Client:
                     p.done.set()
             self._events_send.close()
 
-    def _feed(self, data: bytes) -> None:
-        frames = self._lines.feed(data) if self._lines is not None else self._frames.feed(data)  # type: ignore[union-attr]
+    def _feed(self, data: bytes | bytearray) -> None:
+        if self._lines is not None:
+            frames = self._lines.feed(data)
+        else:
+            assert self._frames is not None
+            frames = self._frames.feed(data)
         i = 0
         while i < len(frames):
             frame = frames[i]
             i += 1
             if self._lines is not None and not frame.strip():
                 continue
-            msg = msgspec.json.decode(frame) if self._lines is not None else msgspec.msgpack.decode(frame)
+            msg = (
+                msgspec.json.decode(frame)
+                if self._lines is not None
+                else msgspec.msgpack.decode(frame)
+            )
             self._route(msg)
             if self._switch_after is not None and msg.get("id") == self._switch_after:
                 self._switch_after = None
@@ -146,7 +154,9 @@ class Client:
             return
         if "error" in msg and msg["error"] is not None:
             err = msg["error"]
-            pending.error = RpcError(err.get("code", "internal"), err.get("message", ""), err.get("data"))
+            pending.error = RpcError(
+                err.get("code", "internal"), err.get("message", ""), err.get("data")
+            )
         else:
             pending.result = msg.get("result")
         pending.done.set()
@@ -187,12 +197,14 @@ class Client:
             raise pending.error
         return pending.result
 
-    async def hello(self, *, encoding: str = "json", name: str = "toolhost-client") -> dict[str, Any]:
+    async def hello(
+        self, *, encoding: str = "json", name: str = "toolhost-client"
+    ) -> dict[str, Any]:
         result = await self.request(
             "server.hello", {"client": {"name": name, "version": "1"}, "encoding": encoding}
         )
         self.server = result
-        return result  # type: ignore[no-any-return]
+        return result
 
     async def catalog(self) -> Catalog:
         return msgspec.convert(await self.request("capability.catalog.get"), Catalog)
@@ -203,7 +215,7 @@ class Client:
         return int(result["revision"])
 
     async def tools(self, fmt: str = "native") -> list[Any]:
-        return (await self.request("tools.list", {"format": fmt}))["tools"]  # type: ignore[no-any-return]
+        return (await self.request("tools.list", {"format": fmt}))["tools"]
 
     async def invoke(
         self,
@@ -236,7 +248,7 @@ class Client:
         return msgspec.convert(await self.request("system.health"), HealthResult)
 
     async def stats(self) -> dict[str, Any]:
-        return await self.request("system.stats")  # type: ignore[no-any-return]
+        return await self.request("system.stats")
 
     async def restart(self, sidecar: str) -> bool:
         return bool((await self.request("sidecar.restart", {"sidecar": sidecar}))["restarted"])

@@ -299,7 +299,9 @@ class Sidecar:
         if cancelled.is_set():
             return
         t0 = time.thread_time()
-        result = self.execute(call.tool, call.input, Context(self, call.id, call.deadlineMs, cancelled))
+        result = self.execute(
+            call.tool, call.input, Context(self, call.id, call.deadlineMs, cancelled)
+        )
         result.id = call.id
         result.cpuMs = round((time.thread_time() - t0) * 1000.0, 3)
         with self._answered_lock:
@@ -331,7 +333,9 @@ class Sidecar:
             traceback.print_exc(file=sys.stderr)
             return wire.Result(id=0, ok=False, code="failed", error=f"{type(exc).__name__}: {exc}")
         if isinstance(out, Reply):
-            return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out.data)), content=out.content)
+            return wire.Result(
+                id=0, ok=True, data=msgspec.Raw(_json_encode(out.data)), content=out.content
+            )
         return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out)))
 
     def _oneshot(self, request: dict[str, Any]) -> None:
@@ -341,7 +345,9 @@ class Sidecar:
         self.config_dir = request.get("configDir") or self.config_dir
         self.cwd = request.get("cwd") or self.cwd
         raw_input = _json_encode(request.get("input", {}))
-        result = self.execute(str(request["tool"]), raw_input, Context(self, None, 0, threading.Event()))
+        result = self.execute(
+            str(request["tool"]), raw_input, Context(self, None, 0, threading.Event())
+        )
         answer: dict[str, Any]
         if result.ok:
             data = _json_decode(result.data)
@@ -349,7 +355,12 @@ class Sidecar:
             if result.content is not None:
                 answer.setdefault("content", result.content)
         else:
-            answer = {**(result.details or {}), "ok": False, "code": result.code, "error": result.error}
+            answer = {
+                **(result.details or {}),
+                "ok": False,
+                "code": result.code,
+                "error": result.error,
+            }
             if result.data != wire.NULL:
                 answer["data"] = _json_decode(result.data)
         self._write(_json_encode(answer) + b"\n")

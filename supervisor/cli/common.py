@@ -36,7 +36,9 @@ def socket_path(args: argparse.Namespace) -> str:
 
 def add_location_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--app-root", help="application root (default: $TOOLHOST_APP_ROOT or cwd)")
-    p.add_argument("--registry", help="registry file (default: <app-root>/tools/external.tools.jsonc)")
+    p.add_argument(
+        "--registry", help="registry file (default: <app-root>/tools/external.tools.jsonc)"
+    )
     p.add_argument("--no-global", action="store_true", help="ignore the user-global registry")
     p.add_argument("--socket", help="socket path (default: the registry's host.socket)")
 

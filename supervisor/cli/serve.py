@@ -10,10 +10,11 @@ import sys
 import trio
 
 from supervisor.cli.common import app_root, die
+from supervisor.registry.load import load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.runtime.process import warden
 from supervisor.server.connection import ConnectionLimits
-from supervisor.server.unix import SocketInUse, serve_unix
+from supervisor.server.unix import SocketInUse, check_free, serve_unix
 
 log = logging.getLogger("toolhost")
 
@@ -39,18 +40,22 @@ async def _serve(args: argparse.Namespace) -> int:
         use_global=not args.no_global,
     )
     host = Host(options)
+    reg = load_registry(
+        options.app_root, registry_path=args.registry, use_global=options.use_global
+    )
+    path = args.socket or reg.path(reg.host.socket)
+    check_free(path)  # before anything starts: a second host must not disturb the first
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
         reg = host.registry
-        path = args.socket or reg.path(reg.host.socket)
         limits = ConnectionLimits(max_frame=reg.host.max_frame_bytes)
         server_scope = trio.CancelScope()
 
-        async def serve() -> None:
+        async def serve(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
             with server_scope:
-                await serve_unix(host, path, limits=limits)
+                await serve_unix(host, path, limits=limits, task_status=task_status)
 
-        nursery.start_soon(serve)
+        await nursery.start(serve)
         for error in reg.errors:
             log.warning("registry: %s", error)
         log.info(

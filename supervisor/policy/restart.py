@@ -71,7 +71,7 @@ def on_exit(
         why = "restart policy is never" if cfg.policy == "never" else "exited cleanly"
         return Decision(action="stop", reason=why), state
     attempts = 0 if uptime_ms >= cfg.reset_after_ms > 0 else state.attempts
-    history = tuple(t for t in state.history if now - t < cfg.period_ms) + (now,)
+    history = (*(t for t in state.history if now - t < cfg.period_ms), now)
     total = state.total + 1
     if len(history) > cfg.intensity:
         # Past the intensity limit: failed, and retried only at the slowest pace.
@@ -81,7 +81,8 @@ def on_exit(
             Decision(
                 action="give-up",
                 delay_ms=delay,
-                reason=f"{len(history)} restarts within {cfg.period_ms} ms (intensity {cfg.intensity})",
+                reason=f"{len(history)} restarts within {cfg.period_ms} ms "
+                f"(intensity {cfg.intensity})",
             ),
             new,
         )

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from supervisor.contracts.envelope import UNAVAILABLE_CODES, Envelope, ErrorInfo, Meta
+from supervisor.contracts.envelope import UNAVAILABLE_CODES, Envelope, ErrorInfo, Meta, Status
 from supervisor.contracts.wire import NULL
 
 CONTENT_PREVIEW_BYTES = 16 * 1024
@@ -94,7 +94,7 @@ def from_answer(
     """An envelope from a sidecar's answer (or a host-made failure with the same fields)."""
     if not ok:
         code = code or "failed"
-        status = "unavailable" if code in UNAVAILABLE_CODES else "failed"
+        status: Status = "unavailable" if code in UNAVAILABLE_CODES else "failed"
         message = error or f"{tool} failed ({code})"
         env = Envelope(
             status=status,
@@ -122,7 +122,9 @@ def from_answer(
         tool=tool,
         content=text,
         data=data,
-        meta=Meta(durationMs=duration_ms, sidecar=sidecar, pid=pid, attempts=attempts, cpuMs=cpu_ms),
+        meta=Meta(
+            durationMs=duration_ms, sidecar=sidecar, pid=pid, attempts=attempts, cpuMs=cpu_ms
+        ),
     )
     return _cap(env, max_output_bytes)
 

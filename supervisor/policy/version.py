@@ -11,7 +11,9 @@ import re
 
 from supervisor.contracts.snapshot import VersionState
 
-_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|~=|>|<|\^|=)?\s*v?(\d+(?:\.\d+)*)(?:[-+.]?[A-Za-z][\w.]*)?\s*$")
+_CLAUSE = re.compile(
+    r"^\s*(>=|<=|==|!=|~=|>|<|\^|=)?\s*v?(\d+(?:\.\d+)*)(?:[-+.]?[A-Za-z][\w.]*)?\s*$"
+)
 
 
 class RangeError(ValueError):
@@ -85,4 +87,7 @@ def compatibility(host_version: str, compatible_core: str | None) -> tuple[Versi
         return "unknown", f"compatibleCore {compatible_core!r}: {exc}"
     if ok:
         return "compatible", ""
-    return "incompatible", f"compatibleCore {compatible_core!r} does not admit toolhost {host_version}"
+    return (
+        "incompatible",
+        f"compatibleCore {compatible_core!r} does not admit toolhost {host_version}",
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ProtocolError(Exception):
     """The peer broke its protocol; the connection is unusable afterwards.
@@ -13,6 +15,8 @@ class ProtocolError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        self.accepted: list[Any] = []
+        """Messages decoded from the same input before the breach (still valid to act on)."""
 
 
 class LineTooLong(ProtocolError):

@@ -19,7 +19,7 @@ class LineSplitter:
         self._buf = bytearray()
         self._scan_from = 0
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray) -> list[bytes]:
         """Add ``data``; return the complete lines it finished (without the newline).
 
         Raises:
@@ -29,7 +29,7 @@ class LineSplitter:
         if not buf:
             # Fast path: most chunks hold whole lines and nothing is pending.
             if data.endswith(b"\n"):
-                lines = data.split(b"\n")
+                lines = (data if type(data) is bytes else bytes(data)).split(b"\n")
                 lines.pop()
                 self._check(lines)
                 return lines
@@ -82,7 +82,7 @@ class LengthPrefixSplitter:
         self.max_frame = max_frame
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray) -> list[bytes]:
         """Add ``data``; return the complete frame bodies.
 
         Raises:

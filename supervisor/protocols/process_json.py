@@ -52,7 +52,9 @@ class ProcessJsonConnection:
         call_id = self._next_id
         self._next_id += 1
         self.inflight.add(call_id)
-        return call_id, _encode(wire.Call(id=call_id, tool=tool, input=input_raw, deadlineMs=deadline_ms)) + b"\n"
+        return call_id, _encode(
+            wire.Call(id=call_id, tool=tool, input=input_raw, deadlineMs=deadline_ms)
+        ) + b"\n"
 
     def abandon(self, call_id: int) -> bytes:
         """Give up waiting on a call (deadline or cancel); returns the ``cancel`` line.
@@ -83,22 +85,25 @@ class ProcessJsonConnection:
         """
         if self.state == "error":
             raise ProtocolError(self.error or "connection in error state")
+        out: list[wire.WorkerMessage] = []
         try:
             lines = self._lines.feed(data)
-            out: list[wire.WorkerMessage] = []
             for line in lines:
                 if not line.strip():
                     continue
                 try:
                     msg = _decode(line)
                 except msgspec.DecodeError as exc:
-                    raise ProtocolError(f"invalid message on stdout: {exc}: {_preview(line)}") from exc
+                    raise ProtocolError(
+                        f"invalid message on stdout: {exc}: {_preview(line)}"
+                    ) from exc
                 if self._accept(msg):
                     out.append(msg)
             return out
         except ProtocolError as exc:
             self.state = "error"
             self.error = exc.message
+            exc.accepted = out
             raise
 
     def _accept(self, msg: wire.WorkerMessage) -> bool:

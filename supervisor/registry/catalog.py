@@ -276,7 +276,7 @@ class Catalog:
             install=tp.install if tp.discovery == "missing" else None,
         )
         if eff == "available":
-            details = msgspec.structs.replace(details, stderrTail=None, lastExitReason=None)
+            details = msgspec.structs.replace(details, stderrTail=None)
         stability = Stability(
             discovery=f.discovery,
             manifest=f.manifest,

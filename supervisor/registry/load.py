@@ -30,9 +30,11 @@ BUILTIN_NAMES = frozenset(("file.read", "file.write", "file.edit", "file.list"))
 
 def is_builtin(tool: str) -> bool:
     """True for names in the kernel's builtin coding namespaces (refused for sidecars)."""
-    return tool in BUILTIN_NAMES or tool.startswith(BUILTIN_PREFIXES) or tool in {
-        p.rstrip(".") for p in BUILTIN_PREFIXES
-    }
+    return (
+        tool in BUILTIN_NAMES
+        or tool.startswith(BUILTIN_PREFIXES)
+        or tool in {p.rstrip(".") for p in BUILTIN_PREFIXES}
+    )
 
 
 class SidecarEntry(msgspec.Struct, kw_only=True):

@@ -125,7 +125,11 @@ def build_plan(
         if name not in plan.tools:
             hint = kt.install or (
                 f"add a sidecar serving {name} to tools/external.tools.jsonc"
-                + (f" (the bundled one is {kt.sidecar!r}; `toolhost init` writes it)" if kt.sidecar else "")
+                + (
+                    f" (the bundled one is {kt.sidecar!r}; `toolhost init` writes it)"
+                    if kt.sidecar
+                    else ""
+                )
             )
             plan.tools[name] = ToolPlan(
                 name=name,
@@ -246,7 +250,8 @@ def _plan_tool(
                 "path",
                 "outside-root-denied",
                 res.message,
-                "use a relative command inside the anchor (./tools/packages/...) or a bare PATH name",
+                "use a relative command inside the anchor (./tools/packages/...) "
+                "or a bare PATH name",
             )
     tp.version, vmsg = compatibility(host_version, cfg.compatible_core)
     if tp.version == "incompatible":

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -115,10 +116,14 @@ class Host:
             global_path=opts.global_registry,
             use_global=opts.use_global,
         )
-        dirs = [Path(d) for d in opts.manifest_dirs] if opts.manifest_dirs is not None else [
-            bundled_manifest_dir(),
-            Path(self.app_root) / "manifests",
-        ]
+        dirs = (
+            [Path(d) for d in opts.manifest_dirs]
+            if opts.manifest_dirs is not None
+            else [
+                bundled_manifest_dir(),
+                Path(self.app_root) / "manifests",
+            ]
+        )
         self.known = load_known_catalog(dirs)
         return build_plan(self.registry, self.known, host_version=self.version)
 
@@ -172,9 +177,16 @@ class Host:
             result = ReloadResult(applied=True, revision=0, errors=list(self.registry.errors))
             for sid, sp in list(new_plan.sidecars.items()):
                 old = old_plan.sidecars.get(sid)
-                if sp.config is None and old is not None and old.config is not None and sid in self.pools:
-                    msg = f"sidecars.{sid}: new entry invalid ({'; '.join(sp.entry.errors)}); " \
+                if (
+                    sp.config is None
+                    and old is not None
+                    and old.config is not None
+                    and sid in self.pools
+                ):
+                    msg = (
+                        f"sidecars.{sid}: new entry invalid ({'; '.join(sp.entry.errors)}); "
                         "still running the previous configuration"
+                    )
                     result.errors.append(msg)
                     old.entry.warnings = [msg]
                     new_plan.sidecars[sid] = old
@@ -240,7 +252,7 @@ class Host:
         pool = Pool(
             sp.id,
             cfg,
-            lambda sp=sp: self.launch_spec(sp),
+            partial(self.launch_spec, sp),
             self.on_facts,
             list(sp.entry.tools),
             rng=random.Random(self.rng.random()),
@@ -393,7 +405,9 @@ class Host:
             else:
                 state = "degraded"
             setattr(counts, state, getattr(counts, state) + 1)
-        status = "ok" if counts.unavailable == 0 and counts.degraded == 0 else "degraded"
+        status: Literal["ok", "degraded"] = (
+            "ok" if counts.unavailable == 0 and counts.degraded == 0 else "degraded"
+        )
         return HealthResult(
             status=status,
             uptimeMs=round((trio.current_time() - self.started_at) * 1000.0, 1),
@@ -443,7 +457,11 @@ class Host:
                 details={
                     "effective": stab.effective,
                     "reasons": msgspec.to_builtins(stab.reasons),
-                    **({"retryAfterMs": stab.details.retryAfterMs} if stab.details.retryAfterMs else {}),
+                    **(
+                        {"retryAfterMs": stab.details.retryAfterMs}
+                        if stab.details.retryAfterMs
+                        else {}
+                    ),
                 },
                 sidecar=desc.sidecar,
             )
@@ -466,7 +484,9 @@ class Host:
             self._calls[call_key] = scope
         try:
             with scope:
-                outcome = await pool.call(tool, input_raw, timeout_ms=timeout, on_progress=on_progress)
+                outcome = await pool.call(
+                    tool, input_raw, timeout_ms=timeout, on_progress=on_progress
+                )
         finally:
             if call_key is not None:
                 self._calls.pop(call_key, None)
@@ -474,7 +494,11 @@ class Host:
         if scope.cancelled_caught:
             pool.stats.cancels += 1
             return results.failed(
-                tool, "cancelled", f"{tool} was cancelled", sidecar=pool.sidecar, duration_ms=duration
+                tool,
+                "cancelled",
+                f"{tool} was cancelled",
+                sidecar=pool.sidecar,
+                duration_ms=duration,
             )
         limit = cfg.max_output_bytes
         if desc.annotations.resultLimit:
@@ -519,7 +543,10 @@ class Host:
                 "queued": len(pool.waiters),
                 "restarts": pool.restart_state.total,
             }
-        return {"uptimeMs": round((trio.current_time() - self.started_at) * 1000.0, 1), "sidecars": sidecars}
+        return {
+            "uptimeMs": round((trio.current_time() - self.started_at) * 1000.0, 1),
+            "sidecars": sidecars,
+        }
 
     def cancel(self, call_key: Any) -> bool:
         """Cancel a running :meth:`invoke` registered under ``call_key``."""
@@ -540,4 +567,3 @@ class Host:
 def default_app_root() -> str:
     """``$TOOLHOST_APP_ROOT`` or the current directory."""
     return os.environ.get("TOOLHOST_APP_ROOT") or os.getcwd()
-

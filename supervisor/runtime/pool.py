@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -148,7 +149,7 @@ class Pool:
         self.waiters.clear()
         async with trio.open_nursery() as nursery:
             for w in list(self.workers):
-                nursery.start_soon(lambda w=w: w.stop("stopped", drain_s=drain_s))
+                nursery.start_soon(partial(w.stop, "stopped", drain_s=drain_s))
         self._done.set()
 
     async def restart(self) -> None:
@@ -158,7 +159,7 @@ class Pool:
         old = list(self.workers)
         async with trio.open_nursery() as nursery:
             for w in old:
-                nursery.start_soon(lambda w=w: w.stop("recycled", drain_s=0.0))
+                nursery.start_soon(partial(w.stop, "recycled", drain_s=0.0))
         if self._keepers == 0:
             self._add_keeper()
 
@@ -287,9 +288,15 @@ class Pool:
             if worker.state != "ready":
                 return
             now = trio.current_time()
-            if not stable_noted and worker.ready_at is not None and now - worker.ready_at >= stable_after:
+            if (
+                not stable_noted
+                and worker.ready_at is not None
+                and now - worker.ready_at >= stable_after
+            ):
                 stable_noted = True
-                self.restart_state = restart_policy.on_stable(self.config.restart, self.restart_state)
+                self.restart_state = restart_policy.on_stable(
+                    self.config.restart, self.restart_state
+                )
             if idle > 0 and self._may_retire(worker, now, idle):
                 assert self._nursery is not None
                 self._nursery.start_soon(lambda: worker.stop("retired"))
@@ -467,7 +474,10 @@ class Pool:
         """What the catalog should know about this sidecar now."""
         ready = any(w.state in ("ready", "draining") for w in self.workers)
         verified_idle = (
-            self.config.pool.min == 0 and self.ever_ready and not self.gave_up and self.last_exit is None
+            self.config.pool.min == 0
+            and self.ever_ready
+            and not self.gave_up
+            and self.last_exit is None
         )
         ex = self.last_exit
         runtime: RuntimeState
@@ -479,13 +489,16 @@ class Pool:
         else:
             if ex is not None and ex.reason == "start-timeout":
                 runtime = "timed-out"
-                code, hint = "start-timeout", (
-                    f"raise sidecars.{self.sidecar}.probe.startTimeoutMs or fix its start-up"
+                code, hint = (
+                    "start-timeout",
+                    (f"raise sidecars.{self.sidecar}.probe.startTimeoutMs or fix its start-up"),
                 )
             elif ex is not None and ex.reason == "protocol-error":
                 runtime = "schema-error"
-                code, hint = "protocol-error", (
-                    f"the sidecar broke the process-json protocol; see `toolhost logs {self.sidecar}`"
+                code, hint = (
+                    "protocol-error",
+                    "the sidecar broke the process-json protocol; "
+                    f"see `toolhost logs {self.sidecar}`",
                 )
             else:
                 runtime = "failed"

@@ -41,7 +41,7 @@ def _load_prctl() -> Callable[..., int] | None:
     fn = libc.prctl
     fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _PRCTL = _load_prctl()
@@ -190,9 +190,10 @@ class ChildProcess:
             return self.returncode
         if self._pidfd is not None:
             await trio.lowlevel.wait_readable(self._pidfd)
-        else:  # pragma: no cover - kernels without pidfd
-            while self._popen.poll() is None:
-                await trio.sleep(0.01)
+        else:  # pragma: no cover - kernels without pidfd: wait (without reaping) in a thread
+            await trio.to_thread.run_sync(
+                os.waitid, os.P_PID, self.pid, os.WEXITED | os.WNOWAIT, abandon_on_cancel=True
+            )
         # The leader is a zombie now: sweep whatever it left in its group, then reap it.
         with contextlib.suppress(OSError):
             os.killpg(self.pid, signal.SIGKILL)

@@ -202,7 +202,9 @@ class ProcessWorker(Worker):
     async def run(self) -> WorkerExit:
         self.started_at = self.last_active = trio.current_time()
         try:
-            self.proc = spawn(self.spec.argv, cwd=self.spec.cwd, env=self.spec.env, limits=self.spec.limits)
+            self.proc = spawn(
+                self.spec.argv, cwd=self.spec.cwd, env=self.spec.env, limits=self.spec.limits
+            )
         except OSError as exc:
             self.state = "exited"
             self._exited.set()
@@ -274,7 +276,9 @@ class ProcessWorker(Worker):
             reason, message = "start-failed", f"exited before ready ({describe_exit(rc)})"
         else:
             reason, message = "crashed", f"worker exited ({describe_exit(rc)})"
-        if reason in ("hung", "start-timeout") or (reason == "protocol-error" and self._end is None):
+        if reason in ("hung", "start-timeout") or (
+            reason == "protocol-error" and self._end is None
+        ):
             message = f"{message}; {describe_exit(rc)}" if rc is not None and rc >= 0 else message
         return WorkerExit(
             reason=reason,
@@ -458,6 +462,8 @@ class ProcessWorker(Worker):
                 try:
                     msgs = feed(data)
                 except ProtocolError as exc:
+                    for msg in exc.accepted:
+                        dispatch(msg)
                     self._protocol_error = exc.message
                     self.kill("protocol-error", f"protocol error: {exc.message}")
                     return

@@ -11,8 +11,8 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from supervisor.contracts.envelope import Envelope, EnvelopeView
-from supervisor.contracts.validation import describe
 from supervisor.contracts.rpc import ErrorResponse, Event, Request, RequestId, Response, RpcError
+from supervisor.contracts.validation import describe
 from supervisor.protocols.framing import length_prefixed
 
 T = TypeVar("T")
@@ -100,16 +100,20 @@ class Codec:
         Raises:
             BadParams: With a message naming the offending path.
         """
+        dec: msgspec.json.Decoder[Any] | msgspec.msgpack.Decoder[Any]
         if self.encoding == "json":
-            dec = _json_params.get(tp)
-            if dec is None:
-                dec = _json_params[tp] = msgspec.json.Decoder(tp)
+            jdec = _json_params.get(tp)
+            if jdec is None:
+                jdec = _json_params[tp] = msgspec.json.Decoder(tp)
+            dec = jdec
         else:
-            dec = _msgpack_params.get(tp)
-            if dec is None:
-                dec = _msgpack_params[tp] = msgspec.msgpack.Decoder(tp)
+            mdec = _msgpack_params.get(tp)
+            if mdec is None:
+                mdec = _msgpack_params[tp] = msgspec.msgpack.Decoder(tp)
+            dec = mdec
         try:
-            return dec.decode(raw)  # type: ignore[no-any-return]
+            result: T = dec.decode(raw)
+            return result
         except msgspec.ValidationError as exc:
             try:
                 obj = self.plain(raw)

@@ -103,7 +103,9 @@ class Connection:
         self._out.append(frame)
         self._out_bytes += len(frame)
         if self._out_bytes > self.limits.max_queue_bytes:
-            self._disconnect(f"client is not reading: over {self.limits.max_queue_bytes} bytes queued")
+            self._disconnect(
+                f"client is not reading: over {self.limits.max_queue_bytes} bytes queued"
+            )
             return
         self._out_event.set()
 
@@ -163,12 +165,14 @@ class Connection:
                         frames = self._apply_switch(frames[i:])
                         i = 0
             except LineTooLong as exc:
-                self.send(self.codec.error(None, "invalid-request", f"frame too large: {exc.message}"))
+                self.send(
+                    self.codec.error(None, "invalid-request", f"frame too large: {exc.message}")
+                )
                 await self._flush(timeout_s=1.0)
                 self._disconnect("oversized frame")
                 return
 
-    def _feed(self, data: bytes) -> list[bytes]:
+    def _feed(self, data: bytes | bytearray) -> list[bytes]:
         if self._lines is not None:
             return self._lines.feed(data)
         assert self._frames is not None
@@ -212,7 +216,9 @@ class Connection:
                 self.send(codec.error(rid, exc.code, exc.message, exc.data))
             except Exception as exc:
                 log.exception("method %s failed", req.method)
-                self.send(codec.error(rid, "internal", f"{req.method}: {type(exc).__name__}: {exc}"))
+                self.send(
+                    codec.error(rid, "internal", f"{req.method}: {type(exc).__name__}: {exc}")
+                )
             else:
                 if not already_sent(result):
                     self.send(self.codec.response(rid, result))
@@ -222,15 +228,23 @@ class Connection:
             self.send(codec.error(rid, "unknown-method", f"unknown method {req.method!r}"))
             return
         if rid in self._inflight:
-            self.send(codec.error(rid, "invalid-request", f"request id {rid!r} is already in flight"))
+            self.send(
+                codec.error(rid, "invalid-request", f"request id {rid!r} is already in flight")
+            )
             return
         if len(self._inflight) >= MAX_PENDING_REQUESTS:
-            self.send(codec.error(rid, "overloaded", "too many requests in flight on this connection"))
+            self.send(
+                codec.error(rid, "overloaded", "too many requests in flight on this connection")
+            )
             return
         self._inflight.add(rid)
         self._queued += 1
         self._inv_send.send_nowait((amethod, rid, req.params))
-        if self._queued > self._idle and self._invokers < MAX_INVOKERS and self._nursery is not None:
+        if (
+            self._queued > self._idle
+            and self._invokers < MAX_INVOKERS
+            and self._nursery is not None
+        ):
             self._invokers += 1
             self._nursery.start_soon(self._invoker)
 

@@ -33,10 +33,13 @@ def _prepare_dir(path: str) -> None:
         if os.path.basename(folder).startswith("."):
             os.chmod(folder, 0o700)
         else:
-            log.warning("socket folder %s is accessible to others; the socket itself is 0600", folder)
+            log.warning(
+                "socket folder %s is accessible to others; the socket itself is 0600", folder
+            )
 
 
-def _clear_stale(path: str) -> None:
+def check_free(path: str) -> None:
+    """Remove a stale socket at ``path``; raise :class:`SocketInUse` if a host answers there."""
     if not os.path.exists(path):
         return
     probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
@@ -57,7 +60,7 @@ def _clear_stale(path: str) -> None:
 async def bind_unix(path: str) -> trio.SocketListener:
     """Create the listening socket with mode 0600 (atomically, via the umask)."""
     _prepare_dir(path)
-    _clear_stale(path)
+    check_free(path)
     sock = trio.socket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
     old = os.umask(0o177)
     try:

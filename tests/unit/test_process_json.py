@@ -7,7 +7,10 @@ from supervisor.contracts import wire
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.process_json import ProcessJsonConnection
 
-READY = b'{"type":"ready","protocol":1,"name":"t","version":"1","concurrency":2,"tools":[{"name":"a"}]}\n'
+READY = (
+    b'{"type":"ready","protocol":1,"name":"t","version":"1","concurrency":2,'
+    b'"tools":[{"name":"a"}]}\n'
+)
 
 
 def ready_conn(**kw):
@@ -20,7 +23,12 @@ def ready_conn(**kw):
 
 
 def result_line(call_id, **extra):
-    return msgspec.json.encode({"type": "result", "id": call_id, "ok": True, "data": {"x": 1}, **extra}) + b"\n"
+    return (
+        msgspec.json.encode(
+            {"type": "result", "id": call_id, "ok": True, "data": {"x": 1}, **extra}
+        )
+        + b"\n"
+    )
 
 
 def feed_all(conn, data, mode):
@@ -42,7 +50,13 @@ def test_results_any_chunking(mode):
     id1, line1 = c.call("a", msgspec.Raw(b'{"q":1}'), 1000)
     id2, _ = c.call("a", msgspec.Raw(b"{}"), 1000)
     assert (id1, id2) == (1, 2)
-    assert msgspec.json.decode(line1) == {"type": "call", "id": 1, "tool": "a", "input": {"q": 1}, "deadlineMs": 1000}
+    assert msgspec.json.decode(line1) == {
+        "type": "call",
+        "id": 1,
+        "tool": "a",
+        "input": {"q": 1},
+        "deadlineMs": 1000,
+    }
     data = result_line(2) + b'{"type":"progress","id":1,"data":{"p":1}}\n' + result_line(1)
     msgs = feed_all(c, data, mode)
     assert [type(m).__name__ for m in msgs] == ["Result", "Progress", "Result"]
@@ -76,6 +90,14 @@ def test_breaches_raise_and_stick(data, message):
     assert c.state == "error"
     with pytest.raises(ProtocolError):
         c.feed(result_line(1))
+
+
+def test_messages_before_a_breach_are_kept():
+    c = ready_conn()
+    cid, _ = c.call("a", msgspec.Raw(b"{}"), 1)
+    with pytest.raises(ProtocolError) as info:
+        c.feed(result_line(cid) + result_line(cid))
+    assert [m.id for m in info.value.accepted] == [cid]
 
 
 def test_second_answer_is_a_breach():
@@ -126,5 +148,8 @@ def test_blank_lines_ignored_and_ping_ids_unique():
     assert c.feed(b"\n\n") == []
     (p1, l1), (p2, _) = c.ping(), c.ping()
     assert p1 != p2 and msgspec.json.decode(l1) == {"type": "ping", "id": p1}
-    pong = c.feed(b'{"type":"pong","id":"%s","status":"degraded","tools":{"a":{"status":"unavailable","reason":"r"}}}\n' % p1.encode())
+    pong = c.feed(
+        b'{"type":"pong","id":"%s","status":"degraded","tools":{"a":{"status":"unavailable","reason":"r"}}}\n'
+        % p1.encode()
+    )
     assert pong[0].status == "degraded" and pong[0].tools["a"].reason == "r"

@@ -34,10 +34,19 @@ GOOD = {"command": "python", "args": ["-m", "x"], "tools": ["a.b"]}
         ({"args": []}, "sidecars.s.command: required field missing"),
         ({**GOOD, "command": ""}, 'sidecars.s.command: expected str of length >= 1, got ""'),
         ({**GOOD, "tools": ["ok", "bad name"]}, "sidecars.s.tools[1]: expected str matching regex"),
-        ({**GOOD, "restart": {"policy": "sometimes"}}, 'sidecars.s.restart.policy: invalid value "sometimes"'),
+        (
+            {**GOOD, "restart": {"policy": "sometimes"}},
+            'sidecars.s.restart.policy: invalid value "sometimes"',
+        ),
         ({**GOOD, "pool": {"min": 3, "max": 2}}, "sidecars.s.pool.min: 3 is above pool.max 2"),
-        ({**GOOD, "sandbox": {"zz.top": "denied"}}, "sidecars.s.sandbox.zz.top: not one of this sidecar's tools"),
-        ({**GOOD, "protocol": "mcp", "mode": "oneshot"}, "sidecars.s.mode: oneshot applies to process-json only"),
+        (
+            {**GOOD, "sandbox": {"zz.top": "denied"}},
+            "sidecars.s.sandbox.zz.top: not one of this sidecar's tools",
+        ),
+        (
+            {**GOOD, "protocol": "mcp", "mode": "oneshot"},
+            "sidecars.s.mode: oneshot applies to process-json only",
+        ),
         ("not an object", "sidecars.s: expected object, got str"),
     ],
 )
@@ -50,7 +59,10 @@ def test_entry_errors_name_the_path(tmp_path, entry, message):
 
 
 def test_salvages_tool_names_of_an_invalid_entry(tmp_path):
-    reg = load(tmp_path, {"schemaVersion": 2, "sidecars": {"s": {**GOOD, "tools": ["x.y", "z.w"], "pool": 5}}})
+    reg = load(
+        tmp_path,
+        {"schemaVersion": 2, "sidecars": {"s": {**GOOD, "tools": ["x.y", "z.w"], "pool": 5}}},
+    )
     assert reg.sidecars["s"].tools == ["x.y", "z.w"]
     assert not reg.sidecars["s"].valid
 
@@ -118,7 +130,15 @@ def test_absolute_host_paths_refused(tmp_path):
 
 
 def test_global_and_project_merge(tmp_path):
-    glob = write(tmp_path, {"schemaVersion": 2, "host": {"allowDegraded": True}, "sidecars": {"a": {**GOOD, "args": ["global"]}, "g": GOOD}}, "cfg/toolhost/external.tools.jsonc")
+    glob = write(
+        tmp_path,
+        {
+            "schemaVersion": 2,
+            "host": {"allowDegraded": True},
+            "sidecars": {"a": {**GOOD, "args": ["global"]}, "g": GOOD},
+        },
+        "cfg/toolhost/external.tools.jsonc",
+    )
     write(tmp_path, {"schemaVersion": 2, "sidecars": {"a": {**GOOD, "args": ["project"]}}})
     reg = load_registry(tmp_path, global_path=glob)
     assert reg.sidecars["a"].config.args == ["project"]  # project replaces global by id
@@ -132,7 +152,9 @@ def test_global_and_project_merge(tmp_path):
 def test_global_path_from_xdg(tmp_path, monkeypatch):
     from supervisor.registry.load import global_registry_path
 
-    assert str(global_registry_path({"XDG_CONFIG_HOME": "/x"})) == "/x/toolhost/external.tools.jsonc"
+    assert (
+        str(global_registry_path({"XDG_CONFIG_HOME": "/x"})) == "/x/toolhost/external.tools.jsonc"
+    )
     assert str(global_registry_path({"HOME": "/h"})) == "/h/.config/toolhost/external.tools.jsonc"
 
 

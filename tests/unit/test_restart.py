@@ -9,7 +9,14 @@ from supervisor.policy.restart import RestartState, backoff_ceiling, on_exit, on
 
 
 def cfg(**kw):
-    base = dict(policy="always", backoff_ms=100, max_backoff_ms=1000, intensity=3, period_ms=10_000, reset_after_ms=5_000)
+    base = dict(
+        policy="always",
+        backoff_ms=100,
+        max_backoff_ms=1000,
+        intensity=3,
+        period_ms=10_000,
+        reset_after_ms=5_000,
+    )
     base.update(kw)
     return RestartConfig(**base)
 
@@ -59,7 +66,9 @@ def test_same_seed_same_decisions():
     ],
 )
 def test_policy_table(policy, clean, action):
-    d, _ = on_exit(cfg(policy=policy), RestartState(), now=0, uptime_ms=0, clean=clean, rng=random.Random(1))
+    d, _ = on_exit(
+        cfg(policy=policy), RestartState(), now=0, uptime_ms=0, clean=clean, rng=random.Random(1)
+    )
     assert d.action == action
 
 

@@ -29,5 +29,7 @@ def test_registry_schema_names_camel_case_fields():
 
     schema = json.loads((bundled_manifest_dir() / "schema" / "registry.schema.json").read_text())
     sidecar = schema["$defs"]["SidecarConfig"]["properties"]
-    assert {"timeoutMs", "maxOutputBytes", "compatibleCore", "pool", "probe", "restart"} <= set(sidecar)
+    assert {"timeoutMs", "maxOutputBytes", "compatibleCore", "pool", "probe", "restart"} <= set(
+        sidecar
+    )
     assert schema["$defs"]["SidecarConfig"]["additionalProperties"] is False

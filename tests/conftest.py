@@ -1,0 +1,132 @@
+"""Shared test helpers: apps in temp folders, a running host, waiting on events (never sleeps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "sidecars"
+
+
+def script(name: str, tools: list[str], **extra: Any) -> dict[str, Any]:
+    """A registry entry running ``tests/fixtures/sidecars/<name>.py`` with the host's python."""
+    entry: dict[str, Any] = {
+        "command": "python",
+        "args": [str(FIXTURES / f"{name}.py")],
+        "tools": tools,
+        "restart": {"backoffMs": 20, "maxBackoffMs": 200},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(entry.get(key), dict):
+            entry[key] = {**entry[key], **value}
+        else:
+            entry[key] = value
+    return entry
+
+
+ECHO_TOOLS = ["echo.say", "echo.sleep", "echo.fail", "echo.crash", "echo.env"]
+
+
+def echo(tools: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return script("echo", tools or ECHO_TOOLS, **extra)
+
+
+def write_registry(root: Path, sidecars: dict[str, Any], **top: Any) -> Path:
+    path = root / "tools" / "external.tools.jsonc"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schemaVersion": 2, **top, "sidecars": sidecars}
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    root = tmp_path / "app"
+    root.mkdir()
+    return root
+
+
+@asynccontextmanager
+async def running_host(
+    root: Path,
+    sidecars: dict[str, Any] | None = None,
+    *,
+    manifest_dirs: list[str] | None = None,
+    **top: Any,
+) -> AsyncIterator[Any]:
+    """Write the registry (when given) and run a Host on it for the block."""
+    from supervisor.runtime.host import Host, HostOptions
+
+    if sidecars is not None:
+        write_registry(root, sidecars, **top)
+    host = Host(
+        HostOptions(
+            app_root=str(root),
+            use_global=False,
+            manifest_dirs=manifest_dirs if manifest_dirs is not None else [],
+            seed=1234,
+            cancel_grace_ms=300,
+            stop_grace_ms=1000,
+        )
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        try:
+            yield host
+        finally:
+            host.stop()
+            with trio.move_on_after(15):
+                await host.wait_stopped()
+            nursery.cancel_scope.cancel()
+
+
+async def wait_for(host: Any, pred: Callable[[], Any], timeout: float = 15, what: str = "") -> Any:
+    """Wait (on host state changes, not sleeps) until ``pred()`` is truthy; return its value."""
+    with trio.fail_after(timeout):
+        while True:
+            value = pred()
+            if value:
+                return value
+            await host.wait_change()
+
+
+def effective(host: Any, tool: str) -> str | None:
+    d = host.catalog.get(tool)
+    return d.stability.effective if d else None
+
+
+async def wait_available(host: Any, *tools: str, timeout: float = 20) -> None:
+    await wait_for(host, lambda: all(effective(host, t) == "available" for t in tools), timeout)
+
+
+def raw(obj: Any) -> Any:
+    import msgspec
+
+    return msgspec.Raw(msgspec.json.encode(obj))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+PYTHON = sys.executable
