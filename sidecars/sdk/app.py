@@ -235,7 +235,12 @@ class Sidecar:
             self._fatal(f"first line is not JSON: {exc}")
             return
         if isinstance(raw, dict) and raw.get("type") == "init":
-            self._apply_init(msgspec.convert(raw, wire.Init))
+            try:
+                init = msgspec.convert(raw, wire.Init)
+            except msgspec.ValidationError as exc:
+                self._fatal(f"invalid init message: {exc}")
+                return
+            self._apply_init(init)
             self._serve(stdin)
         elif isinstance(raw, dict) and "tool" in raw:
             self._oneshot(raw)
@@ -272,8 +277,16 @@ class Sidecar:
                 elif isinstance(msg, wire.Shutdown):
                     break
         finally:
-            for flag in list(self._pending.values()):
+            # Every call is answered exactly once: those still pending end as cancelled.
+            with self._answered_lock:
+                pending, self._pending = self._pending, {}
+            for call_id, flag in pending.items():
                 flag.set()
+                self._send(
+                    wire.Result(
+                        id=call_id, ok=False, code="cancelled", error="sidecar shutting down"
+                    )
+                )
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _pong(self, ping_id: str) -> wire.Pong:
@@ -351,7 +364,7 @@ class Sidecar:
         answer: dict[str, Any]
         if result.ok:
             data = _json_decode(result.data)
-            answer = {"ok": True, **data} if isinstance(data, dict) else {"ok": True, "data": data}
+            answer = {**data, "ok": True} if isinstance(data, dict) else {"ok": True, "data": data}
             if result.content is not None:
                 answer.setdefault("content", result.content)
         else:

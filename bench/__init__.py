@@ -1,0 +1,1 @@
+"""The sidecar latency bench harness (see bench/README.md)."""
