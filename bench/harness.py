@@ -54,7 +54,8 @@ class LineClient:
     def roundtrip(self, line: bytes) -> bytes:
         self.wfile.write(line)
         self.wfile.flush()
-        return self.rfile.readline()  # type: ignore[no-any-return]
+        line: bytes = self.rfile.readline()
+        return line
 
 
 @contextmanager
