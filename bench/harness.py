@@ -54,8 +54,8 @@ class LineClient:
     def roundtrip(self, line: bytes) -> bytes:
         self.wfile.write(line)
         self.wfile.flush()
-        line: bytes = self.rfile.readline()
-        return line
+        answer: bytes = self.rfile.readline()
+        return answer
 
 
 @contextmanager
