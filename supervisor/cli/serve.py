@@ -13,8 +13,9 @@ from supervisor.cli.common import app_root, die
 from supervisor.registry.load import load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.runtime.process import warden
-from supervisor.server.connection import ConnectionLimits
+from supervisor.server.stream import ConnectionLimits
 from supervisor.server.unix import SocketInUse, check_free, serve_unix
+from supervisor.server.ws import load_or_create_token, parse_listen, serve_ws
 
 log = logging.getLogger("toolhost")
 
@@ -56,6 +57,29 @@ async def _serve(args: argparse.Namespace) -> int:
                 await serve_unix(host, path, limits=limits, task_status=task_status)
 
         await nursery.start(serve)
+        host.endpoints["unix"] = path
+        ws = reg.host.ws
+        if ws is not None:
+            try:
+                token = load_or_create_token(reg.path(ws.token_file))
+            except (OSError, ValueError) as exc:
+                log.error("WebSocket gateway disabled: %s", exc)
+            else:
+
+                async def serve_gateway(
+                    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+                ) -> None:
+                    with server_scope:
+                        await serve_ws(
+                            host, ws.listen, token, limits=limits, task_status=task_status
+                        )
+
+                port = await nursery.start(serve_gateway)
+                bind, _ = parse_listen(ws.listen)
+                host.endpoints["ws"] = f"ws://{bind}:{port}/ws"
+                log.info(
+                    "WebSocket gateway on %s (token in %s)", host.endpoints["ws"], ws.token_file
+                )
         for error in reg.errors:
             log.warning("registry: %s", error)
         log.info(

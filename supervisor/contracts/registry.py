@@ -45,6 +45,9 @@ class HostConfig(_Config):
     workspace_dir: str = "."
     allow_degraded: bool = False
     audit_log: str = ".toolhost/audit.jsonl"
+    """Audit log path; an empty string turns auditing off."""
+    audit_max_bytes: NonNegInt = 10 * 1024 * 1024
+    audit_keep: NonNegInt = 3
     max_frame_bytes: PositiveInt = 16 * 1024 * 1024
 
 

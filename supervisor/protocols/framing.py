@@ -109,6 +109,12 @@ class LengthPrefixSplitter:
     def pending(self) -> int:
         return len(self._buf)
 
+    def take_pending(self) -> bytes:
+        """Remove and return the bytes of an unfinished frame (for a framing switch)."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
 
 def length_prefixed(body: bytes) -> bytes:
     """Frame ``body`` with its 4-byte big-endian length."""

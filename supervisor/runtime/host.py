@@ -37,6 +37,7 @@ from supervisor.registry.catalog import SidecarFacts
 from supervisor.registry.load import Registry, load_registry
 from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
+from supervisor.runtime.audit import AuditApproval, AuditLog
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
@@ -103,6 +104,8 @@ class Host:
         self._calls: dict[Any, trio.CancelScope] = {}
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
+        self.endpoints: dict[str, str] = {}
+        self.audit: AuditLog | None = None
         self._pulse = trio.Event()
 
     # loading -----------------------------------------------------------------------------
@@ -135,9 +138,18 @@ class Host:
         self.plan = self.load()
         self.catalog.allow_degraded = self.registry.host.allow_degraded
         self._changed(self.catalog.load(self.plan))
+        hcfg = self.registry.host
+        if hcfg.audit_log:
+            self.audit = AuditLog(
+                self.registry.path(hcfg.audit_log),
+                max_bytes=hcfg.audit_max_bytes,
+                keep=hcfg.audit_keep,
+            )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self.audit is not None:
+                    await nursery.start(self.audit.run)
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
                 task_status.started(self)
@@ -439,6 +451,62 @@ class Host:
             call_key: Key under which :meth:`cancel` can find this call.
             client: Who asked (for the audit log).
         """
+        t0 = trio.current_time()
+        try:
+            env = await self._invoke(
+                tool,
+                input_raw,
+                timeout_ms=timeout_ms,
+                approval=approval,
+                on_progress=on_progress,
+                call_key=call_key,
+            )
+        except trio.Cancelled:
+            # The client went away mid-call: the call was abandoned; the audit still says so.
+            gone = results.failed(tool, "cancelled", "client disconnected")
+            gone.meta.durationMs = round((trio.current_time() - t0) * 1000.0, 3)
+            self._audit(client, tool, input_raw, gone, approval)
+            raise
+        self._audit(client, tool, input_raw, env, approval)
+        return env
+
+    def _audit(
+        self,
+        client: str,
+        tool: str,
+        input_raw: msgspec.Raw,
+        env: Envelope,
+        approval: Approval | None,
+    ) -> None:
+        if self.audit is None:
+            return
+        self.audit.record(
+            client=client,
+            tool=tool,
+            input_json=bytes(input_raw),
+            status=env.status,
+            error_code=env.error.code if env.error is not None else None,
+            duration_ms=env.meta.durationMs,
+            sidecar=env.meta.sidecar,
+            pid=env.meta.pid,
+            attempts=env.meta.attempts,
+            approval=(
+                AuditApproval(granted=approval.granted, by=approval.by)
+                if approval is not None
+                else None
+            ),
+        )
+
+    async def _invoke(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        *,
+        timeout_ms: int | None,
+        approval: Approval | None,
+        on_progress: ProgressSink | None,
+        call_key: Any,
+    ) -> Envelope:
         t0 = trio.current_time()
         desc = self.catalog.get(tool)
         if desc is None:

@@ -68,10 +68,24 @@ def _json_safe(value: Any) -> Any:
 
 
 class Codec:
-    """Encode and decode frames for one connection."""
+    """Encode and decode frames for one connection.
 
-    def __init__(self, encoding: Encoding = "json") -> None:
+    Args:
+        encoding: ``json`` or ``msgpack``.
+        framed: Add stream framing (a newline for JSON, a 4-byte length for MessagePack). Message
+            transports such as the WebSocket frame on their own and use ``framed=False``.
+    """
+
+    def __init__(self, encoding: Encoding = "json", *, framed: bool = True) -> None:
         self.encoding: Encoding = encoding
+        self.framed = framed
+        self.binary = encoding == "msgpack"
+        if framed:
+            self._json_end = b"\n"
+            self._pack: Any = length_prefixed
+        else:
+            self._json_end = b""
+            self._pack = bytes
 
     # decoding ----------------------------------------------------------------------------
 
@@ -138,12 +152,12 @@ class Codec:
     # encoding ----------------------------------------------------------------------------
 
     def frame(self, body: bytes) -> bytes:
-        return body + b"\n" if self.encoding == "json" else length_prefixed(body)
+        return body + self._json_end if self.encoding == "json" else self._pack(body)
 
     def response(self, request_id: RequestId, result: Any) -> bytes:
         if self.encoding == "json":
-            return _json_encoder.encode(Response(id=request_id, result=result)) + b"\n"
-        return length_prefixed(
+            return _json_encoder.encode(Response(id=request_id, result=result)) + self._json_end
+        return self._pack(
             _msgpack_encoder.encode(Response(id=request_id, result=_json_safe(result)))
         )
 
@@ -156,12 +170,14 @@ class Codec:
     ) -> bytes:
         body = ErrorResponse(id=request_id, error=RpcError(code=code, message=message, data=data))
         if self.encoding == "json":
-            return _json_encoder.encode(body) + b"\n"
-        return length_prefixed(_msgpack_encoder.encode(body))
+            return _json_encoder.encode(body) + self._json_end
+        return self._pack(_msgpack_encoder.encode(body))
 
     def event(self, name: str, data: Any, request_id: RequestId | None = None) -> bytes:
         if self.encoding == "json":
-            return _json_encoder.encode(Event(event=name, data=data, id=request_id)) + b"\n"
-        return length_prefixed(
+            return (
+                _json_encoder.encode(Event(event=name, data=data, id=request_id)) + self._json_end
+            )
+        return self._pack(
             _msgpack_encoder.encode(Event(event=name, data=_json_safe(data), id=request_id))
         )

@@ -1,8 +1,9 @@
-"""The kernel protocol's method table (PROTOCOL 6).
+"""The kernel protocol's method table (PROTOCOL 6, plus the documented extensions).
 
-Each method is a function of a :class:`Session` (one client connection) and the request. Quick
-methods answer synchronously; ``tools.invoke`` and ``sidecar.restart`` are awaited by one of the
-connection's invoker tasks. A handler signals a protocol error by raising :class:`RpcFailure`.
+Each method is a function of a :class:`Call` (the session, the codec of the frame that carried
+the request, and the request id) and the raw params. Quick methods answer synchronously;
+``tools.invoke`` and other slow ones are awaited by one of the session's invoker tasks. A handler
+signals a protocol error by raising :class:`RpcFailure`; bad params raise ``BadParams``.
 """
 
 from __future__ import annotations
@@ -40,24 +41,44 @@ class RpcFailure(Exception):
         self.data = data
 
 
-class Session(Protocol):
-    """What a method sees of its connection."""
+class SessionLike(Protocol):
+    """What a method sees of its client session."""
 
     host: Host
-    codec: Codec
     client_name: str
 
-    def send(self, frame: bytes) -> None: ...
+    def send(self, frame: bytes, codec: Codec) -> None: ...
 
-    def switch_encoding(self, encoding: str) -> None: ...
+    def switch_encoding(self, encoding: str) -> Codec: ...
 
-    def start_subscription(self) -> None: ...
+    def start_subscription(self, codec: Codec) -> None: ...
 
     def call_key(self, request_id: RequestId) -> Any: ...
 
 
-SyncMethod = Callable[[Session, RequestId, msgspec.Raw], Any]
-AsyncMethod = Callable[[Session, RequestId, msgspec.Raw], Awaitable[Any]]
+class Call:
+    """One request being answered."""
+
+    __slots__ = ("codec", "rid", "session")
+
+    def __init__(self, session: SessionLike, codec: Codec, rid: RequestId) -> None:
+        self.session = session
+        self.codec = codec
+        self.rid = rid
+
+    @property
+    def host(self) -> Host:
+        return self.session.host
+
+    def params(self, raw: msgspec.Raw, tp: type[Any]) -> Any:
+        return self.codec.params(raw, tp)
+
+    def event(self, name: str, data: Any) -> None:
+        self.session.send(self.codec.event(name, data, self.rid), self.codec)
+
+
+SyncMethod = Callable[[Call, msgspec.Raw], Any]
+AsyncMethod = Callable[[Call, msgspec.Raw], Awaitable[Any]]
 
 CAPABILITIES = {
     "encodings": ["json", "msgpack"],
@@ -65,94 +86,122 @@ CAPABILITIES = {
     "streaming": True,
     "cancel": True,
     "subscribe": True,
+    "extensions": ["sidecar.logs", "registry.reload"],
 }
 
 
-def hello(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    p = s.codec.params(raw, HelloParams)
-    if p.client is not None:
-        s.client_name = p.client.name or s.client_name
+class _AlreadySent:
+    pass
+
+
+ALREADY_SENT = _AlreadySent()
+
+
+def hello(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, HelloParams)
+    if p.client is not None and p.client.name:
+        c.session.client_name = f"{p.client.name}@{c.session.client_name}"
     result = {
         "protocol": PROTOCOL_NAME,
         "server": ServerInfo(name="toolhost", version=supervisor.__version__),
-        "capabilities": CAPABILITIES,
-        "kits": s.host.catalog_snapshot(),
+        "capabilities": {**CAPABILITIES, "endpoints": dict(c.host.endpoints)},
+        "kits": c.host.catalog_snapshot(),
     }
-    if p.encoding != s.codec.encoding:
-        s.send(s.codec.response(rid, result))
-        s.switch_encoding(p.encoding)
-        return _ALREADY_SENT
+    if p.encoding != c.codec.encoding:
+        # The response goes out in the old encoding; everything after it in the new one.
+        c.session.send(c.codec.response(c.rid, result), c.codec)
+        c.session.switch_encoding(p.encoding)
+        return ALREADY_SENT
     return result
 
 
-def catalog_get(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    s.codec.params(raw, EmptyParams)
-    return s.host.catalog_snapshot()
+def catalog_get(c: Call, raw: msgspec.Raw) -> Any:
+    c.params(raw, EmptyParams)
+    return c.host.catalog_snapshot()
 
 
-def catalog_subscribe(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    s.codec.params(raw, EmptyParams)
-    s.start_subscription()
-    return {"revision": s.host.catalog.revision}
+def catalog_subscribe(c: Call, raw: msgspec.Raw) -> Any:
+    c.params(raw, EmptyParams)
+    c.session.start_subscription(c.codec)
+    return {"revision": c.host.catalog.revision}
 
 
-def tools_list(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    p = s.codec.params(raw, ListParams)
-    return {"tools": render(s.host.catalog.visible(), p.format)}
+def tools_list(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, ListParams)
+    return {"tools": render(c.host.catalog.visible(), p.format)}
 
 
-def tools_cancel(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    p = s.codec.params(raw, CancelParams)
-    return {"cancelled": s.host.cancel(s.call_key(p.id))}
+def tools_cancel(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, CancelParams)
+    return {"cancelled": c.host.cancel(c.session.call_key(p.id))}
 
 
-def system_health(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    s.codec.params(raw, EmptyParams)
-    return s.host.health()
+def system_health(c: Call, raw: msgspec.Raw) -> Any:
+    c.params(raw, EmptyParams)
+    return c.host.health()
 
 
-def system_stats(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    s.codec.params(raw, EmptyParams)
-    return s.host.stats()
+def system_stats(c: Call, raw: msgspec.Raw) -> Any:
+    c.params(raw, EmptyParams)
+    return c.host.stats()
 
 
-async def tools_invoke(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    p = s.codec.params(raw, InvokeParams)
+class LogsParams(msgspec.Struct, kw_only=True):
+    sidecar: str
+    bytes: int = 64 * 1024
+
+
+def sidecar_logs(c: Call, raw: msgspec.Raw) -> Any:
+    """Extension: the stderr tail of a sidecar (live worker, else the last exited one)."""
+    p = c.params(raw, LogsParams)
+    pool = c.host.pools.get(p.sidecar)
+    if pool is None:
+        raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
+    return {"sidecar": p.sidecar, "stderr": pool.stderr_tail(max(1, min(p.bytes, 64 * 1024)))}
+
+
+async def tools_invoke(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, InvokeParams)
     if p.timeoutMs is not None and p.timeoutMs < 1:
         raise RpcFailure("invalid-params", "params.timeoutMs: expected int >= 1")
-    tool = s.host.resolve_name(p.tool)
+    host = c.host
+    tool = host.resolve_name(p.tool)
     on_progress = None
     if p.stream:
-        s.send(s.codec.event("tool.start", {"tool": tool}, rid))
+        c.event("tool.start", {"tool": tool})
 
         def on_progress(data: msgspec.Raw) -> None:
-            s.send(s.codec.event("tool.progress", data, rid))
+            c.event("tool.progress", data)
 
     try:
-        input_raw = s.codec.to_json(p.input)
-    except msgspec.DecodeError as exc:
+        input_raw = c.codec.to_json(p.input)
+    except (msgspec.DecodeError, TypeError) as exc:
         raise RpcFailure("invalid-params", f"params.input: {exc}") from exc
-    return await s.host.invoke(
+    return await host.invoke(
         tool,
         input_raw,
         timeout_ms=p.timeoutMs,
         approval=p.approval,
         on_progress=on_progress,
-        call_key=s.call_key(rid),
-        client=s.client_name,
+        call_key=c.session.call_key(c.rid),
+        client=c.session.client_name,
     )
 
 
-async def sidecar_restart(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
-    p = s.codec.params(raw, SidecarParams)
-    if p.sidecar not in s.host.pools:
+async def sidecar_restart(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, SidecarParams)
+    if p.sidecar not in c.host.pools:
         raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
     with trio.move_on_after(30):
-        await s.host.restart_sidecar(p.sidecar)
+        await c.host.restart_sidecar(p.sidecar)
     return {"restarted": True}
 
 
-_ALREADY_SENT = object()
+async def registry_reload(c: Call, raw: msgspec.Raw) -> Any:
+    """Extension: re-read the registry (same as SIGHUP)."""
+    c.params(raw, EmptyParams)
+    return await c.host.reload()
+
 
 SYNC_METHODS: dict[str, SyncMethod] = {
     "server.hello": hello,
@@ -162,13 +211,11 @@ SYNC_METHODS: dict[str, SyncMethod] = {
     "tools.cancel": tools_cancel,
     "system.health": system_health,
     "system.stats": system_stats,
+    "sidecar.logs": sidecar_logs,
 }
 
 ASYNC_METHODS: dict[str, AsyncMethod] = {
     "tools.invoke": tools_invoke,
     "sidecar.restart": sidecar_restart,
+    "registry.reload": registry_reload,
 }
-
-
-def already_sent(result: Any) -> bool:
-    return result is _ALREADY_SENT

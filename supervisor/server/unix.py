@@ -12,7 +12,7 @@ import stat
 import trio
 
 from supervisor.runtime.host import Host
-from supervisor.server.connection import Connection, ConnectionLimits, peer_name
+from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name
 
 log = logging.getLogger("toolhost.server")
 
@@ -84,7 +84,7 @@ async def serve_unix(
     ino = os.stat(path).st_ino
 
     async def handler(stream: trio.SocketStream) -> None:
-        await Connection(host, stream, limits=limits, name=peer_name(stream, "unix")).run()
+        await StreamConnection(host, stream, limits=limits, name=peer_name(stream, "unix")).run()
 
     try:
         async with trio.open_nursery() as nursery:

@@ -1,0 +1,191 @@
+"""The audit log: one JSON line per invocation in ``host.auditLog``, rotated by size.
+
+# Strategy: the invoke path only appends a small record to an in-memory queue (no disk I/O, no
+# hashing there); a writer task computes the input digest, encodes whole lines and appends each
+# batch with one ``write`` on an ``O_APPEND`` descriptor, so a crash can tear at most the last
+# line and loses only what was still queued (normally nothing: the writer runs as soon as the
+# call path yields). When the file passes ``host.auditMaxBytes`` it is rotated to ``.1``,
+# ``.2``, ... keeping ``host.auditKeep`` old files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+import os
+from collections import deque
+
+import msgspec
+import trio
+
+log = logging.getLogger("toolhost.audit")
+
+
+class AuditApproval(msgspec.Struct, kw_only=True):
+    granted: bool
+    by: str
+
+
+class AuditRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One line of the audit log."""
+
+    time: str
+    client: str
+    tool: str
+    inputDigest: str
+    inputBytes: int
+    status: str
+    errorCode: str | None = None
+    durationMs: float = 0.0
+    sidecar: str | None = None
+    pid: int | None = None
+    attempts: int = 1
+    approval: AuditApproval | None = None
+
+
+class _Pending(msgspec.Struct):
+    when: float
+    client: str
+    tool: str
+    input: bytes
+    status: str
+    error_code: str | None
+    duration_ms: float
+    sidecar: str | None
+    pid: int | None
+    attempts: int
+    approval: AuditApproval | None
+
+
+class AuditLog:
+    """Appends audit records from a background task.
+
+    Args:
+        path: The log file (its folder is created 0700 when missing).
+        max_bytes: Rotate when the file would grow past this (0: never).
+        keep: Rotated files to keep.
+    """
+
+    def __init__(self, path: str, *, max_bytes: int = 10 * 1024 * 1024, keep: int = 3) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._queue: deque[_Pending] = deque()
+        self._wake = trio.Event()
+        self._fd: int | None = None
+        self._size = 0
+        self.written = 0
+        self.failed: str | None = None
+        self._encoder = msgspec.json.Encoder()
+
+    def record(
+        self,
+        *,
+        client: str,
+        tool: str,
+        input_json: bytes,
+        status: str,
+        error_code: str | None,
+        duration_ms: float,
+        sidecar: str | None,
+        pid: int | None,
+        attempts: int,
+        approval: AuditApproval | None,
+    ) -> None:
+        """Queue one record (cheap; called on the invoke path)."""
+        self._queue.append(
+            _Pending(
+                dt.datetime.now(dt.UTC).timestamp(),
+                client,
+                tool,
+                input_json,
+                status,
+                error_code,
+                duration_ms,
+                sidecar,
+                pid,
+                attempts,
+                approval,
+            )
+        )
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write queued records until cancelled; flushes what is queued on the way out."""
+        task_status.started()
+        try:
+            while True:
+                if not self._queue:
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                self.flush()
+                await trio.sleep(0)
+        finally:
+            self.flush()
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
+
+    def flush(self) -> None:
+        """Write everything queued now (synchronously)."""
+        if not self._queue:
+            return
+        items = list(self._queue)
+        self._queue.clear()
+        lines = b"".join(self._encode(p) for p in items)
+        try:
+            fd = self._open()
+            if self.max_bytes and self._size and self._size + len(lines) > self.max_bytes:
+                self._rotate()
+                fd = self._open()
+            os.write(fd, lines)
+            self._size += len(lines)
+            self.written += len(items)
+            self.failed = None
+        except OSError as exc:
+            if self.failed is None:
+                log.error("audit log %s: cannot write: %s", self.path, exc)
+            self.failed = str(exc)
+
+    def _encode(self, p: _Pending) -> bytes:
+        rec = AuditRecord(
+            time=dt.datetime.fromtimestamp(p.when, dt.UTC).isoformat(timespec="milliseconds"),
+            client=p.client,
+            tool=p.tool,
+            inputDigest="sha256:" + hashlib.sha256(p.input).hexdigest(),
+            inputBytes=len(p.input),
+            status=p.status,
+            errorCode=p.error_code,
+            durationMs=p.duration_ms,
+            sidecar=p.sidecar,
+            pid=p.pid,
+            attempts=p.attempts,
+            approval=p.approval,
+        )
+        return self._encoder.encode(rec) + b"\n"
+
+    def _open(self) -> int:
+        if self._fd is None:
+            folder = os.path.dirname(self.path)
+            if folder and not os.path.isdir(folder):
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._size = os.fstat(self._fd).st_size
+        return self._fd
+
+    def _rotate(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        for i in range(self.keep - 1, 0, -1):
+            src = f"{self.path}.{i}"
+            if os.path.exists(src):
+                os.replace(src, f"{self.path}.{i + 1}")
+        if self.keep > 0:
+            os.replace(self.path, f"{self.path}.1")
+        else:
+            os.unlink(self.path)
+        self._size = 0

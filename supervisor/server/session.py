@@ -1,0 +1,227 @@
+"""A kernel client session, independent of its transport (Unix stream or WebSocket).
+
+# Strategy: a transport hands the session complete frames with the codec that decodes them; the
+# session answers quick methods inline and gives slow ones (``tools.invoke``) to a pool of
+# long-lived invoker tasks it owns, grown on demand, so thousands of calls can be in flight
+# without spawning a task per call in the steady state. Everything it sends goes through the
+# transport's bounded :class:`OutQueue`; a client that stops reading is disconnected instead of
+# making the host buffer without bound. When the transport ends, the nursery holding the invokers
+# is cancelled, which cancels every call the client started.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from supervisor.contracts.rpc import RequestId
+from supervisor.runtime.host import Host
+from supervisor.server.codec import BadFrame, BadParams, Codec
+from supervisor.server.methods import (
+    ALREADY_SENT,
+    ASYNC_METHODS,
+    SYNC_METHODS,
+    AsyncMethod,
+    Call,
+    RpcFailure,
+)
+
+log = logging.getLogger("toolhost.server")
+
+MAX_INVOKERS = 8192
+MAX_IDLE_INVOKERS = 64
+MAX_PENDING_REQUESTS = 65536
+
+
+class Transport(Protocol):
+    def send(self, frame: bytes, binary: bool) -> None: ...
+
+    def disconnect(self, reason: str) -> None: ...
+
+    def switch_encoding(self, encoding: str) -> Codec: ...
+
+
+class OutQueue:
+    """Frames waiting to be written, bounded in bytes.
+
+    Args:
+        limit: Bytes that may wait; past it ``on_overflow`` is called (the client is too slow).
+        on_overflow: Called once with a reason when the bound is passed.
+    """
+
+    def __init__(self, limit: int, on_overflow: Callable[[str], None]) -> None:
+        self.limit = limit
+        self._items: deque[tuple[bytes, bool]] = deque()
+        self._bytes = 0
+        self._ready = trio.Event()
+        self._drained = trio.Event()
+        self._busy = False
+        self._on_overflow = on_overflow
+        self.closed = False
+
+    def put(self, frame: bytes, binary: bool) -> None:
+        if self.closed:
+            return
+        self._items.append((frame, binary))
+        self._bytes += len(frame)
+        if self._bytes > self.limit:
+            self.closed = True
+            self._on_overflow(f"client is not reading: over {self.limit} bytes queued")
+            return
+        self._ready.set()
+
+    async def take(self) -> list[tuple[bytes, bool]]:
+        """Everything queued (waits for at least one frame); marks the writer busy."""
+        while not self._items:
+            self._ready = trio.Event()
+            await self._ready.wait()
+        items = list(self._items)
+        self._items.clear()
+        self._bytes = 0
+        self._busy = True
+        return items
+
+    def written(self) -> None:
+        self._busy = False
+        if not self._items:
+            self._drained.set()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (bounded) until everything queued has been written."""
+        with trio.move_on_after(timeout_s):
+            while self._items or self._busy:
+                self._drained = trio.Event()
+                await self._drained.wait()
+
+
+class Session:
+    """Requests of one client."""
+
+    def __init__(self, host: Host, transport: Transport, name: str) -> None:
+        self.host = host
+        self.transport = transport
+        self.client_name = name
+        self._nursery: trio.Nursery | None = None
+        self._inv_send, self._inv_recv = trio.open_memory_channel[
+            tuple[AsyncMethod, Call, msgspec.Raw]
+        ](math.inf)
+        self._invokers = 0
+        self._idle = 0
+        self._queued = 0
+        self._inflight: set[RequestId] = set()
+        self._subscribed = False
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """The nursery that owns the session's tasks (cancelled when the client leaves)."""
+        self._nursery = nursery
+
+    # SessionLike ---------------------------------------------------------------------------
+
+    def send(self, frame: bytes, codec: Codec) -> None:
+        self.transport.send(frame, codec.binary)
+
+    def switch_encoding(self, encoding: str) -> Codec:
+        return self.transport.switch_encoding(encoding)
+
+    def start_subscription(self, codec: Codec) -> None:
+        if self._subscribed or self._nursery is None:
+            return
+        self._subscribed = True
+        self._nursery.start_soon(self._forward_changes, self.host.subscribe(), codec)
+
+    def call_key(self, request_id: RequestId) -> Any:
+        return (id(self), request_id)
+
+    # handling ----------------------------------------------------------------------------
+
+    def handle(self, frame: bytes, codec: Codec) -> None:
+        """Decode one frame and answer it (now, or from an invoker task)."""
+        try:
+            req = codec.request(frame)
+        except BadFrame as exc:
+            self.send(codec.error(exc.request_id, "invalid-request", exc.message), codec)
+            return
+        rid = req.id
+        method = SYNC_METHODS.get(req.method)
+        if method is not None:
+            call = Call(self, codec, rid)
+            try:
+                result = method(call, req.params)
+            except BadParams as exc:
+                self.send(codec.error(rid, "invalid-params", exc.message), codec)
+            except RpcFailure as exc:
+                self.send(codec.error(rid, exc.code, exc.message, exc.data), codec)
+            except Exception as exc:
+                log.exception("method %s failed", req.method)
+                self.send(
+                    codec.error(rid, "internal", f"{req.method}: {type(exc).__name__}: {exc}"),
+                    codec,
+                )
+            else:
+                if result is not ALREADY_SENT:
+                    self.send(codec.response(rid, result), codec)
+            return
+        amethod = ASYNC_METHODS.get(req.method)
+        if amethod is None:
+            self.send(codec.error(rid, "unknown-method", f"unknown method {req.method!r}"), codec)
+            return
+        if rid in self._inflight:
+            self.send(
+                codec.error(rid, "invalid-request", f"request id {rid!r} is already in flight"),
+                codec,
+            )
+            return
+        if len(self._inflight) >= MAX_PENDING_REQUESTS:
+            self.send(codec.error(rid, "overloaded", "too many requests in flight"), codec)
+            return
+        self._inflight.add(rid)
+        self._queued += 1
+        self._inv_send.send_nowait((amethod, Call(self, codec, rid), req.params))
+        if self._queued > self._idle and self._invokers < MAX_INVOKERS and self._nursery:
+            self._invokers += 1
+            self._nursery.start_soon(self._invoker)
+
+    async def _invoker(self) -> None:
+        recv = self._inv_recv
+        try:
+            while True:
+                self._idle += 1
+                try:
+                    method, call, params = await recv.receive()
+                finally:
+                    self._idle -= 1
+                self._queued -= 1
+                try:
+                    await self._run_async(method, call, params)
+                finally:
+                    self._inflight.discard(call.rid)
+                if self._idle >= MAX_IDLE_INVOKERS:
+                    return
+        finally:
+            self._invokers -= 1
+
+    async def _run_async(self, method: AsyncMethod, call: Call, params: msgspec.Raw) -> None:
+        codec = call.codec
+        try:
+            result = await method(call, params)
+        except BadParams as exc:
+            self.send(codec.error(call.rid, "invalid-params", exc.message), codec)
+        except RpcFailure as exc:
+            self.send(codec.error(call.rid, exc.code, exc.message, exc.data), codec)
+        except Exception as exc:
+            log.exception("async method failed")
+            self.send(codec.error(call.rid, "internal", f"{type(exc).__name__}: {exc}"), codec)
+        else:
+            self.send(codec.response(call.rid, result), codec)
+
+    async def _forward_changes(self, recv: trio.MemoryReceiveChannel[Any], codec: Codec) -> None:
+        async with recv:
+            async for event in recv:
+                self.send(codec.event("catalog.changed", event), codec)
+        self.transport.disconnect("catalog subscription fell behind")

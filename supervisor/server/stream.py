@@ -1,0 +1,161 @@
+"""The byte-stream transport (the Unix socket): NDJSON frames, switchable to length-prefixed
+MessagePack after ``server.hello``."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+
+import msgspec
+import trio
+
+from supervisor.protocols.errors import LineTooLong
+from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
+from supervisor.runtime.host import Host
+from supervisor.server.codec import Codec, Encoding
+from supervisor.server.session import OutQueue, Session
+
+log = logging.getLogger("toolhost.server")
+
+RECV_CHUNK = 1 << 16
+
+
+class ConnectionLimits(msgspec.Struct, kw_only=True):
+    max_frame: int = 16 * 1024 * 1024
+    max_queue_bytes: int = 64 * 1024 * 1024
+
+
+def peer_name(stream: trio.abc.Stream, transport: str) -> str:
+    """``unix:pid=1234,uid=1000`` from SO_PEERCRED when available."""
+    sock = getattr(stream, "socket", None)
+    if sock is not None and hasattr(socket, "SO_PEERCRED"):
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pid, uid, _gid = struct.unpack("3i", raw)
+            return f"{transport}:pid={pid},uid={uid}"
+        except OSError:
+            pass
+    return transport
+
+
+class StreamConnection:
+    """Serve one client on a byte stream until it leaves."""
+
+    def __init__(
+        self,
+        host: Host,
+        stream: trio.abc.Stream,
+        *,
+        limits: ConnectionLimits | None = None,
+        name: str = "unix",
+    ) -> None:
+        self.stream = stream
+        self.limits = limits or ConnectionLimits()
+        self.codec = Codec("json")
+        self.session = Session(host, self, name)
+        self.out = OutQueue(self.limits.max_queue_bytes, self.disconnect)
+        self._lines: LineSplitter | None = LineSplitter(self.limits.max_frame)
+        self._frames: LengthPrefixSplitter | None = None
+        self._switch_to: Encoding | None = None
+        self._scope: trio.CancelScope | None = None
+        self.close_reason = ""
+
+    # Transport -------------------------------------------------------------------------
+
+    def send(self, frame: bytes, binary: bool) -> None:
+        self.out.put(frame, binary)
+
+    def disconnect(self, reason: str) -> None:
+        if not self.close_reason:
+            self.close_reason = reason
+            log.warning("disconnecting %s: %s", self.session.client_name, reason)
+        self.out.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def switch_encoding(self, encoding: str) -> Codec:
+        self._switch_to = "msgpack" if encoding == "msgpack" else "json"
+        return Codec(self._switch_to)
+
+    # running -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                self.session.attach(nursery)
+                nursery.start_soon(self._writer)
+                await self._reader()
+                nursery.cancel_scope.cancel()  # the client left: cancel its calls
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.stream.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+
+    async def _reader(self) -> None:
+        stream = self.stream
+        handle = self.session.handle
+        while not self.out.closed:
+            try:
+                data = await stream.receive_some(RECV_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+            if not data:
+                return
+            try:
+                frames = self._feed(data)
+                i = 0
+                while i < len(frames):
+                    frame = frames[i]
+                    i += 1
+                    if self._lines is not None and not frame.strip():
+                        continue
+                    handle(frame, self.codec)
+                    if self._switch_to is not None:
+                        frames = self._apply_switch(frames[i:])
+                        i = 0
+            except LineTooLong as exc:
+                self.send(
+                    self.codec.error(None, "invalid-request", f"frame too large: {exc.message}"),
+                    self.codec.binary,
+                )
+                await self.out.drain(timeout_s=1.0)
+                self.disconnect("oversized frame")
+                return
+
+    def _feed(self, data: bytes | bytearray) -> list[bytes]:
+        if self._lines is not None:
+            return self._lines.feed(data)
+        assert self._frames is not None
+        return self._frames.feed(data)
+
+    def _apply_switch(self, rest: list[bytes]) -> list[bytes]:
+        """Switch framing after ``server.hello``; re-feed the bytes that followed the hello."""
+        target = self._switch_to or "json"
+        self._switch_to = None
+        if target == self.codec.encoding:
+            return rest
+        if self._lines is not None:
+            leftover = b"".join(f + b"\n" for f in rest) + self._lines.take_pending()
+            self._lines, self._frames = None, LengthPrefixSplitter(self.limits.max_frame)
+        else:
+            assert self._frames is not None
+            leftover = b"".join(length_prefixed(f) for f in rest) + self._frames.take_pending()
+            self._lines, self._frames = LineSplitter(self.limits.max_frame), None
+        self.codec = Codec(target)
+        return self._feed(leftover) if leftover else []
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        out = self.out
+        try:
+            while True:
+                items = await out.take()
+                data = items[0][0] if len(items) == 1 else b"".join(f for f, _ in items)
+                await stream.send_all(data)
+                out.written()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.disconnect("write failed")

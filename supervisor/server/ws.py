@@ -1,0 +1,191 @@
+"""The WebSocket gateway: ``ws://<host.ws.listen>/ws``, the same methods and events.
+
+Text frames carry JSON and binary frames MessagePack; each answer uses the encoding of the frame
+that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared in constant
+time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600), generated on
+first start when absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+import stat
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+
+from supervisor.runtime.host import Host
+from supervisor.server.codec import Codec
+from supervisor.server.session import OutQueue, Session
+from supervisor.server.stream import ConnectionLimits
+
+log = logging.getLogger("toolhost.server")
+
+WS_PATH = "/ws"
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``127.0.0.1:7717`` / ``[::1]:7717`` -> (host, port).
+
+    Raises:
+        ValueError: Not ``host:port``.
+    """
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"host.ws.listen must be host:port, got {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_or_create_token(path: str) -> str:
+    """Read the token, or generate one into a new 0600 file (inside a 0700 folder if new)."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        st = os.stat(path)
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            log.warning("%s was readable by others; tightening it to 0600", path)
+            os.chmod(path, 0o600)
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+        if not token:
+            raise ValueError(f"{path} is empty; delete it to have a new token generated") from None
+        return token
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    return token
+
+
+def authorized(request: WebSocketRequest, token: str) -> bool:
+    expected = f"Bearer {token}".encode()
+    for name, value in request.headers:
+        if name.lower() == b"authorization":
+            return hmac.compare_digest(value.strip(), expected)
+    return False
+
+
+class WsConnection:
+    """One WebSocket client."""
+
+    def __init__(self, host: Host, ws: WebSocketConnection, limits: ConnectionLimits, name: str):
+        self.ws = ws
+        self.session = Session(host, self, name)
+        self.out = OutQueue(limits.max_queue_bytes, self.disconnect)
+        self.codecs = {
+            "json": Codec("json", framed=False),
+            "msgpack": Codec("msgpack", framed=False),
+        }
+        self._scope: trio.CancelScope | None = None
+        self.close_reason = ""
+
+    def send(self, frame: bytes, binary: bool) -> None:
+        self.out.put(frame, binary)
+
+    def disconnect(self, reason: str) -> None:
+        if not self.close_reason:
+            self.close_reason = reason
+            log.warning("disconnecting %s: %s", self.session.client_name, reason)
+        self.out.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def switch_encoding(self, encoding: str) -> Codec:
+        # Frames carry their own encoding on a WebSocket: nothing to switch.
+        return self.codecs["msgpack" if encoding == "msgpack" else "json"]
+
+    async def run(self) -> None:
+        json_codec, msgpack_codec = self.codecs["json"], self.codecs["msgpack"]
+        handle = self.session.handle
+        try:
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                self.session.attach(nursery)
+                nursery.start_soon(self._writer)
+                while not self.out.closed:
+                    try:
+                        message = await self.ws.get_message()
+                    except ConnectionClosed:
+                        break
+                    if isinstance(message, str):
+                        handle(message.encode("utf-8"), json_codec)
+                    else:
+                        handle(bytes(message), msgpack_codec)
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.ws.aclose()
+
+    async def _writer(self) -> None:
+        out = self.out
+        try:
+            while True:
+                for frame, binary in await out.take():
+                    await self.ws.send_message(frame if binary else frame.decode("utf-8"))
+                out.written()
+        except ConnectionClosed:
+            self.disconnect("connection closed")
+
+
+async def serve_ws(
+    host: Host,
+    listen: str,
+    token: str,
+    *,
+    limits: ConnectionLimits | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the kernel protocol over WebSocket until cancelled; ``started`` gets the port."""
+    limits = limits or ConnectionLimits()
+    bind, port = parse_listen(listen)
+    if not is_loopback(bind):
+        log.warning(
+            "WebSocket gateway listening on non-loopback %s: anyone with the token can call tools",
+            bind,
+        )
+
+    async def handler(request: WebSocketRequest) -> None:
+        remote = f"ws:{request.remote}"
+        if request.path.split("?", 1)[0] != WS_PATH:
+            await request.reject(404, body=b"not found: the gateway is at /ws\n")
+            return
+        if not authorized(request, token):
+            log.warning("refused WebSocket client %s: missing or wrong bearer token", remote)
+            await request.reject(
+                401,
+                extra_headers=[(b"WWW-Authenticate", b'Bearer realm="toolhost"')],
+                body=b"unauthorized: send Authorization: Bearer <token from host.ws.tokenFile>\n",
+            )
+            return
+        ws = await request.accept()
+        await WsConnection(host, ws, limits, remote).run()
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(
+            lambda task_status: serve_websocket(
+                handler,
+                bind,
+                port,
+                None,
+                max_message_size=limits.max_frame,
+                message_queue_size=64,
+                task_status=task_status,
+            )
+        )
+        task_status.started(server.port)
