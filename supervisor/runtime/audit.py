@@ -19,6 +19,7 @@ from collections import deque
 
 import msgspec
 import trio
+import trio.lowlevel
 
 log = logging.getLogger("toolhost.audit")
 
@@ -121,7 +122,7 @@ class AuditLog:
                     self._wake = trio.Event()
                     await self._wake.wait()
                 self.flush()
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
         finally:
             self.flush()
             if self._fd is not None:
