@@ -37,7 +37,46 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="sidecars and tools of the running host")
     add_location_args(p)
     p.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    p.add_argument("--watch", action="store_true", help="redraw on every change")
     p.set_defaults(func=_lazy("supervisor.cli.ops", "status"))
+
+    p = sub.add_parser("catalog", help="every tool descriptor with reasons and hints")
+    add_location_args(p)
+    p.add_argument("--json", action="store_true", help="print the descriptors as JSON")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "catalog"))
+
+    p = sub.add_parser("restart", help="replace a sidecar's workers")
+    add_location_args(p)
+    p.add_argument("sidecar")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "restart"))
+
+    p = sub.add_parser("logs", help="a sidecar's stderr tail")
+    add_location_args(p)
+    p.add_argument("sidecar")
+    p.add_argument("--bytes", type=int, default=64 * 1024, help="at most this much (max 64 KiB)")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "logs"))
+
+    p = sub.add_parser("stats", help="call counters per sidecar")
+    add_location_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "stats"))
+
+    p = sub.add_parser("reload", help="re-read the registry (like SIGHUP)")
+    add_location_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "reload"))
+
+    p = sub.add_parser("doctor", help="start each sidecar once and explain what is wrong")
+    add_location_args(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for sidecars")
+    p.set_defaults(func=_lazy("supervisor.cli.doctor"))
+
+    p = sub.add_parser("init", help="write tools/external.tools.jsonc for the bundled sidecars")
+    add_location_args(p)
+    p.add_argument("--force", action="store_true", help="overwrite an existing registry")
+    p.add_argument("--stdout", action="store_true", help="print instead of writing")
+    p.set_defaults(func=_lazy("supervisor.cli.init"))
 
     p = sub.add_parser("invoke", help="invoke a tool and print the result envelope")
     add_location_args(p)

@@ -12,14 +12,13 @@ import trio
 
 from supervisor.cli.common import (
     EXIT_FAILED,
-    EXIT_NO_HOST,
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     die,
     socket_path,
 )
-from supervisor.cli.render import status_text
+from supervisor.cli.render import catalog_text, reload_text, stats_text, status_text
 from supervisor.client import Client, ConnectionLost, RpcError, open_client
 
 
@@ -45,6 +44,9 @@ def _print_json(obj: Any) -> None:
 
 
 def status(args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False):
+        return watch(args)
+
     async def body(client: Client) -> int:
         cat = await client.catalog()
         if args.json:
@@ -84,4 +86,75 @@ def invoke(args: argparse.Namespace) -> int:
     return _run(args, body)
 
 
-__all__ = ["EXIT_NO_HOST", "invoke", "status"]
+def catalog(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        cat = await client.catalog()
+        if args.json:
+            _print_json(cat.tools)
+            return EXIT_OK
+        print(catalog_text(cat))
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def restart(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        await client.restart(args.sidecar)
+        print(f"restarted {args.sidecar}")
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def logs(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        result = await client.request(
+            "sidecar.logs", {"sidecar": args.sidecar, "bytes": args.bytes}
+        )
+        sys.stdout.write(result["stderr"])
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def stats(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        data = await client.stats()
+        if args.json:
+            _print_json(data)
+        else:
+            print(stats_text(data))
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def reload(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        result = await client.request("registry.reload")
+        if args.json:
+            _print_json(result)
+        else:
+            print(reload_text(result))
+        return EXIT_OK if result.get("applied") and not result.get("errors") else EXIT_FAILED
+
+    return _run(args, body)
+
+
+def watch(args: argparse.Namespace) -> int:
+    """``toolhost status --watch``: redraw on every catalog change (and every 2 s for workers)."""
+
+    async def body(client: Client) -> int:
+        await client.subscribe()
+        while True:
+            cat = await client.catalog()
+            sys.stdout.write("\x1b[H\x1b[2J" + status_text(cat) + "\n")
+            sys.stdout.flush()
+            with trio.move_on_after(2.0):
+                await client.events.receive()
+
+    try:
+        return _run(args, body)
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from supervisor.contracts.rpc import Catalog
 from supervisor.contracts.snapshot import Descriptor
@@ -71,3 +72,67 @@ def status_text(cat: Catalog) -> str:
     )
     parts.append(table(["TOOL", "EFFECTIVE", "VISIBLE", "SIDECAR", "REASON"], tool_rows))
     return "\n\n".join(parts)
+
+
+def catalog_text(cat: Catalog) -> str:
+    """Every descriptor with its nine fields' verdict, reasons and hints."""
+    blocks = []
+    for d in cat.tools:
+        st = d.stability
+        head = f"{d.name}  [{st.effective}{'' if d.visible else ', hidden'}]"
+        head += f"  sidecar={d.sidecar or '-'}  protocol={d.protocol or '-'}"
+        lines = [head]
+        if d.description:
+            lines.append(f"    {d.description.splitlines()[0][:100]}")
+        for r in st.reasons:
+            lines.append(f"    {r.field}: {r.code}: {r.message}")
+            if r.hint:
+                lines.append(f"      hint: {r.hint}")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks) or "no tools known"
+
+
+def stats_text(data: dict[str, Any]) -> str:
+    rows = []
+    for sid, s in sorted(data.get("sidecars", {}).items()):
+        rows.append(
+            [
+                sid,
+                str(s.get("calls", 0)),
+                str(s.get("success", 0)),
+                str(s.get("failed", 0)),
+                str(s.get("unavailable", 0)),
+                str(s.get("timeouts", 0)),
+                str(s.get("workers", 0)),
+                str(s.get("queued", 0)),
+                str(s.get("restarts", 0)),
+            ]
+        )
+    return table(
+        [
+            "SIDECAR",
+            "CALLS",
+            "OK",
+            "FAILED",
+            "UNAVAIL",
+            "TIMEOUTS",
+            "WORKERS",
+            "QUEUED",
+            "RESTARTS",
+        ],
+        rows,
+    )
+
+
+def reload_text(result: dict[str, Any]) -> str:
+    if not result.get("applied"):
+        return "registry NOT reloaded; the running one is kept:\n" + "\n".join(
+            f"  - {e}" for e in result.get("errors", [])
+        )
+    lines = [f"registry reloaded (catalog revision {result.get('revision')})"]
+    for key in ("added", "removed", "restarted", "unchanged"):
+        if result.get(key):
+            lines.append(f"  {key}: {', '.join(result[key])}")
+    for e in result.get("errors", []):
+        lines.append(f"  problem: {e}")
+    return "\n".join(lines)

@@ -37,13 +37,23 @@ class ToolManifest(Struct, forbid_unknown_fields=True, rename="camel", kw_only=T
     requires: list[ToolName] = msgspec.field(default_factory=list)
 
 
+class RunRecipe(Struct, forbid_unknown_fields=True, kw_only=True):
+    """How ``toolhost init`` registers a bundled sidecar (portable: relative or PATH command)."""
+
+    command: str
+    args: list[str] = msgspec.field(default_factory=list)
+    cwd: str = "app"
+
+
 class ManifestFile(Struct, forbid_unknown_fields=True, kw_only=True):
     """A ``manifests/<family>.toml`` file.
 
-    ``sidecar`` names the sidecar id that usually serves the family and ``install`` is a
-    human hint shown for tools nobody serves (``discovery: missing``).
+    ``sidecar`` names the sidecar id that usually serves the family, ``install`` is a human hint
+    shown for tools nobody serves (``discovery: missing``), and ``run`` tells ``toolhost init``
+    how to register a bundled sidecar without importing its code.
     """
 
     sidecar: str | None = None
     install: str | None = None
+    run: RunRecipe | None = None
     tool: list[ToolManifest] = msgspec.field(default_factory=list)

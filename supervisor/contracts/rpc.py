@@ -70,7 +70,8 @@ class ClientInfo(Struct, kw_only=True):
 
 class HelloParams(Struct, kw_only=True):
     client: ClientInfo | None = None
-    encoding: Literal["json", "msgpack"] = "json"
+    encoding: Literal["json", "msgpack"] | None = None
+    """Switch the connection's encoding after the response; absent keeps the current one."""
 
 
 class EmptyParams(Struct, kw_only=True):

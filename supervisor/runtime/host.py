@@ -56,6 +56,9 @@ class HostOptions(msgspec.Struct, kw_only=True):
     seed: int | None = None
     cancel_grace_ms: int = 500
     stop_grace_ms: int = 2000
+    restart_policy: str | None = None
+    """Override every sidecar's restart policy (``toolhost doctor`` starts each one once)."""
+    audit: bool = True
 
 
 class ReloadResult(msgspec.Struct, kw_only=True):
@@ -139,7 +142,7 @@ class Host:
         self.catalog.allow_degraded = self.registry.host.allow_degraded
         self._changed(self.catalog.load(self.plan))
         hcfg = self.registry.host
-        if hcfg.audit_log:
+        if hcfg.audit_log and self.options.audit:
             self.audit = AuditLog(
                 self.registry.path(hcfg.audit_log),
                 max_bytes=hcfg.audit_max_bytes,
@@ -261,6 +264,11 @@ class Host:
                 ),
             )
             return
+        if self.options.restart_policy is not None:
+            cfg = msgspec.structs.replace(
+                cfg,
+                restart=msgspec.structs.replace(cfg.restart, policy=self.options.restart_policy),
+            )
         pool = Pool(
             sp.id,
             cfg,

@@ -107,7 +107,7 @@ def hello(c: Call, raw: msgspec.Raw) -> Any:
         "capabilities": {**CAPABILITIES, "endpoints": dict(c.host.endpoints)},
         "kits": c.host.catalog_snapshot(),
     }
-    if p.encoding != c.codec.encoding:
+    if p.encoding is not None and p.encoding != c.codec.encoding:
         # The response goes out in the old encoding; everything after it in the new one.
         c.session.send(c.codec.response(c.rid, result), c.codec)
         c.session.switch_encoding(p.encoding)
