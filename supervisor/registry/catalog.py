@@ -133,7 +133,16 @@ class Catalog:
         names |= {n for n, o in self._owner.items() if o == sidecar}
         if facts.announced:
             names |= set(facts.announced)
-        return self._refresh(names)
+        valid = self._names()
+        # An announced tool the sidecar no longer lists (MCP tools/list_changed) leaves.
+        gone = [n for n in names if n in self._descriptors and n not in valid]
+        for name in gone:
+            del self._descriptors[name]
+            self._owner.pop(name, None)
+        changed = self._refresh(names)
+        if gone and not changed:
+            self.revision += 1
+        return changed
 
     def set_quota(self, tool: str, retry_after_ms: int | None) -> list[Descriptor]:
         """Mark ``tool`` quota-limited (with ``retryAfterMs``) or clear it with None."""
@@ -151,7 +160,7 @@ class Catalog:
         for sid, facts in self._facts.items():
             sp = self._plan.sidecars.get(sid)
             if facts.announced and sp is not None and sp.config is not None and not sp.config.tools:
-                names |= {n for n in facts.announced if n not in self._plan.tools}
+                names |= set(facts.announced)
         return names
 
     def _refresh(self, names: Iterable[str]) -> list[Descriptor]:
@@ -213,7 +222,10 @@ class Catalog:
         return None
 
     def _describe(self, name: str) -> Descriptor:
-        tp = self._plan.tools.get(name) or self._announced_plan(name)
+        tp = self._plan.tools.get(name)
+        if tp is None or tp.autodiscovered:
+            # A registry sidecar announcing the name overrides a discovered script.
+            tp = self._announced_plan(name) or tp
         assert tp is not None
         if tp.sidecar is not None:
             self._owner[name] = tp.sidecar
