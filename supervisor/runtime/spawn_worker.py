@@ -41,6 +41,8 @@ ANSWERED_EXIT_GRACE_S = 0.5
 """How long a oneshot process may take to exit after its answer line before its group is killed."""
 PROBE_PARALLEL = 2
 """Discovery probes run at once (each is timed from its own spawn)."""
+PROBE_TRIES = 2
+"""Tries of a probe that times out before the script is reported ``probe-timeout``."""
 STDERR_TAIL = 4096
 
 
@@ -373,13 +375,21 @@ class SimpleJsonWorker(SpawnWorker):
         self.hooks.on_pong(self, wire.Pong(id="discovery", status="healthy", tools=health))
 
     async def _probe(self, argv: list[str]) -> tuple[simple_json.ProbeVerdict, bytes | None]:
-        """Run the test probe, then (if it passed) the schema dump, each within the timeout."""
+        """Run the test probe, then (if it passed) the schema dump, each within the timeout.
+
+        A probe that times out gets one more try: a busy machine can delay a start.
+        """
         timeout_s = self.spec.probe_timeout_s
         ms = int(timeout_s * 1000)
         run: ProcessRun | None = None
         try:
-            with trio.move_on_after(timeout_s):
-                run = await self._run_once([*argv, simple_json.TEST_ARG], None, first_line=False)
+            for _ in range(PROBE_TRIES):
+                with trio.move_on_after(timeout_s):
+                    run = await self._run_once(
+                        [*argv, simple_json.TEST_ARG], None, first_line=False
+                    )
+                if run is not None:
+                    break
         except SpawnFailed as exc:
             return simple_json.ProbeVerdict(ok=False, code="probe-error", message=str(exc)), None
         if run is None:
