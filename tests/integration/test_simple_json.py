@@ -5,6 +5,7 @@ the input as the single argument, registry override, reload."""
 import shutil
 
 import msgspec
+import trio
 
 from tests.conftest import (
     FIXTURES,
@@ -142,3 +143,35 @@ async def test_reload_picks_up_a_new_script_and_keeps_unchanged_folders(app):
         result = await host.reload()
         assert result.restarted == ["auto:tools/auto"]
         await wait_available(host, "fractalic_template", "hello")
+
+
+SLEEPY = """
+import json, subprocess, sys, time
+if sys.argv[1] == '{"__test__": true}':
+    print(json.dumps({"success": True}))
+    sys.exit(0)
+args = json.loads(sys.argv[1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+with open(args["pidfile"], "w") as f:
+    f.write(f"{child.pid}")
+time.sleep(3600)
+"""
+
+
+async def test_deadline_kills_the_script_group_and_big_input_is_refused(app):
+    folder = app / "tools" / "auto"
+    folder.mkdir(parents=True)
+    (folder / "sleepy.py").write_text(SLEEPY)
+    pidfile = app / "child.pid"
+    async with running_host(app, {}, autodiscover=[generous()]) as host:
+        await wait_available(host, "sleepy")
+        env = await host.invoke("sleepy", raw({"pidfile": str(pidfile)}), timeout_ms=1500)
+        assert env.status == "failed" and env.error.code == "timeout"
+        grandchild = int(pidfile.read_text())
+        with trio.fail_after(10):
+            while pid_alive(grandchild):
+                await trio.sleep(0.05)
+        env = await host.invoke("sleepy", raw({"blob": "x" * 300_000}))
+        assert env.status == "failed" and env.error.code == "invalid-input"
+        assert "too large" in env.error.message
+        assert host.pools["auto:tools/auto"].restart_state.total == 0
