@@ -21,6 +21,7 @@ import trio
 import supervisor
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.registry import SidecarConfig
 from supervisor.contracts.rpc import (
     Approval,
     Catalog,
@@ -286,7 +287,7 @@ class Host:
         )
 
     @staticmethod
-    def _scripts(sp: SidecarPlan, cfg: Any) -> dict[str, list[str]]:
+    def _scripts(sp: SidecarPlan, cfg: SidecarConfig) -> dict[str, list[str]]:
         """simple-json: the script behind each tool (a registry entry's command serves all of its
         tools, or one tool named after the sidecar)."""
         if cfg.protocol != "simple-json":

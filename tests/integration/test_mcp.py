@@ -114,7 +114,7 @@ async def test_deadline_cancels_and_keeps_the_server(app):
     async with running_host(app, {"fx": fixture_server()}) as host:
         await wait_available(host, "slow")
         pid = await whoami(host)
-        env = await host.invoke("slow", raw({"seconds": 30}), timeout_ms=300)
+        env = await host.invoke("slow", raw({"seconds": 30, "steps": 30}), timeout_ms=1500)
         assert env.status == "failed" and env.error.code == "timeout"
         pool = host.pools["fx"]
         await stderr_says(pool, "slow(30.0) was cancelled")

@@ -95,7 +95,7 @@ async def test_hang_is_killed_at_the_deadline_with_its_process_group(app):
     async with running_host(app, {"fly": fly()}) as host:
         await wait_available(host, "fly.hang")
         t0 = trio.current_time()
-        env = await host.invoke("fly.hang", raw({"pidfile": str(pidfile)}), timeout_ms=1500)
+        env = await host.invoke("fly.hang", raw({"pidfile": str(pidfile)}), timeout_ms=3000)
         assert env.status == "failed" and env.error.code == "timeout"
         assert trio.current_time() - t0 < 8
         leader, grandchild = (int(p) for p in pidfile.read_text().split())

@@ -165,7 +165,7 @@ async def test_deadline_kills_the_script_group_and_big_input_is_refused(app):
     pidfile = app / "child.pid"
     async with running_host(app, {}, autodiscover=[generous()]) as host:
         await wait_available(host, "sleepy")
-        env = await host.invoke("sleepy", raw({"pidfile": str(pidfile)}), timeout_ms=1500)
+        env = await host.invoke("sleepy", raw({"pidfile": str(pidfile)}), timeout_ms=3000)
         assert env.status == "failed" and env.error.code == "timeout"
         grandchild = int(pidfile.read_text())
         with trio.fail_after(10):
