@@ -14,8 +14,9 @@ from msgspec import Meta, Struct
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
+TOOL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$"
 SidecarId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-ToolName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")]
+ToolName = Annotated[str, Meta(pattern=TOOL_NAME_PATTERN)]
 
 Anchor = Literal["app", "project", "config", "workspace"]
 Protocol = Literal["process-json", "simple-json", "mcp"]
@@ -118,12 +119,31 @@ class SidecarConfig(_Config):
     sandbox: SandboxValue | dict[str, SandboxValue] | None = None
 
 
+class AutodiscoverConfig(_Config):
+    """One ``autodiscover`` folder of simple-json scripts (PROTOCOL 3.3).
+
+    Written as a plain string (``"tools/auto"``) it takes every default; as an object it can
+    tune the probe and the calls of every script found there.
+    """
+
+    path: Annotated[str, Meta(min_length=1)]
+    probe_timeout_ms: PositiveInt = 200
+    """Deadline of the ``{"__test__": true}`` and ``--fractalic-dump-schema`` runs."""
+    timeout_ms: PositiveInt = 30_000
+    concurrency: PositiveInt = 4
+    """Script runs at once for the whole folder."""
+    sandbox: SandboxValue | None = None
+
+
+AutodiscoverEntry = str | AutodiscoverConfig
+
+
 class RegistryFile(_Config):
     """The whole file. ``sidecars`` values are validated one by one (see registry.load)."""
 
     schema_version: Literal[1, 2]
     host: HostConfig = msgspec.field(default_factory=HostConfig)
-    autodiscover: list[str] = msgspec.field(default_factory=list)
+    autodiscover: list[AutodiscoverEntry] = msgspec.field(default_factory=list)
     sidecars: dict[SidecarId, SidecarConfig] = msgspec.field(default_factory=dict)
 
 
@@ -136,5 +156,5 @@ class RegistryTop(_Config):
 
     schema_version: Literal[1, 2]
     host: HostConfig = msgspec.field(default_factory=HostConfig)
-    autodiscover: list[str] = msgspec.field(default_factory=list)
+    autodiscover: list[AutodiscoverEntry] = msgspec.field(default_factory=list)
     sidecars: dict[SidecarId, dict[str, Any]] = msgspec.field(default_factory=dict)

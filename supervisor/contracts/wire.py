@@ -96,6 +96,8 @@ class ToolHealth(Struct, kw_only=True, omit_defaults=True):
     status: HealthStatus = "healthy"
     reason: str | None = None
     hint: str | None = None
+    code: str | None = None
+    """A stable reason code (``probe-timeout``...); default ``probe-<status>``."""
 
 
 class Pong(_Msg, tag="pong", kw_only=True, omit_defaults=False):

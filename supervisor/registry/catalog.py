@@ -24,7 +24,7 @@ from supervisor.contracts.snapshot import (
 from supervisor.contracts.wire import ToolInfo
 from supervisor.policy.availability import Facts, assess
 from supervisor.registry.load import is_builtin
-from supervisor.registry.plan import Plan, ToolPlan
+from supervisor.registry.plan import Plan, ToolPlan, sandbox_for
 
 STATIC_FIELDS = ("discovery", "manifest", "path", "version", "upgrade")
 
@@ -93,7 +93,8 @@ class Catalog:
         return [d for d in self.tools() if d.visible]
 
     def tool_plan(self, name: str) -> ToolPlan | None:
-        return self._plan.tools.get(name)
+        """The static facts behind ``name``'s descriptor (a sidecar's announcement included)."""
+        return self._effective_plan(name)
 
     # writing -----------------------------------------------------------------------------
 
@@ -133,7 +134,16 @@ class Catalog:
         names |= {n for n, o in self._owner.items() if o == sidecar}
         if facts.announced:
             names |= set(facts.announced)
-        return self._refresh(names)
+        valid = self._names()
+        # An announced tool the sidecar no longer lists (MCP tools/list_changed) leaves.
+        gone = [n for n in names if n in self._descriptors and n not in valid]
+        for name in gone:
+            del self._descriptors[name]
+            self._owner.pop(name, None)
+        changed = self._refresh(names)
+        if gone and not changed:
+            self.revision += 1
+        return changed
 
     def set_quota(self, tool: str, retry_after_ms: int | None) -> list[Descriptor]:
         """Mark ``tool`` quota-limited (with ``retryAfterMs``) or clear it with None."""
@@ -151,7 +161,7 @@ class Catalog:
         for sid, facts in self._facts.items():
             sp = self._plan.sidecars.get(sid)
             if facts.announced and sp is not None and sp.config is not None and not sp.config.tools:
-                names |= {n for n in facts.announced if n not in self._plan.tools}
+                names |= set(facts.announced)
         return names
 
     def _refresh(self, names: Iterable[str]) -> list[Descriptor]:
@@ -183,6 +193,21 @@ class Catalog:
         else:
             self._dependents.discard(name)
 
+    def _effective_plan(self, name: str) -> ToolPlan | None:
+        tp = self._plan.tools.get(name)
+        if tp is not None and not tp.autodiscovered and tp.discovery != "missing":
+            return tp
+        # A registry sidecar announcing the name serves a tool only the manifests know of, and
+        # overrides a discovered script of the same name; the manifest, if any, still wins.
+        announced = self._announced_plan(name)
+        if announced is None:
+            return tp
+        if tp is not None and tp.manifest is not None and announced.manifest is None:
+            announced.manifest = tp.manifest
+            sp = self._plan.sidecars[announced.sidecar or ""]
+            announced.sandbox = sandbox_for(sp.config, name, tp.manifest)
+        return announced
+
     def _announced_plan(self, name: str) -> ToolPlan | None:
         for sid, facts in self._facts.items():
             if facts.announced and name in facts.announced:
@@ -213,7 +238,7 @@ class Catalog:
         return None
 
     def _describe(self, name: str) -> Descriptor:
-        tp = self._plan.tools.get(name) or self._announced_plan(name)
+        tp = self._effective_plan(name)
         assert tp is not None
         if tp.sidecar is not None:
             self._owner[name] = tp.sidecar

@@ -17,7 +17,13 @@ from typing import Any
 import json5
 import msgspec
 
-from supervisor.contracts.registry import HostConfig, RegistryTop, SidecarConfig
+from supervisor.contracts.registry import (
+    AutodiscoverConfig,
+    AutodiscoverEntry,
+    HostConfig,
+    RegistryTop,
+    SidecarConfig,
+)
 from supervisor.contracts.validation import describe
 
 REGISTRY_RELPATH = "tools/external.tools.jsonc"
@@ -60,7 +66,8 @@ class Registry(msgspec.Struct, kw_only=True):
     app_root: str
     files: list[str] = msgspec.field(default_factory=list)
     host: HostConfig = msgspec.field(default_factory=HostConfig)
-    autodiscover: list[str] = msgspec.field(default_factory=list)
+    autodiscover: list[AutodiscoverConfig] = msgspec.field(default_factory=list)
+    """Folders of simple-json scripts (strings normalised to configs with defaults)."""
     sidecars: dict[str, SidecarEntry] = msgspec.field(default_factory=dict)
     errors: list[str] = msgspec.field(default_factory=list)
     unreadable: bool = False
@@ -218,9 +225,9 @@ def _merge_file(reg: Registry, view: _FileView, host_raw: dict[str, Any]) -> Non
     if isinstance(data.get("host"), dict):
         host_raw.update(data["host"])
     if top is not None:
-        reg.autodiscover = list(top.autodiscover) or reg.autodiscover
+        reg.autodiscover = _folders(top.autodiscover) or reg.autodiscover
     elif isinstance(data.get("autodiscover"), list):
-        reg.autodiscover = [a for a in data["autodiscover"] if isinstance(a, str)]
+        reg.autodiscover = _folders([a for a in data["autodiscover"] if isinstance(a, str)])
     sidecars = data.get("sidecars", {})
     if not isinstance(sidecars, dict):
         reg.errors.append(f"{where}: sidecars: expected object, got {type(sidecars).__name__}")
@@ -250,6 +257,10 @@ def _merge_file(reg: Registry, view: _FileView, host_raw: dict[str, Any]) -> Non
                 entry.tools = list(entry.config.tools)
                 _check_semantics(entry, prefix)
         reg.sidecars[sid] = entry
+
+
+def _folders(entries: list[AutodiscoverEntry]) -> list[AutodiscoverConfig]:
+    return [AutodiscoverConfig(path=e) if isinstance(e, str) else e for e in entries]
 
 
 def _check_semantics(entry: SidecarEntry, prefix: str) -> None:

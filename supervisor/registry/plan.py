@@ -52,6 +52,8 @@ class ToolPlan(msgspec.Struct, kw_only=True):
     install: str | None = None
     declared: bool = True
     """Listed in the registry (False: known only from what the sidecar announces)."""
+    autodiscovered: bool = False
+    """Found by autodiscovery; a registry sidecar announcing the same name takes it over."""
 
 
 class SidecarPlan(msgspec.Struct, kw_only=True):
@@ -64,6 +66,8 @@ class SidecarPlan(msgspec.Struct, kw_only=True):
     cwd: str = ""
     runnable: bool = False
     problem: str = ""
+    scripts: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    """simple-json: the argv of the script behind each tool (autodiscovered folders)."""
 
     @property
     def config(self) -> SidecarConfig | None:

@@ -21,6 +21,7 @@ import trio
 import supervisor
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.registry import SidecarConfig
 from supervisor.contracts.rpc import (
     Approval,
     Catalog,
@@ -29,18 +30,20 @@ from supervisor.contracts.rpc import (
     HealthResult,
     RegistryStatus,
 )
-from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus
-from supervisor.policy import results
+from supervisor.contracts.snapshot import Descriptor, SidecarStatus
+from supervisor.policy import results, retry
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
+from supervisor.registry.discover import add_discovered, scan_all
 from supervisor.registry.load import Registry, load_registry
 from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
+from supervisor.runtime import kinds
 from supervisor.runtime.audit import AuditApproval, AuditLog
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
-from supervisor.runtime.worker import LaunchSpec, ProgressSink
+from supervisor.runtime.worker import CallOutcome, LaunchSpec, ProgressSink
 
 SUBSCRIBER_BUFFER = 256
 
@@ -131,7 +134,12 @@ class Host:
             ]
         )
         self.known = load_known_catalog(dirs)
-        return build_plan(self.registry, self.known, host_version=self.version)
+        plan = build_plan(self.registry, self.known, host_version=self.version)
+        if self.registry.autodiscover:
+            self.registry.errors += add_discovered(
+                plan, self.registry, self.known, scan_all(self.registry), host_version=self.version
+            )
+        return plan
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -249,21 +257,6 @@ class Host:
         cfg = sp.config
         if not sp.runnable or cfg is None:
             return
-        if cfg.protocol != "process-json" or cfg.mode != "persistent":
-            self.on_facts(
-                sp.id,
-                SidecarFacts(
-                    runtime="failed",
-                    runtime_reason=Reason(
-                        field="runtime",
-                        code="protocol-unsupported",
-                        message=f"protocol {cfg.protocol} ({cfg.mode}) is not supported by this "
-                        "toolhost build",
-                        hint="use process-json persistent",
-                    ),
-                ),
-            )
-            return
         if self.options.restart_policy is not None:
             cfg = msgspec.structs.replace(
                 cfg,
@@ -271,11 +264,12 @@ class Host:
             )
         pool = Pool(
             sp.id,
-            cfg,
+            kinds.pool_config(cfg),
             partial(self.launch_spec, sp),
             self.on_facts,
             list(sp.entry.tools),
             rng=random.Random(self.rng.random()),
+            worker_factory=kinds.worker_factory(cfg),
             notify=self._notify,
         )
         self.pools[sp.id] = pool
@@ -308,12 +302,30 @@ class Host:
             initial_probe=cfg.probe.interval_ms > 0,
             cancel_grace_s=self.options.cancel_grace_ms / 1000.0,
             stop_grace_s=self.options.stop_grace_ms / 1000.0,
+            concurrency=kinds.concurrency(cfg),
+            scripts=self._scripts(sp, cfg),
         )
+
+    @staticmethod
+    def _scripts(sp: SidecarPlan, cfg: SidecarConfig) -> dict[str, list[str]]:
+        """simple-json: the script behind each tool (a registry entry's command serves all of its
+        tools, or one tool named after the sidecar)."""
+        if cfg.protocol != "simple-json":
+            return {}
+        if sp.scripts:
+            return {tool: list(argv) for tool, argv in sp.scripts.items()}
+        return {tool: list(sp.argv) for tool in (sp.entry.tools or [sp.id])}
 
     # facts and subscriptions ---------------------------------------------------------------
 
     def on_facts(self, sidecar: str, facts: SidecarFacts) -> None:
-        self._changed(self.catalog.update_sidecar(sidecar, facts))
+        revision = self.catalog.revision
+        changed = self.catalog.update_sidecar(sidecar, facts)
+        if not changed and self.catalog.revision != revision:
+            # Only removals (a tool the sidecar stopped announcing): tell subscribers to re-read.
+            self._changed([], force=True)
+        else:
+            self._changed(changed)
 
     def _notify(self) -> None:
         self._pulse.set()
@@ -324,8 +336,8 @@ class Host:
         that watch the host in-process)."""
         await self._pulse.wait()
 
-    def _changed(self, changed: list[Descriptor]) -> None:
-        if not changed:
+    def _changed(self, changed: list[Descriptor], *, force: bool = False) -> None:
+        if not changed and not force:
             return
         self._notify()
         for d in changed:
@@ -555,19 +567,32 @@ class Host:
             )
         cfg = pool.config
         timeout = timeout_ms or desc.annotations.timeoutMs or cfg.timeout_ms
+        tp = self.catalog.tool_plan(tool)
+        manifest = tp.manifest if tp is not None else None
         scope = trio.CancelScope()
         if call_key is not None:
             self._calls[call_key] = scope
+        attempts = 0
+        outcome: CallOutcome | None = None
         try:
             with scope:
-                outcome = await pool.call(
-                    tool, input_raw, timeout_ms=timeout, on_progress=on_progress
-                )
+                while True:
+                    attempts += 1
+                    outcome = await pool.call(
+                        tool, input_raw, timeout_ms=timeout, on_progress=on_progress
+                    )
+                    delay = retry.retry_delay_ms(
+                        manifest, None if outcome.ok else outcome.code, attempts
+                    )
+                    if delay is None:
+                        break
+                    pool.stats.retries += 1
+                    await trio.sleep(delay / 1000.0)
         finally:
             if call_key is not None:
                 self._calls.pop(call_key, None)
         duration = round((trio.current_time() - t0) * 1000.0, 3)
-        if scope.cancelled_caught:
+        if scope.cancelled_caught or outcome is None:
             pool.stats.cancels += 1
             return results.failed(
                 tool,
@@ -575,6 +600,7 @@ class Host:
                 f"{tool} was cancelled",
                 sidecar=pool.sidecar,
                 duration_ms=duration,
+                attempts=attempts,
             )
         limit = cfg.max_output_bytes
         if desc.annotations.resultLimit:
@@ -594,6 +620,7 @@ class Host:
             cpu_ms=outcome.cpu_ms,
             exit_code=outcome.exit_code,
             stderr=outcome.stderr,
+            attempts=attempts,
         )
         stats = pool.stats
         if env.status == "success":

@@ -68,6 +68,7 @@ class PoolStats(msgspec.Struct, kw_only=True):
     timeouts: int = 0
     cancels: int = 0
     overloaded: int = 0
+    retries: int = 0
 
 
 class Pool:
@@ -241,6 +242,12 @@ class Pool:
         if self.waiters:
             self._wake()
 
+    def on_tools(self, worker: Worker) -> None:
+        """A worker re-listed its tools (MCP ``tools/list_changed``): publish the new list."""
+        if worker.ready_msg is not None:
+            self._announced = {t.name: t for t in worker.ready_msg.tools}
+            self._publish()
+
     def on_pong(self, worker: Worker, pong: wire.Pong | None) -> None:
         if pong is None:
             return
@@ -252,7 +259,7 @@ class Pool:
             if state != "healthy":
                 reason = Reason(
                     field="probe",
-                    code="probe-" + state,
+                    code=health.code or "probe-" + state,
                     message=health.reason or f"{self.sidecar} reports {name} {state}",
                     hint=health.hint or f"see `toolhost doctor` for {self.sidecar}",
                 )
@@ -497,7 +504,7 @@ class Pool:
                 runtime = "schema-error"
                 code, hint = (
                     "protocol-error",
-                    "the sidecar broke the process-json protocol; "
+                    f"the sidecar broke the {self.config.protocol} protocol; "
                     f"see `toolhost logs {self.sidecar}`",
                 )
             else:

@@ -1,12 +1,14 @@
 """Workers: one sidecar process (or, for oneshot protocols, one call site) behind one interface.
 
-# Strategy: a :class:`Worker` is what a pool dispatches to. :class:`ProcessWorker` owns the life of
-# one long-lived child: spawn, stderr always drained into a ring, a writer task that batches lines,
-# a reader task that feeds a sans-IO connection, exit awaited on a pidfd, and cleanup that is
-# shielded and always reaps. A call is a slot (an id and an event) - no task per message. Calls
-# that outlive their deadline or are cancelled are abandoned: the worker is told ``cancel`` and
-# gets a short grace to answer, else it is killed and replaced. When the process dies every call
-# still on it fails at once with the stderr tail.
+# Strategy: a :class:`Worker` is what a pool dispatches to. :class:`LineWorker` owns the life of
+# one long-lived child speaking lines: spawn, stderr always drained into a ring, a writer task that
+# batches lines, a reader task that feeds the subclass's sans-IO connection, exit awaited on a
+# pidfd, and cleanup that is shielded and always reaps. A call is a slot (an id and an event) - no
+# task per message. Calls that outlive their deadline or are cancelled are abandoned: the worker is
+# told to cancel and (for protocols that answer a cancel) gets a short grace to answer, else it is
+# killed and replaced. When the process dies every call still on it fails at once with the stderr
+# tail. :class:`ProcessWorker` is persistent process-json on that base; MCP lives in
+# ``mcp_worker.py``, the one-process-per-call protocols in ``spawn_worker.py``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     stop_grace_s: float = 2.0
     max_line: int = 16 * 1024 * 1024
     limits: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
+    concurrency: int = 1
+    """Calls in flight per worker where the protocol does not announce it (MCP, per-call)."""
+    scripts: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    """simple-json: the argv of the script serving each tool."""
 
 
 ProgressSink = Callable[[msgspec.Raw], None]
@@ -100,8 +106,13 @@ class WorkerHooks(Protocol):
 
     def on_pong(self, worker: Worker, pong: wire.Pong | None) -> None: ...
 
+    def on_tools(self, worker: Worker) -> None:
+        """The worker's tool list changed after ready (``ready_msg.tools`` holds the new one)."""
 
-class _Slot:
+
+class CallSlot:
+    """One call in flight on a line worker: its id, an event, and how it ended."""
+
     __slots__ = ("abandoned", "done", "failure", "id", "on_progress", "result", "tool")
 
     def __init__(self, call_id: int, tool: str, on_progress: ProgressSink | None) -> None:
@@ -109,7 +120,7 @@ class _Slot:
         self.tool = tool
         self.on_progress = on_progress
         self.done = trio.Event()
-        self.result: wire.Result | None = None
+        self.result: Any = None
         self.failure: CallOutcome | None = None
         self.abandoned = False
 
@@ -171,8 +182,18 @@ class Worker(ABC):
         """Graceful stop: drain, shutdown message, SIGTERM, SIGKILL; returns once exited."""
 
 
-class ProcessWorker(Worker):
-    """A long-lived child process speaking persistent process-json (PROTOCOL 3.1)."""
+class LineWorker(Worker):
+    """A long-lived child process speaking a line protocol on stdin/stdout.
+
+    Subclasses supply the protocol: :meth:`_handshake` (until ready), :meth:`_receive` (stdout
+    bytes in; may raise :class:`ProtocolError`), :meth:`_cancel_line` (what to send when a call
+    is abandoned) and :meth:`_goodbye` (what to send before closing stdin on a graceful stop).
+    ``ANSWERS_CANCEL`` says whether the peer answers a cancelled call (process-json does, so a
+    worker that does not is killed after ``cancel_grace_s``; MCP servers need not, so the call is
+    simply forgotten).
+    """
+
+    ANSWERS_CANCEL = True
 
     def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
         self.spec = spec
@@ -180,10 +201,9 @@ class ProcessWorker(Worker):
         self.hooks = hooks
         self.index = index
         self.stderr = StderrRing()
-        self.conn = ProcessJsonConnection(max_line=spec.max_line)
         self.proc: ChildProcess | None = None
-        self.slots: dict[int, _Slot] = {}
-        self._pings: dict[str, list[Any]] = {}
+        self.slots: dict[int, CallSlot] = {}
+        self._waiters: dict[Any, list[Any]] = {}
         self._send, self._recv = trio.open_memory_channel[bytes | None](math.inf)
         self._nursery: trio.Nursery | None = None
         self._ready_or_dead = trio.Event()
@@ -196,6 +216,29 @@ class ProcessWorker(Worker):
     @property
     def inflight(self) -> int:
         return len(self.slots)
+
+    # protocol hooks ----------------------------------------------------------------------
+
+    @abstractmethod
+    async def _handshake(self) -> None:
+        """Bring the peer to ready within ``start_timeout_s`` (kill it otherwise), then call
+        :meth:`_became_ready`."""
+
+    @abstractmethod
+    def _receive(self, data: bytes) -> None:
+        """Handle a chunk of stdout.
+
+        Raises:
+            ProtocolError: The peer broke the protocol (the worker is killed).
+        """
+
+    @abstractmethod
+    def _cancel_line(self, slot: CallSlot) -> bytes | None:
+        """The bytes telling the peer to stop working on ``slot`` (None: nothing to send)."""
+
+    def _goodbye(self) -> bytes | None:
+        """The bytes sent before stdin is closed on a graceful stop."""
+        return None
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -241,24 +284,16 @@ class ProcessWorker(Worker):
                 self._fail_all(result)
         return result
 
-    async def _handshake(self) -> None:
-        init = self.spec.init
-        if init is not None:
-            self._write(self.conn.init(init))
-        with trio.move_on_after(self.spec.start_timeout_s) as cs:
-            await self._ready_or_dead.wait()
-        if cs.cancelled_caught:
-            ms = int(self.spec.start_timeout_s * 1000)
-            self.kill("start-timeout", f"no ready message within startTimeoutMs={ms}")
-            return
-        if self.conn.ready is None or self._end is not None or self._exited.is_set():
-            return
-        self.ready_msg = self.conn.ready
-        self.concurrency = max(1, self.conn.ready.concurrency)
+    @property
+    def _alive(self) -> bool:
+        return self._end is None and not self._exited.is_set()
+
+    async def _became_ready(self) -> None:
+        """Run the initial probe (if asked) and tell the pool this worker is ready."""
         if self.spec.initial_probe:
             pong = await self.ping(self.spec.probe_timeout_s)
             self.hooks.on_pong(self, pong)
-        if self._end is None and not self._exited.is_set():
+        if self._alive:
             self.state = "ready"
             self.ready_at = trio.current_time()
             self.hooks.on_ready(self)
@@ -307,9 +342,9 @@ class ProcessWorker(Worker):
                 pid=self.pid,
             )
             slot.done.set()
-        for waiter in self._pings.values():
+        for waiter in self._waiters.values():
             waiter[0].set()
-        self._pings.clear()
+        self._waiters.clear()
         self._idle.set()
 
     def kill(self, reason: ExitReason, message: str) -> None:
@@ -335,7 +370,9 @@ class ProcessWorker(Worker):
         proc = self.proc
         if proc is None:
             return
-        self._write(self.conn.shutdown())
+        goodbye = self._goodbye()
+        if goodbye:
+            self._write(goodbye)
         self._write(None)
         grace = self.spec.stop_grace_s
         with trio.move_on_after(grace):
@@ -350,18 +387,14 @@ class ProcessWorker(Worker):
 
     # calls -------------------------------------------------------------------------------
 
-    async def call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None = None,
-    ) -> CallOutcome:
-        try:
-            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
-        except ProtocolError as exc:
-            return CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
-        slot = _Slot(call_id, tool, on_progress)
+    async def _exchange(
+        self, call_id: int, tool: str, line: bytes, on_progress: ProgressSink | None
+    ) -> CallSlot:
+        """Send a call's line and wait for its slot to be answered (or failed).
+
+        Cancellation (deadline, ``tools.cancel``) abandons the call and re-raises.
+        """
+        slot = CallSlot(call_id, tool, on_progress)
         self.slots[call_id] = slot
         self.calls_issued += 1
         self.last_active = trio.current_time()
@@ -371,47 +404,67 @@ class ProcessWorker(Worker):
         finally:
             if not slot.done.is_set():
                 self._abandon(slot)
-        r = slot.result
-        if r is not None:
-            return CallOutcome(
-                ok=r.ok,
-                data=r.data,
-                content=r.content,
-                code=r.code,
-                error=r.error,
-                details=r.details,
-                cpu_ms=r.cpuMs,
-                pid=self.pid,
-            )
-        assert slot.failure is not None
-        return slot.failure
+        return slot
 
-    def _abandon(self, slot: _Slot) -> None:
+    def _answer(self, call_id: int, result: Any) -> None:
+        """Complete the call ``call_id`` with ``result`` (no-op for an unknown or dropped id)."""
+        slot = self.slots.pop(call_id, None)
+        if slot is None:
+            return
+        slot.result = result
+        slot.done.set()
+        self.last_active = trio.current_time()
+        if not self.slots:
+            self._idle.set()
+        self.hooks.on_capacity(self)
+
+    def _abandon(self, slot: CallSlot) -> None:
         slot.abandoned = True
-        if self._end is None and not self._exited.is_set():
-            self._write(self.conn.abandon(slot.id))
-            if self._nursery is not None:
-                self._nursery.start_soon(self._grace_kill, slot)
+        if not self._alive:
+            return
+        line = self._cancel_line(slot)
+        if line:
+            self._write(line)
+        if not self.ANSWERS_CANCEL:
+            self.slots.pop(slot.id, None)
+            if not self.slots:
+                self._idle.set()
+            self.hooks.on_capacity(self)
+        elif self._nursery is not None:
+            self._nursery.start_soon(self._grace_kill, slot)
 
-    async def _grace_kill(self, slot: _Slot) -> None:
+    async def _grace_kill(self, slot: CallSlot) -> None:
         with trio.move_on_after(self.spec.cancel_grace_s):
             await slot.done.wait()
         if not slot.done.is_set() and not self._exited.is_set():
             ms = int(self.spec.cancel_grace_s * 1000)
             self.kill("hung", f"call {slot.id} ({slot.tool}) did not stop within {ms} ms of cancel")
 
-    async def ping(self, timeout_s: float) -> wire.Pong | None:
-        if self._end is not None or self._exited.is_set() or self.conn.state != "ready":
-            return None
-        ping_id, line = self.conn.ping()
+    def _progress(self, call_id: int, data: msgspec.Raw) -> None:
+        slot = self.slots.get(call_id)
+        if slot is not None and slot.on_progress is not None and not slot.abandoned:
+            slot.on_progress(data)
+
+    async def _wait_for(self, key: Any, line: bytes, timeout_s: float) -> Any:
+        """Send ``line`` and wait up to ``timeout_s`` for :meth:`_resolve` of ``key``.
+
+        Returns the resolved value, or None on timeout or when the worker ends.
+        """
         waiter: list[Any] = [trio.Event(), None]
-        self._pings[ping_id] = waiter
+        self._waiters[key] = waiter
         self._write(line)
-        with trio.move_on_after(timeout_s):
-            await waiter[0].wait()
-        self._pings.pop(ping_id, None)
-        pong: wire.Pong | None = waiter[1]
-        return pong
+        try:
+            with trio.move_on_after(timeout_s):
+                await waiter[0].wait()
+        finally:
+            self._waiters.pop(key, None)
+        return waiter[1]
+
+    def _resolve(self, key: Any, value: Any) -> None:
+        waiter = self._waiters.get(key)
+        if waiter is not None:
+            waiter[1] = value
+            waiter[0].set()
 
     # IO tasks ----------------------------------------------------------------------------
 
@@ -452,23 +505,18 @@ class ProcessWorker(Worker):
     async def _read_loop(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         stream = self.proc.stdout
-        feed = self.conn.feed
-        dispatch = self._dispatch
+        receive = self._receive
         try:
             while True:
                 data = await stream.receive_some(READ_CHUNK)
                 if not data:
                     break
                 try:
-                    msgs = feed(data)
+                    receive(data)
                 except ProtocolError as exc:
-                    for msg in exc.accepted:
-                        dispatch(msg)
                     self._protocol_error = exc.message
                     self.kill("protocol-error", f"protocol error: {exc.message}")
                     return
-                for msg in msgs:
-                    dispatch(msg)
         except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
             pass
         finally:
@@ -479,30 +527,6 @@ class ProcessWorker(Worker):
                 await self._exited.wait()
             if not self._exited.is_set():
                 self.kill("crashed", "worker closed its stdout")
-
-    def _dispatch(self, msg: wire.WorkerMessage) -> None:
-        if type(msg) is wire.Result:
-            slot = self.slots.pop(msg.id, None)
-            if slot is not None:
-                slot.result = msg
-                slot.done.set()
-                self.last_active = trio.current_time()
-                if not self.slots:
-                    self._idle.set()
-                self.hooks.on_capacity(self)
-        elif type(msg) is wire.Progress:
-            slot = self.slots.get(msg.id)
-            if slot is not None and slot.on_progress is not None and not slot.abandoned:
-                slot.on_progress(msg.data)
-        elif type(msg) is wire.Pong:
-            waiter = self._pings.get(msg.id)
-            if waiter is not None:
-                waiter[1] = msg
-                waiter[0].set()
-        elif type(msg) is wire.Ready:
-            self._ready_or_dead.set()
-        elif type(msg) is wire.Log:
-            self.stderr.write(f"[{msg.level}] {msg.message}\n".encode("utf-8", "replace"))
 
     async def _drain_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -518,3 +542,90 @@ class ProcessWorker(Worker):
             pass
         finally:
             self._stderr_eof.set()
+
+
+class ProcessWorker(LineWorker):
+    """A long-lived child process speaking persistent process-json (PROTOCOL 3.1)."""
+
+    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
+        super().__init__(spec, hooks, index)
+        self.conn = ProcessJsonConnection(max_line=spec.max_line)
+
+    async def _handshake(self) -> None:
+        init = self.spec.init
+        if init is not None:
+            self._write(self.conn.init(init))
+        with trio.move_on_after(self.spec.start_timeout_s) as cs:
+            await self._ready_or_dead.wait()
+        if cs.cancelled_caught:
+            ms = int(self.spec.start_timeout_s * 1000)
+            self.kill("start-timeout", f"no ready message within startTimeoutMs={ms}")
+            return
+        if self.conn.ready is None or not self._alive:
+            return
+        self.ready_msg = self.conn.ready
+        self.concurrency = max(1, self.conn.ready.concurrency)
+        await self._became_ready()
+
+    def _goodbye(self) -> bytes | None:
+        return self.conn.shutdown()
+
+    def _cancel_line(self, slot: CallSlot) -> bytes | None:
+        return self.conn.abandon(slot.id)
+
+    async def call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        on_progress: ProgressSink | None = None,
+    ) -> CallOutcome:
+        try:
+            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
+        except ProtocolError as exc:
+            return CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
+        slot = await self._exchange(call_id, tool, line, on_progress)
+        r: wire.Result | None = slot.result
+        if r is not None:
+            return CallOutcome(
+                ok=r.ok,
+                data=r.data,
+                content=r.content,
+                code=r.code,
+                error=r.error,
+                details=r.details,
+                cpu_ms=r.cpuMs,
+                pid=self.pid,
+            )
+        assert slot.failure is not None
+        return slot.failure
+
+    async def ping(self, timeout_s: float) -> wire.Pong | None:
+        if not self._alive or self.conn.state != "ready":
+            return None
+        ping_id, line = self.conn.ping()
+        pong: wire.Pong | None = await self._wait_for(ping_id, line, timeout_s)
+        return pong
+
+    def _receive(self, data: bytes) -> None:
+        dispatch = self._dispatch
+        try:
+            msgs = self.conn.feed(data)
+        except ProtocolError as exc:
+            for msg in exc.accepted:
+                dispatch(msg)
+            raise
+        for msg in msgs:
+            dispatch(msg)
+
+    def _dispatch(self, msg: wire.WorkerMessage) -> None:
+        if type(msg) is wire.Result:
+            self._answer(msg.id, msg)
+        elif type(msg) is wire.Progress:
+            self._progress(msg.id, msg.data)
+        elif type(msg) is wire.Pong:
+            self._resolve(msg.id, msg)
+        elif type(msg) is wire.Ready:
+            self._ready_or_dead.set()
+        elif type(msg) is wire.Log:
+            self.stderr.write(f"[{msg.level}] {msg.message}\n".encode("utf-8", "replace"))

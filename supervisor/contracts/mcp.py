@@ -1,0 +1,185 @@
+"""Model Context Protocol messages over stdio (PROTOCOL 3.4): JSON-RPC 2.0, one object per line.
+
+Only what the host needs as an MCP *client* is modelled: the lifecycle (``initialize``,
+``notifications/initialized``), ``tools/list``, ``tools/call``, ``ping``, progress, cancellation
+and ``notifications/tools/list_changed``. Every struct is tolerant (unknown fields ignored) so a
+newer server stays readable; payloads the host only forwards (``arguments``,
+``structuredContent``, content blocks) stay :class:`msgspec.Raw`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Raw, Struct, UnsetType
+
+PROTOCOL_VERSION = "2025-11-25"
+"""The revision the host asks for; it accepts whatever revision the server answers."""
+
+RequestId = int | str
+
+# JSON-RPC error codes the host produces or maps.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+
+class RpcErrorInfo(Struct, kw_only=True, omit_defaults=True):
+    """The ``error`` member of a JSON-RPC response."""
+
+    code: int = INTERNAL_ERROR
+    message: str = ""
+    data: Any = None
+
+
+class Incoming(Struct, kw_only=True):
+    """Any line a server writes: a request, a notification or a response.
+
+    ``id`` is UNSET for notifications (absent), None for a response that could not be tied to a
+    request (``"id": null``).
+    """
+
+    jsonrpc: str = "2.0"
+    id: RequestId | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: Raw | UnsetType = UNSET
+    result: Raw | UnsetType = UNSET
+    error: RpcErrorInfo | UnsetType = UNSET
+
+
+# client -> server -------------------------------------------------------------------------
+
+
+class OutRequest(Struct, kw_only=True):
+    """A request; ``jsonrpc`` is always written (UNSET ``params`` is left out)."""
+
+    jsonrpc: str = "2.0"
+    id: RequestId
+    method: str
+    params: Any | UnsetType = UNSET
+
+
+class OutNotification(Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+    params: Any | UnsetType = UNSET
+
+
+class OutResult(Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    result: Any
+
+
+class OutError(Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId | None
+    error: RpcErrorInfo
+
+
+class Implementation(Struct, kw_only=True, omit_defaults=True):
+    name: str = ""
+    version: str = ""
+    title: str | None = None
+
+
+class InitializeParams(Struct, kw_only=True):
+    protocolVersion: str
+    capabilities: dict[str, Any]
+    clientInfo: Implementation
+
+
+class ListToolsParams(Struct, kw_only=True, omit_defaults=True):
+    cursor: str | None = None
+
+
+class RequestMeta(Struct, kw_only=True, omit_defaults=True):
+    progressToken: RequestId | None = None
+
+
+class CallToolParams(Struct, kw_only=True, omit_defaults=True):
+    name: str
+    arguments: Raw
+    meta: RequestMeta | None = msgspec.field(default=None, name="_meta")
+
+
+class CancelledParams(Struct, kw_only=True, omit_defaults=True):
+    requestId: RequestId
+    reason: str | None = None
+
+
+# server -> client -------------------------------------------------------------------------
+
+
+class ToolsCapability(Struct, kw_only=True):
+    listChanged: bool = False
+
+
+class ServerCapabilities(Struct, kw_only=True):
+    tools: ToolsCapability | None = None
+
+
+class InitializeResult(Struct, kw_only=True):
+    protocolVersion: str
+    capabilities: ServerCapabilities = msgspec.field(default_factory=ServerCapabilities)
+    serverInfo: Implementation = msgspec.field(default_factory=Implementation)
+    instructions: str | None = None
+
+
+class Tool(Struct, kw_only=True):
+    name: str
+    title: str | None = None
+    description: str | None = None
+    inputSchema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
+    outputSchema: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class ListToolsResult(Struct, kw_only=True):
+    tools: list[Tool] = msgspec.field(default_factory=list)
+    nextCursor: str | None = None
+
+
+class ContentBlock(Struct, kw_only=True):
+    """One block of a tool result; only ``text`` blocks become the model's text."""
+
+    type: str = "text"
+    text: str | None = None
+    mimeType: str | None = None
+    uri: str | None = None
+    name: str | None = None
+
+
+class CallToolResult(Struct, kw_only=True):
+    content: list[Raw] = msgspec.field(default_factory=list)
+    structuredContent: Raw | UnsetType = UNSET
+    """UNSET when absent; may also be the raw ``null``."""
+    isError: bool = False
+
+
+class ProgressParams(Struct, kw_only=True):
+    progressToken: RequestId
+    progress: float = 0
+    total: float | None = None
+    message: str | None = None
+
+
+class ProgressPayload(Struct, kw_only=True, omit_defaults=True):
+    """What the host forwards as a ``tool.progress`` event for an MCP call."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
+class LoggingParams(Struct, kw_only=True):
+    level: str = "info"
+    logger: str | None = None
+    data: Any = None
+
+
+encoder = msgspec.json.Encoder()
+incoming_decoder: msgspec.json.Decoder[Incoming] = msgspec.json.Decoder(Incoming)

@@ -1,0 +1,214 @@
+"""Autodiscovery of simple-json scripts (PROTOCOL 3.3): ``autodiscover`` folders -> plan entries.
+
+# Strategy: scanning is a plain directory listing (no process is run here): every script in a
+# folder becomes a tool named after the file (``weather.py`` -> ``weather``), served by one
+# synthetic sidecar per folder, ``auto:<folder>``, whose worker probes the scripts when it starts
+# (``{"__test__": true}``, ``--fractalic-dump-schema``) and reports the ones that fail as
+# unavailable with their reason. A tool the registry already assigns to a sidecar is not taken
+# (registry entries override discovered tools); the catalog also lets a registry sidecar that
+# *announces* the same name (an MCP server) take it over. The folder's fingerprint covers each
+# script's size and mtime, so a reload restarts (and re-probes) only a folder that changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+
+import msgspec
+
+from supervisor.contracts.registry import (
+    TOOL_NAME_PATTERN,
+    AutodiscoverConfig,
+    PoolConfig,
+    ProbeConfig,
+    SidecarConfig,
+)
+from supervisor.contracts.snapshot import PathDetails
+from supervisor.policy.paths import Resolution, is_inside
+from supervisor.registry.load import Registry, SidecarEntry
+from supervisor.registry.manifests import KnownCatalog
+from supervisor.registry.plan import Plan, SidecarPlan, _plan_tool
+
+AUTO_PREFIX = "auto:"
+"""Synthetic sidecar ids are ``auto:<folder>``; the colon keeps them apart from registry ids."""
+
+
+class Script(msgspec.Struct, frozen=True, kw_only=True):
+    """One script found in a folder."""
+
+    name: str
+    rel: str
+    """Path relative to the app root (for messages and descriptors; never written back)."""
+    argv: list[str]
+    size: int
+    mtime_ns: int
+
+
+class FolderScan(msgspec.Struct, kw_only=True):
+    """What one ``autodiscover`` folder holds."""
+
+    config: AutodiscoverConfig
+    rel: str
+    folder: str
+    scripts: list[Script] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def sidecar(self) -> str:
+        return AUTO_PREFIX + self.rel
+
+
+def _script_argv(path: str, name: str, mode: int, host_python: str) -> list[str] | None:
+    """How to run a file: ``.py`` with the host's interpreter, else the file itself if
+    executable; None for anything else (data files, READMEs)."""
+    if name.endswith(".py"):
+        return [host_python, path]
+    if mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
+        return [path]
+    return None
+
+
+def scan_folder(app_root: str, cfg: AutodiscoverConfig, *, host_python: str) -> FolderScan:
+    """List the scripts of one folder (top level only; names starting with ``.`` or ``_`` are
+    helpers and skipped)."""
+    rel = os.path.normpath(cfg.path)
+    folder = os.path.normpath(os.path.join(app_root, rel))
+    scan = FolderScan(config=cfg, rel=rel, folder=folder)
+    where = f"autodiscover {cfg.path!r}"
+    if os.path.isabs(cfg.path) or not is_inside(app_root, folder):
+        scan.errors.append(f"{where}: must be a folder inside the app root (relative path)")
+        return scan
+    real_root = os.path.realpath(app_root)
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        scan.errors.append(f"{where}: no such folder")
+        return scan
+    except OSError as exc:
+        scan.errors.append(f"{where}: cannot list: {exc.strerror or exc}")
+        return scan
+    seen: dict[str, str] = {}
+    for fname in names:
+        if fname.startswith((".", "_")):
+            continue
+        path = os.path.join(folder, fname)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        argv = _script_argv(path, fname, st.st_mode, host_python)
+        if argv is None:
+            continue
+        file_rel = os.path.join(rel, fname)
+        if not is_inside(real_root, os.path.realpath(path)):
+            scan.errors.append(f"{file_rel}: links outside the app root; skipped")
+            continue
+        name = fname.rsplit(".", 1)[0] if "." in fname else fname
+        if not re.match(TOOL_NAME_PATTERN, name):
+            scan.errors.append(f"{file_rel}: {name!r} is not a valid tool name; skipped")
+            continue
+        if name in seen:
+            scan.errors.append(
+                f"{file_rel}: tool {name} is already served by {seen[name]}; skipped"
+            )
+            continue
+        seen[name] = file_rel
+        scan.scripts.append(
+            Script(name=name, rel=file_rel, argv=argv, size=st.st_size, mtime_ns=st.st_mtime_ns)
+        )
+    return scan
+
+
+def scan_all(registry: Registry, *, host_python: str = sys.executable) -> list[FolderScan]:
+    """Scan every ``autodiscover`` folder of the registry, in order (duplicates once)."""
+    out: list[FolderScan] = []
+    seen: set[str] = set()
+    for cfg in registry.autodiscover:
+        scan = scan_folder(registry.app_root, cfg, host_python=host_python)
+        if scan.rel in seen:
+            continue
+        seen.add(scan.rel)
+        out.append(scan)
+    return out
+
+
+def add_discovered(
+    plan: Plan,
+    registry: Registry,
+    known: KnownCatalog,
+    scans: list[FolderScan],
+    *,
+    host_version: str,
+) -> list[str]:
+    """Add one synthetic simple-json sidecar per scanned folder, and its tools, to ``plan``.
+
+    Returns:
+        Problems to report with the registry's (unusable folders, skipped files, tools left to
+        the registry sidecar that already serves them).
+    """
+    problems: list[str] = []
+    for scan in scans:
+        problems.extend(scan.errors)
+        cfg = scan.config
+        taken: list[Script] = []
+        for script in scan.scripts:
+            owner = plan.tools.get(script.name)
+            if owner is not None and owner.discovery != "missing":
+                problems.append(
+                    f"{script.rel}: {script.name} is served by sidecar {owner.sidecar} "
+                    "(registry entries override discovered tools); the script is not used"
+                )
+                continue
+            taken.append(script)
+        if not taken:
+            continue
+        sid = scan.sidecar
+        config = SidecarConfig(
+            command=f"./{scan.rel}",
+            protocol="simple-json",
+            tools=[s.name for s in taken],
+            timeout_ms=cfg.timeout_ms,
+            pool=PoolConfig(min=1, max=cfg.concurrency),
+            probe=ProbeConfig(interval_ms=0, timeout_ms=cfg.probe_timeout_ms),
+            sandbox=cfg.sandbox,
+        )
+        fingerprint = msgspec.json.encode(
+            [cfg, [(s.name, s.argv, s.size, s.mtime_ns) for s in taken]]
+        )
+        entry = SidecarEntry(
+            id=sid,
+            source=f"autodiscover:{scan.rel}",
+            config_dir=registry.app_root,
+            config=config,
+            tools=[s.name for s in taken],
+            fingerprint=fingerprint,
+        )
+        details = PathDetails(
+            base="app", command=f"./{scan.rel}", mode="relative", portable=True, rootSafe=True
+        )
+        sp = SidecarPlan(
+            id=sid,
+            entry=entry,
+            resolution=Resolution(state="resolved", details=details),
+            cwd=registry.app_root,
+            runnable=True,
+            scripts={s.name: list(s.argv) for s in taken},
+        )
+        plan.sidecars[sid] = sp
+        for script in taken:
+            tp = _plan_tool(sp, script.name, known, host_version, config)
+            tp.autodiscovered = True
+            tp.path_details = PathDetails(
+                base="app",
+                command=f"./{script.rel}",
+                mode="relative",
+                portable=True,
+                rootSafe=True,
+            )
+            plan.tools[script.name] = tp
+    return problems

@@ -1,0 +1,434 @@
+"""Per-call workers: process-json oneshot (PROTOCOL 3.2) and simple-json (PROTOCOL 3.3).
+
+# Strategy: these protocols have no long-lived process, so their worker is a *call site*: a
+# virtual worker that is ready at once (simple-json: once its scripts passed or failed the
+# discovery probe) and spawns one process per call, in the caller's task, through ``spawn()``
+# (own session, death with the host, allow-listed environment). The pool bounds how many run at
+# once through the worker's ``concurrency`` (the sidecar's ``pool.max``). Each call drains the
+# child's stderr into a per-call ring (and the worker's shared one), reads stdout up to the
+# output cap, and on every exit path - answer, deadline, ``tools.cancel``, host stop - kills
+# the process group and reaps it, shielded. What the output means is decided by the sans-IO
+# parsers in ``supervisor.protocols``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from abc import abstractmethod
+
+import msgspec
+import trio
+
+from supervisor.contracts import wire
+from supervisor.protocols import oneshot, simple_json
+from supervisor.protocols.answer import Answer
+from supervisor.protocols.errors import LineTooLong
+from supervisor.runtime.process import StderrRing, spawn
+from supervisor.runtime.worker import (
+    READ_CHUNK,
+    STDERR_SETTLE_S,
+    CallOutcome,
+    ExitReason,
+    LaunchSpec,
+    ProgressSink,
+    Worker,
+    WorkerExit,
+    WorkerHooks,
+)
+
+ANSWERED_EXIT_GRACE_S = 0.5
+"""How long a oneshot process may take to exit after its answer line before its group is killed."""
+PROBE_PARALLEL = 2
+"""Discovery probes run at once (each is timed from its own spawn)."""
+PROBE_TRIES = 2
+"""Tries of a probe that times out before the script is reported ``probe-timeout``."""
+STDERR_TAIL = 4096
+
+
+def _display(argv: list[str], cwd: str) -> str:
+    """The script of an argv, relative to the sidecar's cwd (for messages)."""
+    return os.path.relpath(argv[-1], cwd) if argv else "?"
+
+
+class ProcessRun(msgspec.Struct, kw_only=True):
+    """What one short-lived process did."""
+
+    pid: int
+    output: bytes | None
+    """The first stdout line (oneshot) or all of stdout (simple-json); None: nothing."""
+    exit_code: int | None
+    stderr: str
+    too_large: bool = False
+
+
+class SpawnFailed(Exception):
+    """The program could not be executed."""
+
+    def __init__(self, argv0: str, exc: OSError) -> None:
+        super().__init__(f"cannot execute {argv0}: {exc.strerror or exc}")
+        self.errno = exc.errno
+
+
+class SpawnWorker(Worker):
+    """A call site that spawns one process per call."""
+
+    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
+        self.spec = spec
+        self.sidecar = spec.sidecar
+        self.hooks = hooks
+        self.index = index
+        self.stderr = StderrRing()
+        self.concurrency = max(1, spec.concurrency)
+        self._running: set[trio.CancelScope] = set()
+        self._ended = trio.Event()
+        self._idle = trio.Event()
+        self._end: tuple[ExitReason, str] | None = None
+        self._last_exit_code: int | None = None
+
+    @property
+    def inflight(self) -> int:
+        return len(self._running)
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def _startup(self) -> None:
+        """Work before the call site is ready (simple-json probes its scripts)."""
+
+    async def run(self) -> WorkerExit:
+        self.started_at = self.last_active = trio.current_time()
+        await self._startup()
+        if self._end is None:
+            self.state = "ready"
+            self.ready_at = trio.current_time()
+            self.hooks.on_ready(self)
+            await self._ended.wait()
+        self.state = "exited"
+        reason, message = self._end or ("stopped", "worker stopped")
+        return WorkerExit(
+            reason=reason,
+            message=message,
+            exit_code=self._last_exit_code if reason == "start-failed" else None,
+            uptime_ms=(trio.current_time() - self.started_at) * 1000.0,
+            was_ready=self.ready_at is not None,
+            stderr_tail=self.stderr.tail(),
+        )
+
+    def _finish(self, reason: ExitReason, message: str) -> None:
+        if self._end is None:
+            self._end = (reason, message)
+        if self.state != "exited":
+            self.state = "stopping"
+        self._ended.set()
+
+    def kill(self, reason: ExitReason, message: str) -> None:
+        self._finish(reason, message)
+        for scope in list(self._running):
+            scope.cancel()
+
+    async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
+        if self._end is None:
+            self._end = (reason, f"worker {reason}")
+        if self.state in ("ready", "starting", "draining"):
+            self.state = "draining"
+            if self._running and drain_s > 0:
+                self._idle = trio.Event()
+                with trio.move_on_after(drain_s):
+                    await self._idle.wait()
+        self.kill(reason, f"worker {reason}")
+
+    async def ping(self, timeout_s: float) -> wire.Pong | None:
+        return None if self._end is not None else wire.Pong(id="spawn", status="healthy")
+
+    # calls -------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        on_progress: ProgressSink | None = None,
+    ) -> CallOutcome:
+        if self._end is not None:
+            return CallOutcome(
+                ok=False, code="worker-crashed", error=f"{self.sidecar}: {self._end[1]}"
+            )
+        scope = trio.CancelScope()
+        self._running.add(scope)
+        self.calls_issued += 1
+        self.last_active = trio.current_time()
+        try:
+            with scope:
+                outcome = await self._call(tool, input_raw)
+        finally:
+            self._running.discard(scope)
+            self.last_active = trio.current_time()
+            if not self._running:
+                self._idle.set()
+            self.hooks.on_capacity(self)
+        if scope.cancelled_caught:
+            message = self._end[1] if self._end else "worker ended"
+            return CallOutcome(
+                ok=False,
+                code="worker-crashed",
+                error=f"{self.sidecar} ended while running {tool}: {message}",
+            )
+        return outcome
+
+    @abstractmethod
+    async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
+        """Spawn, exchange, judge."""
+
+    def _spawn_failed(self, tool: str, exc: SpawnFailed) -> CallOutcome:
+        if exc.errno == errno.E2BIG:
+            return CallOutcome(
+                ok=False,
+                code="invalid-input",
+                error=f"{tool}: the input is too large to pass on a command line",
+            )
+        # The command cannot run at all: this call site is down; the pool restarts it per policy.
+        self._finish("start-failed", str(exc))
+        return CallOutcome(ok=False, code="unavailable", error=f"{tool}: {exc}")
+
+    @staticmethod
+    def _outcome(answer: Answer, run: ProcessRun) -> CallOutcome:
+        failed = not answer.ok
+        return CallOutcome(
+            ok=answer.ok,
+            data=answer.data,
+            content=answer.content,
+            code=answer.code,
+            error=answer.error,
+            details=answer.details,
+            exit_code=run.exit_code if failed else None,
+            stderr=(run.stderr or None) if failed else None,
+            pid=run.pid,
+        )
+
+    async def _run_once(
+        self, argv: list[str], stdin_data: bytes | None, *, first_line: bool
+    ) -> ProcessRun:
+        """Run ``argv`` to its end (or its first stdout line) and reap its process group.
+
+        Raises:
+            SpawnFailed: The program could not be executed.
+        """
+        try:
+            proc = spawn(
+                argv,
+                cwd=self.spec.cwd,
+                env=self.spec.env,
+                limits=self.spec.limits,
+                stdin=stdin_data is not None,
+            )
+        except OSError as exc:
+            raise SpawnFailed(argv[0] if argv else "?", exc) from exc
+        cap = self.spec.max_line
+        ring = StderrRing()
+        shared = self.stderr
+        stderr_eof = trio.Event()
+        first = oneshot.FirstLine(cap)
+        everything = bytearray()
+        too_large = False
+        rc: int | None = None
+
+        async def drain_stderr() -> None:
+            assert proc.stderr is not None
+            try:
+                while data := await proc.stderr.receive_some(READ_CHUNK):
+                    ring.write(data)
+                    shared.write(data)
+            except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                pass
+            finally:
+                stderr_eof.set()
+
+        async def feed_stdin() -> None:
+            assert proc.stdin is not None and stdin_data is not None
+            try:
+                await proc.stdin.send_all(stdin_data)
+                await proc.stdin.aclose()
+            except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                pass
+
+        async def discard_stdout() -> None:
+            assert proc.stdout is not None
+            try:
+                while await proc.stdout.receive_some(READ_CHUNK):
+                    pass
+            except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                pass
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain_stderr)
+                if stdin_data is not None:
+                    nursery.start_soon(feed_stdin)
+                assert proc.stdout is not None
+                try:
+                    while data := await proc.stdout.receive_some(READ_CHUNK):
+                        if first_line:
+                            if first.feed(data) is not None:
+                                break
+                        else:
+                            everything += data
+                            if len(everything) > cap:
+                                too_large = True
+                                break
+                except LineTooLong:
+                    too_large = True
+                except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                    pass
+                if too_large:
+                    proc.kill()
+                elif first.done:
+                    nursery.start_soon(discard_stdout)
+                    with trio.move_on_after(ANSWERED_EXIT_GRACE_S):
+                        await proc.wait()
+                    proc.kill()  # a no-op once it exited; otherwise ends the whole group
+                rc = await proc.wait()
+                with trio.move_on_after(STDERR_SETTLE_S):
+                    await stderr_eof.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    proc.kill()
+                rc = await proc.wait()
+                proc.forget()
+                await proc.aclose_streams()
+        output = first.finish() if first_line else (bytes(everything) or None)
+        return ProcessRun(
+            pid=proc.pid,
+            output=output,
+            exit_code=rc,
+            stderr=ring.tail(STDERR_TAIL),
+            too_large=too_large,
+        )
+
+    def _too_large(self, tool: str, run: ProcessRun) -> CallOutcome:
+        return CallOutcome(
+            ok=False,
+            code="output-too-large",
+            error=f"{tool}: output over the {self.spec.max_line}-byte cap; the process was killed",
+            stderr=run.stderr or None,
+            pid=run.pid,
+        )
+
+
+class OneshotWorker(SpawnWorker):
+    """process-json ``mode: oneshot``: one request line in, the first stdout line out."""
+
+    async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
+        init = self.spec.init
+        line = oneshot.request_line(
+            tool,
+            input_raw,
+            config=init.config if init else {},
+            cwd=init.cwd if init else self.spec.cwd,
+            project_dir=init.projectDir if init else self.spec.cwd,
+            config_dir=init.configDir if init else self.spec.cwd,
+        )
+        try:
+            run = await self._run_once(self.spec.argv, line, first_line=True)
+        except SpawnFailed as exc:
+            return self._spawn_failed(tool, exc)
+        if run.too_large:
+            return self._too_large(tool, run)
+        return self._outcome(oneshot.parse_answer(tool, run.output, run.exit_code), run)
+
+
+class SimpleJsonWorker(SpawnWorker):
+    """simple-json scripts: probed at start, then one run per call with the input as argv."""
+
+    async def _startup(self) -> None:
+        scripts = self.spec.scripts
+        verdicts: dict[str, tuple[simple_json.ProbeVerdict, bytes | None]] = {}
+        limiter = trio.CapacityLimiter(PROBE_PARALLEL)
+
+        async def probe(key: str, argv: list[str]) -> None:
+            async with limiter:
+                verdicts[key] = await self._probe(argv)
+
+        unique = {"\0".join(argv): argv for argv in scripts.values()}
+        async with trio.open_nursery() as nursery:
+            for key, argv in unique.items():
+                nursery.start_soon(probe, key, argv)
+        tools: list[wire.ToolInfo] = []
+        health: dict[str, wire.ToolHealth] = {}
+        for name, argv in scripts.items():
+            verdict, dump = verdicts["\0".join(argv)]
+            where = _display(argv, self.spec.cwd)
+            tools.append(simple_json.tool_info(name, dump, f"simple-json script {where}"))
+            if verdict.ok:
+                health[name] = wire.ToolHealth(status="healthy")
+            else:
+                health[name] = wire.ToolHealth(
+                    status="unavailable",
+                    code=verdict.code,
+                    reason=f"{where}: {verdict.message}",
+                    hint="make the script answer "
+                    f"{simple_json.TEST_ARG} with JSON quickly, or raise the probe timeout "
+                    "(autodiscover probeTimeoutMs / sidecars.<id>.probe.timeoutMs)",
+                )
+        self.ready_msg = wire.Ready(name=self.sidecar, concurrency=self.concurrency, tools=tools)
+        self.hooks.on_pong(self, wire.Pong(id="discovery", status="healthy", tools=health))
+
+    async def _probe(self, argv: list[str]) -> tuple[simple_json.ProbeVerdict, bytes | None]:
+        """Run the test probe, then (if it passed) the schema dump, each within the timeout.
+
+        A probe that times out gets one more try: a busy machine can delay a start.
+        """
+        timeout_s = self.spec.probe_timeout_s
+        ms = int(timeout_s * 1000)
+        run: ProcessRun | None = None
+        try:
+            for _ in range(PROBE_TRIES):
+                with trio.move_on_after(timeout_s):
+                    run = await self._run_once(
+                        [*argv, simple_json.TEST_ARG], None, first_line=False
+                    )
+                if run is not None:
+                    break
+        except SpawnFailed as exc:
+            return simple_json.ProbeVerdict(ok=False, code="probe-error", message=str(exc)), None
+        if run is None:
+            verdict = simple_json.judge_probe(b"", None, timed_out=True, timeout_ms=ms)
+            return verdict, None
+        verdict = simple_json.judge_probe(
+            run.output or b"", run.exit_code, timed_out=False, timeout_ms=ms
+        )
+        if not verdict.ok:
+            if run.stderr:
+                tail = run.stderr.strip().splitlines()[-1:]
+                message = f"{verdict.message}; stderr: {tail[0][:200]}" if tail else verdict.message
+                verdict = msgspec.structs.replace(verdict, message=message)
+            return verdict, None
+        dump: ProcessRun | None = None
+        try:
+            with trio.move_on_after(timeout_s):
+                dump = await self._run_once(
+                    [*argv, simple_json.DUMP_SCHEMA_ARG], None, first_line=False
+                )
+        except SpawnFailed:
+            dump = None
+        usable = dump is not None and dump.exit_code == 0
+        return verdict, (dump.output if dump is not None and usable else None)
+
+    async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
+        argv = self.spec.scripts.get(tool)
+        if argv is None:
+            return CallOutcome(
+                ok=False, code="unsupported", error=f"{self.sidecar} has no script for {tool}"
+            )
+        try:
+            full = simple_json.call_argv(argv, bytes(input_raw))
+        except UnicodeDecodeError:
+            return CallOutcome(ok=False, code="invalid-input", error=f"{tool}: input is not UTF-8")
+        try:
+            run = await self._run_once(full, None, first_line=False)
+        except SpawnFailed as exc:
+            return self._spawn_failed(tool, exc)
+        if run.too_large:
+            return self._too_large(tool, run)
+        return self._outcome(simple_json.parse_answer(tool, run.output or b"", run.exit_code), run)
