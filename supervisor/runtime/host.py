@@ -29,7 +29,7 @@ from supervisor.contracts.rpc import (
     HealthResult,
     RegistryStatus,
 )
-from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus
+from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.policy import results
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
@@ -39,6 +39,7 @@ from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, lo
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
+from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
 
 SUBSCRIBER_BUFFER = 256
@@ -104,6 +105,7 @@ class Host:
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
         self._pulse = trio.Event()
+        self.upgrades = Upgrades(self)
 
     # loading -----------------------------------------------------------------------------
 
@@ -132,14 +134,17 @@ class Host:
     async def run(self, *, task_status: trio.TaskStatus[Host] = trio.TASK_STATUS_IGNORED) -> None:
         """Start every runnable sidecar and serve until :meth:`stop`."""
         self.started_at = trio.current_time()
+        await self.upgrades.recover()  # an interrupted package apply/rollback, before reading
         self.plan = self.load()
         self.catalog.allow_degraded = self.registry.host.allow_degraded
         self._changed(self.catalog.load(self.plan))
+        self.upgrades.refresh()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
+                await nursery.start(self.upgrades.run)
                 task_status.started(self)
                 await self._stop.wait()
                 async with trio.open_nursery() as stopping:
@@ -230,6 +235,23 @@ class Host:
             result.revision = self.catalog.revision
             return result
 
+    async def stop_sidecar(self, sidecar: str) -> bool:
+        """Drain and stop one sidecar's pool; it stays in the plan (a reload or
+        :meth:`start_sidecar` starts it again). False when it was not running."""
+        pool = self.pools.pop(sidecar, None)
+        if pool is None:
+            return False
+        await pool.stop()
+        return True
+
+    async def start_sidecar(self, sidecar: str) -> bool:
+        """Start the pool of a planned sidecar that is not running (after :meth:`stop_sidecar`)."""
+        sp = self.plan.sidecars.get(sidecar)
+        if sp is None or sidecar in self.pools:
+            return False
+        await self._start_pool(sp)
+        return sidecar in self.pools
+
     async def _start_pool(self, sp: SidecarPlan) -> None:
         cfg = sp.config
         if not sp.runnable or cfg is None:
@@ -294,6 +316,12 @@ class Host:
 
     def on_facts(self, sidecar: str, facts: SidecarFacts) -> None:
         self._changed(self.catalog.update_sidecar(sidecar, facts))
+
+    def set_upgrade(
+        self, sidecar: str, state: UpgradeField | None, reason: Reason | None = None
+    ) -> None:
+        """Show the package manager's ``upgrade`` state for ``sidecar`` (None: the registry's)."""
+        self._changed(self.catalog.set_upgrade(sidecar, state, reason))
 
     def _notify(self) -> None:
         self._pulse.set()

@@ -1,8 +1,9 @@
 """The kernel protocol's method table (PROTOCOL 6).
 
 Each method is a function of a :class:`Session` (one client connection) and the request. Quick
-methods answer synchronously; ``tools.invoke`` and ``sidecar.restart`` are awaited by one of the
-connection's invoker tasks. A handler signals a protocol error by raising :class:`RpcFailure`.
+methods answer synchronously; ``tools.invoke``, ``sidecar.restart`` and ``packages.*`` are
+awaited by one of the connection's invoker tasks. A handler signals a protocol error by raising
+:class:`RpcFailure`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import msgspec
 import trio
 
 import supervisor
+from supervisor.contracts.packages import ApplyParams, RollbackParams, StageParams
 from supervisor.contracts.rpc import (
     PROTOCOL_NAME,
     CancelParams,
@@ -25,6 +27,7 @@ from supervisor.contracts.rpc import (
     ServerInfo,
     SidecarParams,
 )
+from supervisor.packages.errors import PackageError
 from supervisor.runtime.host import Host
 from supervisor.server.codec import Codec
 from supervisor.server.formats import render
@@ -65,6 +68,7 @@ CAPABILITIES = {
     "streaming": True,
     "cancel": True,
     "subscribe": True,
+    "packages": True,
 }
 
 
@@ -152,6 +156,57 @@ async def sidecar_restart(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
     return {"restarted": True}
 
 
+# packages.* (docs/packages.md): operator actions on the package manager of the running host.
+
+_PACKAGE_ERRORS = {"not-found": "not-found", "busy": "overloaded", "io-failed": "internal"}
+
+
+def _package_failure(exc: PackageError) -> RpcFailure:
+    """A refused package operation: the manager's code and every problem go in ``data``."""
+    return RpcFailure(
+        _PACKAGE_ERRORS.get(exc.code, "invalid-params"),
+        exc.message,
+        {"reason": exc.code, "problems": exc.problems},
+    )
+
+
+async def packages_status(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
+    s.codec.params(raw, EmptyParams)
+    try:
+        return await s.host.upgrades.status()
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
+async def packages_stage(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
+    p = s.codec.params(raw, StageParams)
+    try:
+        return await s.host.upgrades.stage(p.source)
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
+async def packages_apply(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
+    p = s.codec.params(raw, ApplyParams)
+    try:
+        return await s.host.upgrades.apply(p.id, auto_rollback=p.autoRollback)
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
+async def packages_rollback(s: Session, rid: RequestId, raw: msgspec.Raw) -> Any:
+    p = s.codec.params(raw, RollbackParams)
+    if p.confirm is not True:
+        raise RpcFailure(
+            "invalid-params",
+            "params.confirm: packages.rollback is an operator decision; send confirm: true",
+        )
+    try:
+        return await s.host.upgrades.rollback(p.id)
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
 _ALREADY_SENT = object()
 
 SYNC_METHODS: dict[str, SyncMethod] = {
@@ -167,6 +222,10 @@ SYNC_METHODS: dict[str, SyncMethod] = {
 ASYNC_METHODS: dict[str, AsyncMethod] = {
     "tools.invoke": tools_invoke,
     "sidecar.restart": sidecar_restart,
+    "packages.status": packages_status,
+    "packages.stage": packages_stage,
+    "packages.apply": packages_apply,
+    "packages.rollback": packages_rollback,
 }
 
 
