@@ -22,9 +22,8 @@ HOST = "0.1.0"
 
 
 def refused(root, code="invalid-package"):
-    with pytest.raises(PackageError) as info:
-        with open_source(root) as folder:
-            load_verified(folder, HOST)
+    with pytest.raises(PackageError) as info, open_source(root) as folder:
+        load_verified(folder, HOST)
     assert info.value.code == code, str(info.value)
     return str(info.value)
 
@@ -129,7 +128,7 @@ def test_checksum_covers_content_and_exec_bit_but_not_caches(tmp_path):
     (root / "share" / "behaviour.json").chmod(0o644)
     (root / "share" / "behaviour.json").write_text("{}")
     assert payload_checksum(scan_payload(root)) != before
-    assert "checksum-mismatch" == refused_code(root)
+    assert refused_code(root) == "checksum-mismatch"
 
 
 def refused_code(root):
@@ -192,20 +191,20 @@ def test_bad_archives_are_refused_before_extraction(tmp_path, member, message):
 
 def test_an_archive_without_package_toml(tmp_path):
     archive = _tar(tmp_path / "empty.tar.gz", [_file("a/readme")])
-    with pytest.raises(PackageError) as info:
-        with open_source(archive):
-            pass
+    with pytest.raises(PackageError) as info, open_source(archive):
+        pass
     assert "no package.toml at the archive root" in str(info.value)
 
 
 def test_sources_that_are_neither_folder_nor_archive(tmp_path):
     (tmp_path / "x.zip").write_bytes(b"PK")
-    with pytest.raises(PackageError, match="folder or a .tar.gz"):
-        with open_source(tmp_path / "x.zip"):
-            pass
-    with pytest.raises(PackageError) as info:
-        with open_source(tmp_path / "missing"):
-            pass
+    with (
+        pytest.raises(PackageError, match=r"folder or a \.tar\.gz"),
+        open_source(tmp_path / "x.zip"),
+    ):
+        pass
+    with pytest.raises(PackageError) as info, open_source(tmp_path / "missing"):
+        pass
     assert info.value.code == "not-found"
 
 

@@ -94,7 +94,7 @@ def test_apply_and_rollback_swap_folders_and_registry(app, src):
     assert not list((app / "tools/packages/.staging").iterdir())
     mgr.stage(build(src, "1.2.0"))
     txn = mgr.prepare_apply("greet")
-    assert [m.step for m in txn.journal.moves][0] == "previous-trashed"
+    assert next(m.step for m in txn.journal.moves) == "previous-trashed"
     mgr.execute(txn)
     assert installed_version(app, where=".previous") == "1.1.0"
     assert not (app / "tools/packages/.trash").exists() or not any(
@@ -112,7 +112,7 @@ def test_apply_and_rollback_swap_folders_and_registry(app, src):
 
 def test_operator_settings_and_comments_survive_an_upgrade(app, src):
     (app / "tools" / "external.tools.jsonc").write_text(OPERATOR_REGISTRY)
-    mgr = install(manager(app), src, "1.0.0")
+    install(manager(app), src, "1.0.0")
     text = (app / "tools" / "external.tools.jsonc").read_text()
     assert "this comment must survive upgrades" in text
     entry = registry_entry(app)
