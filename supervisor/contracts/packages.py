@@ -104,7 +104,7 @@ class PackagesStatus(Struct, kw_only=True):
     """What recovery did before this answer (empty when nothing was unfinished)."""
 
 
-class StageResult(Struct, kw_only=True, omit_defaults=True):
+class StageResult(Struct, kw_only=True):
     id: str
     version: str
     staged: str

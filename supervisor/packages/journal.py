@@ -1,13 +1,17 @@
 """The write-ahead journal of apply/rollback, and the upgrade records that outlive it.
 
-# Strategy: a transaction is planned completely before it starts: the folder renames (each with
-# unique source and destination names, relative to ``tools/packages``), the sha256 of the
-# registry before and after. The plan is written (fsync, atomic rename) as
-# ``tools/packages/.journal.json`` before the first rename. The registry swap is the commit
-# point: recovery finds the journal and either undoes the renames in reverse (the registry still
-# holds the old text) or finishes the bookkeeping (it holds the new text). Whether one rename
-# happened is read off the disk (the destination exists and the source does not), so a crash
-# between any two steps, or in the middle of one, is recoverable without guessing.
+# Strategy: a transaction is planned completely before it starts: the folder renames (relative
+# to ``tools/packages``), the sha256 of the registry before and after. The plan is written (fsync,
+# atomic rename) as ``tools/packages/.journal.json`` before the first rename, and ``done`` (how
+# many renames are complete) is rewritten after each one. The registry swap is the commit point:
+# recovery finds the journal and either undoes the renames in reverse (the registry still holds
+# the old text) or finishes the bookkeeping (it holds the new text).
+#
+# A crash can fall between a rename and the journal update that counts it, so ``done`` may be one
+# short (or, while undoing, one long). Which one is read off the disk, and only ever between two
+# neighbouring states of the sequence, where exactly one rename differs: before it its source
+# exists and its destination does not, after it the reverse. (Checking every rename on its own
+# would be ambiguous: ``.previous/<id>`` is a destination in one step and a source in another.)
 #
 # ``.upgrades.json`` keeps what must survive the transaction: a version applied but not yet
 # seen ready (``verifying``), and the operator decisions pending (``rollback-required``,
@@ -55,6 +59,10 @@ class Journal(msgspec.Struct, kw_only=True):
     """sha256 of the registry file before ("" when there was none)"""
     registryAfter: str
     """sha256 of the registry file the transaction commits"""
+    done: int = 0
+    """renames known complete (the next one may be complete too, see :func:`progress`)"""
+    undoing: bool = False
+    """recovery is reversing the renames (then ``done`` may be one too many)"""
     committed: bool = False
     autoRollback: bool = False
 
@@ -143,15 +151,31 @@ def _exists(p: Path) -> bool:
 
 
 def move_done(base: Path, move: Move) -> bool:
-    """The rename happened: its destination exists and its source does not."""
+    """The rename happened: its destination exists and its source does not.
+
+    Only meaningful between the two neighbouring states this one rename separates.
+    """
     return _exists(base / move.dst) and not _exists(base / move.src)
 
 
-def undo_moves(base: Path, moves: list[Move]) -> list[str]:
-    """Reverse every rename that happened, last first; returns what was undone."""
+def progress(base: Path, journal: Journal) -> int:
+    """How many renames are complete on disk, from ``done`` and the one rename in doubt."""
+    n = journal.done
+    if journal.undoing:
+        return n if n == 0 or move_done(base, journal.moves[n - 1]) else n - 1
+    return n + 1 if n < len(journal.moves) and move_done(base, journal.moves[n]) else n
+
+
+def undo_moves(base: Path, journal: Journal, path: Path) -> list[str]:
+    """Reverse every complete rename, last first, counting down in the journal at ``path``."""
+    journal.done = progress(base, journal)
+    journal.undoing = True
+    write_journal(path, journal)
     undone = []
-    for move in reversed(moves):
-        if move_done(base, move):
-            durable_rename(base / move.dst, base / move.src)
-            undone.append(move.step)
+    for i in reversed(range(journal.done)):
+        move = journal.moves[i]
+        durable_rename(base / move.dst, base / move.src)
+        undone.append(move.step)
+        journal.done = i
+        write_journal(path, journal)
     return undone

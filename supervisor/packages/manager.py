@@ -531,9 +531,11 @@ class PackageManager:
         write_journal(self.journal_path, j)
         crash_point(f"{op}:journal-written")
         try:
-            for move in j.moves:
+            for i, move in enumerate(j.moves):
                 durable_rename(self.base / move.src, self.base / move.dst)
-                crash_point(f"{op}:{move.step}")
+                crash_point(f"{op}:{move.step}")  # before the journal counts it: the hard case
+                j.done = i + 1
+                write_journal(self.journal_path, j)
             atomic_write(self.next, txn.registry_text.encode("utf-8"), mode=self._registry_mode())
             crash_point(f"{op}:next-written")
             durable_rename(self.next, self.registry)
@@ -551,10 +553,8 @@ class PackageManager:
         self._finish(j)
 
     def _undo(self, j: Journal) -> list[str]:
-        undone = undo_moves(self.base, j.moves)
-        tx_trash = self.trash / j.tx
-        if tx_trash.is_dir() and not any(tx_trash.iterdir()):
-            remove_tree(tx_trash)
+        undone = undo_moves(self.base, j, self.journal_path)
+        self._tidy_trash(j.tx, discard=False)
         remove_journal(self.journal_path)
         self.regenerate_next()
         return undone
@@ -570,10 +570,19 @@ class PackageManager:
         )
         write_upgrades(self.upgrades_path, upgrades)
         crash_point(f"{j.op}:state-written")
-        remove_tree(self.trash / j.tx)
+        self._tidy_trash(j.tx, discard=True)
         self.regenerate_next()
         crash_point(f"{j.op}:cleaned")
         remove_journal(self.journal_path)
+
+    def _tidy_trash(self, tx: str, *, discard: bool) -> None:
+        """Delete transaction ``tx``'s folder in ``.trash`` (with what it set aside when
+        ``discard``, after a commit; only if empty after an undo), then an empty ``.trash``."""
+        folder = self.trash / tx
+        if discard or (folder.is_dir() and not any(folder.iterdir())):
+            remove_tree(folder)
+        if self.trash.is_dir() and not any(self.trash.iterdir()):
+            remove_tree(self.trash)
 
     # recovery ------------------------------------------------------------------------------
 
@@ -608,6 +617,7 @@ class PackageManager:
             for entry in self.trash.iterdir():
                 remove_tree(entry)
                 done.append(f"removed the leftover {self._rel(entry)}")
+            remove_tree(self.trash)
         self.regenerate_next()
         return done
 

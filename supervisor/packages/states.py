@@ -51,7 +51,11 @@ def upgrade_reason(
             what = f"{verb} {pid} {journal.fromVersion or '(none)'} -> {journal.toVersion}"
         else:
             assert record is not None
-            what = f"{pid} {record.toVersion} is installed and waiting to be seen ready"
+            verb = "rolling back" if record.op == "rollback" else "applying"
+            what = (
+                f"{verb} {pid} {record.fromVersion or '(none)'} -> {record.toVersion}: "
+                "installed, waiting for a host to see it ready"
+            )
         return Reason(
             field="upgrade",
             code="upgrade-applying",

@@ -137,8 +137,8 @@ class Host:
         await self.upgrades.recover()  # an interrupted package apply/rollback, before reading
         self.plan = self.load()
         self.catalog.allow_degraded = self.registry.host.allow_degraded
-        self._changed(self.catalog.load(self.plan))
         self.upgrades.refresh()
+        self._changed(self.catalog.load(self.plan))
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

@@ -230,3 +230,40 @@ def test_verification_verdicts(app, src):
     assert overlays["greet"][0] == "rollback-required"
     assert "probe: unavailable" in overlays["greet"][1].message
     assert mgr.settle_verification("greet", "ready", "") == (record, False)  # not verifying
+
+
+def _journal_cases():
+    # (renames really done, what the journal says): a crash may fall between a rename and the
+    # journal write that counts it, going forward (done one short) or undoing (one too many).
+    for s in range(4):
+        yield s, s, False
+        if s > 0:
+            yield s, s - 1, False
+        if s < 3:
+            yield s, s + 1, True
+        yield s, s, True
+
+
+@pytest.mark.parametrize(("real", "claimed", "undoing"), list(_journal_cases()))
+def test_undo_is_exact_wherever_the_crash_fell(app, src, real, claimed, undoing):
+    """The rollback plan reuses .previous/<id> as source and destination; recovery still
+    restores exactly the state before the transaction from any crash point."""
+    from supervisor.packages.fsio import durable_rename
+    from supervisor.packages.journal import write_journal
+
+    mgr = install(manager(app), src, "1.0.0")
+    mgr.stage(build(src, "2.0.0"))
+    mgr.execute(mgr.prepare_apply("greet"))
+    before = tree_state(app)
+    txn = mgr.prepare_rollback("greet")
+    j = txn.journal
+    assert len(j.moves) == 3
+    for move in j.moves[:real]:
+        durable_rename(mgr.base / move.src, mgr.base / move.dst)
+    j.done, j.undoing = claimed, undoing
+    write_journal(mgr.journal_path, j)
+    done = mgr.recover()
+    assert f"({real} step(s) reversed)" in done[0]
+    assert tree_state(app) == before
+    assert installed_version(app) == "2.0.0"
+    assert installed_version(app, where=".previous") == "1.0.0"
