@@ -47,9 +47,19 @@ def _ask_host(args: argparse.Namespace, method: str, params: dict[str, Any]) -> 
             return await client.request(method, params)
 
     try:
-        return trio.run(main)
+        try:
+            return trio.run(main)
+        except BaseExceptionGroup as group:
+            raise _leaf(group) from None
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         raise _NoHost from exc
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (the client's nurseries wrap it)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _manager(args: argparse.Namespace) -> PackageManager:

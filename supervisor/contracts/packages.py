@@ -73,7 +73,7 @@ class RollbackParams(Struct, kw_only=True):
 # packages.* results ------------------------------------------------------------------------
 
 
-class PackageInfo(Struct, kw_only=True, omit_defaults=True):
+class PackageInfo(Struct, kw_only=True):
     """One package as ``packages.status`` reports it."""
 
     id: str

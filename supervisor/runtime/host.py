@@ -238,19 +238,21 @@ class Host:
     async def stop_sidecar(self, sidecar: str) -> bool:
         """Drain and stop one sidecar's pool; it stays in the plan (a reload or
         :meth:`start_sidecar` starts it again). False when it was not running."""
-        pool = self.pools.pop(sidecar, None)
-        if pool is None:
-            return False
-        await pool.stop()
-        return True
+        async with self._reload_lock:
+            pool = self.pools.pop(sidecar, None)
+            if pool is None:
+                return False
+            await pool.stop()
+            return True
 
     async def start_sidecar(self, sidecar: str) -> bool:
         """Start the pool of a planned sidecar that is not running (after :meth:`stop_sidecar`)."""
-        sp = self.plan.sidecars.get(sidecar)
-        if sp is None or sidecar in self.pools:
-            return False
-        await self._start_pool(sp)
-        return sidecar in self.pools
+        async with self._reload_lock:
+            sp = self.plan.sidecars.get(sidecar)
+            if sp is None or sidecar in self.pools:
+                return False
+            await self._start_pool(sp)
+            return sidecar in self.pools
 
     async def _start_pool(self, sp: SidecarPlan) -> None:
         cfg = sp.config
