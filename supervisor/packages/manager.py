@@ -418,9 +418,11 @@ class PackageManager:
                 name = f"{pkg.id}@{pkg.version}"
                 replaced = None
                 for pid, other in self.staged().items():
-                    if pid == pkg.id:
+                    if pid == pkg.id:  # one staged version per package: drop the other
                         replaced = other.partition("@")[2]
-                        remove_tree(self.staging / other)
+                        dropped = self.staging / f".incoming-{uuid.uuid4().hex[:12]}-dropped"
+                        durable_rename(self.staging / other, dropped)  # atomic, then delete
+                        remove_tree(dropped)
                 durable_rename(tmp, self.staging / name)
             except BaseException:
                 if tmp.exists():
@@ -536,16 +538,24 @@ class PackageManager:
                 crash_point(f"{op}:{move.step}")  # before the journal counts it: the hard case
                 j.done = i + 1
                 write_journal(self.journal_path, j)
+            if sha256_file(self.registry) != j.registryBefore:
+                raise PackageError(
+                    "conflict",
+                    f"{self._rel(self.registry)} was edited during the {op} of {j.id}; "
+                    "nothing was changed: run it again",
+                )
             atomic_write(self.next, txn.registry_text.encode("utf-8"), mode=self._registry_mode())
             crash_point(f"{op}:next-written")
             durable_rename(self.next, self.registry)
             crash_point(f"{op}:registry-swapped")
-        except OSError as exc:
+        except (OSError, PackageError) as exc:
             if sha256_file(self.registry) == j.registryAfter:
                 raise PackageError(
                     "io-failed", f"{op} of {j.id} committed but not finished: {exc}", committed=True
                 ) from exc
             self._undo(j)
+            if isinstance(exc, PackageError):
+                raise
             raise PackageError("io-failed", f"{op} of {j.id} failed and was undone: {exc}") from exc
         j.committed = True
         write_journal(self.journal_path, j)
@@ -555,6 +565,8 @@ class PackageManager:
     def _undo(self, j: Journal) -> list[str]:
         undone = undo_moves(self.base, j, self.journal_path)
         self._tidy_trash(j.tx, discard=False)
+        if self.previous.is_dir() and not any(self.previous.iterdir()):
+            remove_tree(self.previous)  # made by a rename that was undone
         remove_journal(self.journal_path)
         self.regenerate_next()
         return undone

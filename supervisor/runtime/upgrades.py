@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 import trio
 
 from supervisor.contracts.packages import ApplyResult, PackagesStatus, StageResult
@@ -190,8 +191,13 @@ class Upgrades:
         if not auto:
             return result
         log.warning("packages: %s; rolling back as asked (autoRollback)", result.message)
-        txn = await trio.to_thread.run_sync(self.manager.prepare_rollback, pid)
-        back = await self._transact(txn)
+        try:
+            txn = await trio.to_thread.run_sync(self.manager.prepare_rollback, pid)
+            back = await self._transact(txn)
+        except PackageError as exc:
+            return msgspec.structs.replace(
+                result, message=f"{result.message}; the automatic rollback was refused: {exc}"
+            )
         return ApplyResult(
             id=pid,
             op=record.op,

@@ -267,3 +267,21 @@ def test_undo_is_exact_wherever_the_crash_fell(app, src, real, claimed, undoing)
     assert tree_state(app) == before
     assert installed_version(app) == "2.0.0"
     assert installed_version(app, where=".previous") == "1.0.0"
+
+
+def test_a_registry_edited_during_apply_undoes_it(app, src):
+    mgr = install(manager(app), src, "1.0.0")
+    mgr.stage(build(src, "1.1.0"))
+    txn = mgr.prepare_apply("greet")
+    reg = app / "tools" / "external.tools.jsonc"
+    reg.write_text(reg.read_text() + "\n// the operator was here\n")
+    edited = tree_state(app)
+    with pytest.raises(PackageError) as info:
+        mgr.execute(txn)
+    assert info.value.code == "conflict" and "was edited during the apply" in info.value.message
+    after = tree_state(app)
+    nxt = "tools/external.tools.jsonc.next"  # rewritten over the edited registry
+    assert set(after) == set(edited)
+    assert {k for k in after if after[k] != edited[k]} == {nxt}
+    assert "the operator was here" in (app / nxt).read_text()
+    assert installed_version(app) == "1.0.0" and mgr.staged() == {"greet": "greet@1.1.0"}
