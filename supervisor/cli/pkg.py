@@ -25,7 +25,7 @@ from supervisor.client import ConnectionLost, RpcError, open_client
 from supervisor.contracts.packages import ApplyResult, PackagesStatus, StageResult
 from supervisor.packages.errors import PackageError
 from supervisor.packages.fsio import LockBusy
-from supervisor.packages.manager import PackageManager
+from supervisor.packages.manager import PackageManager, Transaction
 
 T = TypeVar("T")
 
@@ -163,20 +163,24 @@ def _show_apply(r: ApplyResult) -> int:
     return _exit_code(r)
 
 
+def _execute(mgr: PackageManager, txn: Transaction) -> ApplyResult:
+    """Run a transaction without a host: installed now, verified by the next host start."""
+    mgr.execute(txn)
+    j = txn.journal
+    return ApplyResult(
+        id=j.id,
+        op=j.op,
+        fromVersion=j.fromVersion,
+        toVersion=j.toVersion,
+        upgrade="applying",
+        verified=False,
+        message=NO_HOST_NOTE,
+    )
+
+
 def apply(args: argparse.Namespace) -> int:
     def local(mgr: PackageManager, _: list[str]) -> ApplyResult:
-        txn = mgr.prepare_apply(args.id, auto_rollback=args.auto_rollback)
-        mgr.execute(txn)
-        j = txn.journal
-        return ApplyResult(
-            id=j.id,
-            op="apply",
-            fromVersion=j.fromVersion,
-            toVersion=j.toVersion,
-            upgrade="applying",
-            verified=False,
-            message=NO_HOST_NOTE,
-        )
+        return _execute(mgr, mgr.prepare_apply(args.id, auto_rollback=args.auto_rollback))
 
     return _run(
         args,
@@ -197,18 +201,7 @@ def rollback(args: argparse.Namespace) -> int:
         )
 
     def local(mgr: PackageManager, _: list[str]) -> ApplyResult:
-        txn = mgr.prepare_rollback(args.id)
-        mgr.execute(txn)
-        j = txn.journal
-        return ApplyResult(
-            id=j.id,
-            op="rollback",
-            fromVersion=j.fromVersion,
-            toVersion=j.toVersion,
-            upgrade="applying",
-            verified=False,
-            message=NO_HOST_NOTE,
-        )
+        return _execute(mgr, mgr.prepare_rollback(args.id))
 
     return _run(
         args,

@@ -1,6 +1,7 @@
 """The package manager on disk, without a host: stage, apply, roll back, refuse, recover."""
 
 import json
+import shutil
 
 import json5
 import pytest
@@ -244,16 +245,30 @@ def _journal_cases():
         yield s, s, True
 
 
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory):
+    """An app root with 2.0.0 installed and 1.0.0 previous (built once, copied per test)."""
+    base = tmp_path_factory.mktemp("two")
+    app, src = base / "app", base / "src"
+    (app / "tools").mkdir(parents=True)
+    src.mkdir()
+    mgr = install(manager(app), src, "1.0.0")
+    mgr.stage(build(src, "2.0.0"))
+    mgr.execute(mgr.prepare_apply("greet"))
+    mgr.lock.release()
+    return app
+
+
 @pytest.mark.parametrize(("real", "claimed", "undoing"), list(_journal_cases()))
-def test_undo_is_exact_wherever_the_crash_fell(app, src, real, claimed, undoing):
+def test_undo_is_exact_wherever_the_crash_fell(two_versions, tmp_path, real, claimed, undoing):
     """The rollback plan reuses .previous/<id> as source and destination; recovery still
     restores exactly the state before the transaction from any crash point."""
     from supervisor.packages.fsio import durable_rename
     from supervisor.packages.journal import write_journal
 
-    mgr = install(manager(app), src, "1.0.0")
-    mgr.stage(build(src, "2.0.0"))
-    mgr.execute(mgr.prepare_apply("greet"))
+    app = tmp_path / "copy"
+    shutil.copytree(two_versions, app, symlinks=True)
+    mgr = manager(app)
     before = tree_state(app)
     txn = mgr.prepare_rollback("greet")
     j = txn.journal
