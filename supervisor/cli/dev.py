@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from supervisor.contracts import envelope, manifest, registry, rpc, snapshot, wire
+from supervisor.contracts import envelope, manifest, packages, registry, rpc, snapshot, wire
 from supervisor.registry.manifests import bundled_manifest_dir
 
 SCHEMA_SOURCES: dict[str, Callable[[], Any]] = {
@@ -26,6 +26,8 @@ SCHEMA_SOURCES: dict[str, Callable[[], Any]] = {
     "rpc.error.schema.json": lambda: msgspec.json.schema(rpc.ErrorResponse),
     "rpc.event.schema.json": lambda: msgspec.json.schema(rpc.Event),
     "rpc.catalog.schema.json": lambda: msgspec.json.schema(rpc.Catalog),
+    "package.schema.json": lambda: msgspec.json.schema(packages.PackageFile),
+    "rpc.packages.schema.json": lambda: msgspec.json.schema(packages.PackagesStatus),
 }
 
 

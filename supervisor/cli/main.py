@@ -88,6 +88,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--content", action="store_true", help="print only the content text")
     p.set_defaults(func=_lazy("supervisor.cli.ops", "invoke"))
 
+    p = sub.add_parser("pkg", help="external tool packages: stage, apply, rollback, status")
+    pkg = p.add_subparsers(dest="pkg_command", metavar="ACTION")
+    q = pkg.add_parser("stage", help="verify a package (folder or .tar.gz) and stage it")
+    q.add_argument("source", help="package folder or .tar.gz")
+    q = pkg.add_parser("apply", help="apply the staged version of a package")
+    q.add_argument("id", help="package id")
+    q.add_argument(
+        "--auto-rollback",
+        action="store_true",
+        help="restore the previous version if the new one fails its start or probe",
+    )
+    q = pkg.add_parser("rollback", help="restore the previous version of a package")
+    q.add_argument("id", help="package id")
+    q.add_argument("--yes", action="store_true", help="confirm: rolling back is your decision")
+    q = pkg.add_parser("status", help="packages, versions, upgrade states, what is staged")
+    for action in ("stage", "apply", "rollback", "status"):
+        q = pkg.choices[action]
+        add_location_args(q)
+        q.add_argument("--json", action="store_true", help="print the result as JSON")
+        q.set_defaults(func=_lazy("supervisor.cli.pkg", action))
+    q = pkg.add_parser("checksum", help="print (or --write) a package folder's payload checksum")
+    q.add_argument("folder", help="package folder")
+    q.add_argument("--write", action="store_true", help="write it into package.toml")
+    q.set_defaults(func=_lazy("supervisor.cli.pkg", "checksum"))
+
     p = sub.add_parser("dev", help="developer tasks: generated files")
     dev = p.add_subparsers(dest="dev_command", metavar="TASK")
     for name, helptext in (

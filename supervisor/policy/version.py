@@ -77,8 +77,51 @@ def satisfies(version: str, spec: str) -> bool:
     return True
 
 
-def compatibility(host_version: str, compatible_core: str | None) -> tuple[VersionState, str]:
-    """The snapshot's ``version`` field and a message when it is not ``compatible``."""
+SUPPORTED_PROTOCOLS: dict[str, tuple[int, ...]] = {"process-json": (1,)}
+"""Major versions of each sidecar protocol this host speaks (others are not judged)."""
+
+
+def protocol_compatibility(protocol: str, protocol_version: str | None) -> tuple[VersionState, str]:
+    """Whether this host speaks ``protocol`` at ``protocol_version`` (its major part decides)."""
+    supported = SUPPORTED_PROTOCOLS.get(protocol)
+    if protocol_version is None or supported is None:
+        return "unknown", ""
+    try:
+        major = parse_version(protocol_version)[0]
+    except RangeError:
+        return "unknown", f"protocolVersion {protocol_version!r} is not a version"
+    if major in supported:
+        return "compatible", ""
+    speaks = ", ".join(str(v) for v in supported)
+    return (
+        "incompatible",
+        f"{protocol} protocol {protocol_version} is not supported (toolhost speaks {speaks})",
+    )
+
+
+def compatibility(
+    host_version: str,
+    compatible_core: str | None,
+    *,
+    protocol: str | None = None,
+    protocol_version: str | None = None,
+) -> tuple[VersionState, str]:
+    """The snapshot's ``version`` field and a message when it is not ``compatible``.
+
+    ``compatibleCore`` against the host version decides, except that a sidecar protocol version
+    this host does not speak makes it ``incompatible`` whatever the range says.
+    """
+    state, message = _core_compatibility(host_version, compatible_core)
+    if protocol is not None:
+        pstate, pmessage = protocol_compatibility(protocol, protocol_version)
+        if pstate == "incompatible":
+            if state == "incompatible":
+                return state, f"{message}; {pmessage}"
+            return pstate, pmessage
+    return state, message
+
+
+def _core_compatibility(host_version: str, compatible_core: str | None) -> tuple[VersionState, str]:
     if compatible_core is None:
         return "unknown", ""
     try:

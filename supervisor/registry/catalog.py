@@ -20,6 +20,7 @@ from supervisor.contracts.snapshot import (
     RuntimeState,
     Stability,
     StabilityDetails,
+    UpgradeField,
 )
 from supervisor.contracts.wire import ToolInfo
 from supervisor.policy.availability import Facts, assess
@@ -76,6 +77,7 @@ class Catalog:
         self._descriptors: dict[str, Descriptor] = {}
         self._owner: dict[str, str] = {}
         self._dependents: set[str] = set()
+        self._upgrade: dict[str, tuple[UpgradeField, Reason | None]] = {}
 
     # reading -----------------------------------------------------------------------------
 
@@ -153,6 +155,30 @@ class Catalog:
         else:
             self._quota[tool] = retry_after_ms
         return self._refresh({tool})
+
+    def set_upgrade(
+        self, sidecar: str, state: UpgradeField | None, reason: Reason | None = None
+    ) -> list[Descriptor]:
+        """Override the registry's ``upgrade`` field for ``sidecar`` (None: stop overriding).
+
+        The package manager's state is the truth for packages it manages; the override outlives
+        :meth:`load`, so a reload cannot bring back a stale hand-edited value.
+        """
+        if state is None:
+            if self._upgrade.pop(sidecar, None) is None:
+                return []
+        else:
+            if self._upgrade.get(sidecar) == (state, reason):
+                return []
+            self._upgrade[sidecar] = (state, reason)
+        names = {n for n, o in self._owner.items() if o == sidecar}
+        names |= {n for n, tp in self._plan.tools.items() if tp.sidecar == sidecar}
+        return self._refresh(names)
+
+    def upgrade_of(self, sidecar: str) -> UpgradeField | None:
+        """The overriding ``upgrade`` value for ``sidecar``, if any."""
+        got = self._upgrade.get(sidecar)
+        return got[0] if got else None
 
     # internals ---------------------------------------------------------------------------
 
@@ -259,6 +285,13 @@ class Catalog:
             pr = tpr.reason if tpr else facts.probe_reason
             if pr is not None:
                 specific["probe"] = pr
+        upgrade = tp.upgrade
+        override = self._upgrade.get(tp.sidecar) if tp.sidecar else None
+        if override is not None:
+            upgrade, upgrade_reason = override
+            specific.pop("upgrade", None)
+            if upgrade_reason is not None:
+                specific["upgrade"] = upgrade_reason
         retry_after = self._quota.get(name)
         sandbox = tp.sandbox
         if retry_after is not None and sandbox != "denied":
@@ -271,7 +304,7 @@ class Catalog:
             probe=probe,
             runtime=runtime,
             sandbox=sandbox,  # type: ignore[arg-type]
-            upgrade=tp.upgrade,
+            upgrade=upgrade,
         )
         eff, reasons = assess(f, specific, tp.sidecar)
         if any(r.field in STATIC_FIELDS for r in reasons):

@@ -263,6 +263,23 @@ def _folders(entries: list[AutodiscoverEntry]) -> list[AutodiscoverConfig]:
     return [AutodiscoverConfig(path=e) if isinstance(e, str) else e for e in entries]
 
 
+def validate_entry(sid: str, raw: Any) -> list[str]:
+    """Problems of one ``sidecars.<sid>`` value, exactly as :func:`load_registry` reports them
+    (used by writers such as the package manager before they write an entry)."""
+    prefix = f"sidecars.{sid}"
+    if not re.match(SIDECAR_ID_PATTERN, sid):
+        return [f"{prefix}: sidecar id must match {SIDECAR_ID_PATTERN}"]
+    if not isinstance(raw, dict):
+        return [f"{prefix}: expected object, got {type(raw).__name__}"]
+    entry = SidecarEntry(id=sid, source="", config_dir="", config=None)
+    try:
+        entry.config = msgspec.convert(raw, SidecarConfig)
+    except msgspec.ValidationError as exc:
+        return [describe(exc, raw, prefix)]
+    _check_semantics(entry, prefix)
+    return entry.errors
+
+
 def _check_semantics(entry: SidecarEntry, prefix: str) -> None:
     """Rules a struct cannot express; any failure makes the entry invalid."""
     cfg = entry.config

@@ -257,7 +257,12 @@ def _plan_tool(
                 "use a relative command inside the anchor (./tools/packages/...) "
                 "or a bare PATH name",
             )
-    tp.version, vmsg = compatibility(host_version, cfg.compatible_core)
+    tp.version, vmsg = compatibility(
+        host_version,
+        cfg.compatible_core,
+        protocol=cfg.protocol,
+        protocol_version=cfg.protocol_version,
+    )
     if tp.version == "incompatible":
         reasons["version"] = _reason(
             "version",

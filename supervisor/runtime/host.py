@@ -30,7 +30,7 @@ from supervisor.contracts.rpc import (
     HealthResult,
     RegistryStatus,
 )
-from supervisor.contracts.snapshot import Descriptor, SidecarStatus
+from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.policy import results, retry
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
@@ -43,6 +43,7 @@ from supervisor.runtime import kinds
 from supervisor.runtime.audit import AuditApproval, AuditLog
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
+from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import CallOutcome, LaunchSpec, ProgressSink
 
 SUBSCRIBER_BUFFER = 256
@@ -113,6 +114,7 @@ class Host:
         self.endpoints: dict[str, str] = {}
         self.audit: AuditLog | None = None
         self._pulse = trio.Event()
+        self.upgrades = Upgrades(self)
 
     # loading -----------------------------------------------------------------------------
 
@@ -146,8 +148,10 @@ class Host:
     async def run(self, *, task_status: trio.TaskStatus[Host] = trio.TASK_STATUS_IGNORED) -> None:
         """Start every runnable sidecar and serve until :meth:`stop`."""
         self.started_at = trio.current_time()
+        await self.upgrades.recover()  # an interrupted package apply/rollback, before reading
         self.plan = self.load()
         self.catalog.allow_degraded = self.registry.host.allow_degraded
+        self.upgrades.refresh()
         self._changed(self.catalog.load(self.plan))
         hcfg = self.registry.host
         if hcfg.audit_log and self.options.audit:
@@ -163,6 +167,7 @@ class Host:
                     await nursery.start(self.audit.run)
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
+                await nursery.start(self.upgrades.run)
                 task_status.started(self)
                 await self._stop.wait()
                 async with trio.open_nursery() as stopping:
@@ -253,6 +258,25 @@ class Host:
             result.revision = self.catalog.revision
             return result
 
+    async def stop_sidecar(self, sidecar: str) -> bool:
+        """Drain and stop one sidecar's pool; it stays in the plan (a reload or
+        :meth:`start_sidecar` starts it again). False when it was not running."""
+        async with self._reload_lock:
+            pool = self.pools.pop(sidecar, None)
+            if pool is None:
+                return False
+            await pool.stop()
+            return True
+
+    async def start_sidecar(self, sidecar: str) -> bool:
+        """Start the pool of a planned sidecar that is not running (after :meth:`stop_sidecar`)."""
+        async with self._reload_lock:
+            sp = self.plan.sidecars.get(sidecar)
+            if sp is None or sidecar in self.pools:
+                return False
+            await self._start_pool(sp)
+            return sidecar in self.pools
+
     async def _start_pool(self, sp: SidecarPlan) -> None:
         cfg = sp.config
         if not sp.runnable or cfg is None:
@@ -326,6 +350,12 @@ class Host:
             self._changed([], force=True)
         else:
             self._changed(changed)
+
+    def set_upgrade(
+        self, sidecar: str, state: UpgradeField | None, reason: Reason | None = None
+    ) -> None:
+        """Show the package manager's ``upgrade`` state for ``sidecar`` (None: the registry's)."""
+        self._changed(self.catalog.set_upgrade(sidecar, state, reason))
 
     def _notify(self) -> None:
         self._pulse.set()

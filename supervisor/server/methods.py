@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 import supervisor
+from supervisor.contracts.packages import ApplyParams, RollbackParams, StageParams
 from supervisor.contracts.rpc import (
     PROTOCOL_NAME,
     CancelParams,
@@ -26,6 +27,7 @@ from supervisor.contracts.rpc import (
     ServerInfo,
     SidecarParams,
 )
+from supervisor.packages.errors import PackageError
 from supervisor.runtime.host import Host
 from supervisor.server.codec import Codec
 from supervisor.server.formats import render
@@ -87,6 +89,7 @@ CAPABILITIES = {
     "cancel": True,
     "subscribe": True,
     "extensions": ["sidecar.logs", "registry.reload"],
+    "packages": True,
 }
 
 
@@ -202,6 +205,57 @@ async def registry_reload(c: Call, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
     return await c.host.reload()
 
+# packages.* (docs/packages.md): operator actions on the package manager of the running host.
+
+_PACKAGE_ERRORS = {"not-found": "not-found", "busy": "overloaded", "io-failed": "internal"}
+
+
+def _package_failure(exc: PackageError) -> RpcFailure:
+    """A refused package operation: the manager's code and every problem go in ``data``."""
+    return RpcFailure(
+        _PACKAGE_ERRORS.get(exc.code, "invalid-params"),
+        exc.message,
+        {"reason": exc.code, "problems": exc.problems},
+    )
+
+
+async def packages_status(c: Call, raw: msgspec.Raw) -> Any:
+    c.params(raw, EmptyParams)
+    try:
+        return await c.host.upgrades.status()
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
+async def packages_stage(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, StageParams)
+    try:
+        return await c.host.upgrades.stage(p.source)
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
+async def packages_apply(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, ApplyParams)
+    try:
+        return await c.host.upgrades.apply(p.id, auto_rollback=p.autoRollback)
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
+async def packages_rollback(c: Call, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, RollbackParams)
+    if p.confirm is not True:
+        raise RpcFailure(
+            "invalid-params",
+            "params.confirm: packages.rollback is an operator decision; send confirm: true",
+        )
+    try:
+        return await c.host.upgrades.rollback(p.id)
+    except PackageError as exc:
+        raise _package_failure(exc) from exc
+
+
 
 SYNC_METHODS: dict[str, SyncMethod] = {
     "server.hello": hello,
@@ -218,4 +272,8 @@ ASYNC_METHODS: dict[str, AsyncMethod] = {
     "tools.invoke": tools_invoke,
     "sidecar.restart": sidecar_restart,
     "registry.reload": registry_reload,
+    "packages.status": packages_status,
+    "packages.stage": packages_stage,
+    "packages.apply": packages_apply,
+    "packages.rollback": packages_rollback,
 }

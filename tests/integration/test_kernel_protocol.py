@@ -191,10 +191,14 @@ async def test_error_codes(app, transport, frame, code):
 
 
 async def test_params_error_names_the_path(app):
-    async with running_host(app, {"echo": echo(tools=["echo.say"])}) as host:
-        async with served(host, app) as srv, srv.peer("unix-json") as peer:
-            msg = await peer.request(1, "tools.invoke", {"tool": 5})
-            assert msg["error"]["message"].startswith("params.tool: expected str")
+    reg = {"echo": echo(tools=["echo.say"])}
+    async with (
+        running_host(app, reg) as host,
+        served(host, app) as srv,
+        srv.peer("unix-json") as peer,
+    ):
+        msg = await peer.request(1, "tools.invoke", {"tool": 5})
+        assert msg["error"]["message"].startswith("params.tool: expected str")
 
 
 async def test_duplicate_in_flight_id_refused(app):
@@ -218,29 +222,30 @@ async def test_duplicate_in_flight_id_refused(app):
 
 
 async def test_websocket_refuses_missing_or_wrong_token(app):
-    from trio_websocket import HandshakeError, open_websocket_url
+    from trio_websocket import ConnectionRejected, open_websocket_url
 
-    async with running_host(app, {"echo": echo(tools=["echo.say"])}) as host:
-        async with served(host, app) as srv:
-            for headers in (
-                [],
-                [(b"Authorization", b"Bearer wrong")],
-                [(b"Authorization", srv.token.encode())],
-            ):
-                with pytest.raises(HandshakeError) as info:
-                    async with open_websocket_url(
-                        f"ws://127.0.0.1:{srv.ws_port}/ws", extra_headers=headers
-                    ):
-                        pass
-                assert getattr(info.value, "status_code", 401) == 401
-            with pytest.raises(HandshakeError):
+    reg = {"echo": echo(tools=["echo.say"])}
+    async with running_host(app, reg) as host, served(host, app) as srv:
+        for headers in (
+            [],
+            [(b"Authorization", b"Bearer wrong")],
+            [(b"Authorization", srv.token.encode())],
+        ):
+            with pytest.raises(ConnectionRejected) as info:
                 async with open_websocket_url(
-                    f"ws://127.0.0.1:{srv.ws_port}/other",
-                    extra_headers=[(b"Authorization", f"Bearer {srv.token}".encode())],
+                    f"ws://127.0.0.1:{srv.ws_port}/ws", extra_headers=headers
                 ):
                     pass
-            token_file = app / ".toolhost" / "ws.token"
-            assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+            assert info.value.status_code == 401
+        with pytest.raises(ConnectionRejected) as info:
+            async with open_websocket_url(
+                f"ws://127.0.0.1:{srv.ws_port}/other",
+                extra_headers=[(b"Authorization", f"Bearer {srv.token}".encode())],
+            ):
+                pass
+        assert info.value.status_code == 404
+        token_file = app / ".toolhost" / "ws.token"
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
 
 
 async def test_msgpack_switch_with_pipelined_frames(app):
