@@ -205,6 +205,7 @@ async def registry_reload(c: Call, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
     return await c.host.reload()
 
+
 # packages.* (docs/packages.md): operator actions on the package manager of the running host.
 
 _PACKAGE_ERRORS = {"not-found": "not-found", "busy": "overloaded", "io-failed": "internal"}
@@ -254,7 +255,6 @@ async def packages_rollback(c: Call, raw: msgspec.Raw) -> Any:
         return await c.host.upgrades.rollback(p.id)
     except PackageError as exc:
         raise _package_failure(exc) from exc
-
 
 
 SYNC_METHODS: dict[str, SyncMethod] = {
