@@ -265,12 +265,26 @@ async def open_client(
     """Connect to a host's Unix socket (and say hello) for the duration of the block."""
     stream = await trio.open_unix_socket(os.fspath(path))
     client = Client(stream)
-    async with stream, trio.open_nursery() as nursery:
-        nursery.start_soon(client._reader)
-        nursery.start_soon(client._writer)
-        try:
-            if hello:
-                await client.hello(encoding=encoding, name=name)
-            yield client
-        finally:
-            nursery.cancel_scope.cancel()
+    try:
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(client._reader)
+            nursery.start_soon(client._writer)
+            try:
+                if hello:
+                    await client.hello(encoding=encoding, name=name)
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # Callers see the error they caused (RpcError, ConnectionLost...), not trio's wrapping.
+        leaf = single_leaf(group)
+        if leaf is group:
+            raise
+        raise leaf from None
+
+
+def single_leaf(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member exception groups (else ``exc`` itself)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

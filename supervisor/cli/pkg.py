@@ -21,7 +21,7 @@ import trio
 
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app_root, die, socket_path
 from supervisor.cli.render import table
-from supervisor.client import ConnectionLost, RpcError, open_client
+from supervisor.client import ConnectionLost, RpcError, open_client, single_leaf
 from supervisor.contracts.packages import ApplyResult, PackagesStatus, StageResult
 from supervisor.packages.errors import PackageError
 from supervisor.packages.fsio import LockBusy
@@ -50,16 +50,9 @@ def _ask_host(args: argparse.Namespace, method: str, params: dict[str, Any]) -> 
         try:
             return trio.run(main)
         except BaseExceptionGroup as group:
-            raise _leaf(group) from None
+            raise single_leaf(group) from None
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         raise _NoHost from exc
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The one exception inside nested single-member groups (the client's nurseries wrap it)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _manager(args: argparse.Namespace) -> PackageManager:

@@ -1,0 +1,73 @@
+"""The audit log: one JSON line per invocation, approvals recorded, rotation by size."""
+
+import hashlib
+import json
+
+from supervisor.contracts.rpc import Approval
+from tests.conftest import echo, raw, running_host, wait_available
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_one_line_per_invocation(app):
+    reg = {
+        "echo": echo(tools=["echo.say", "echo.fail"], sandbox={"echo.fail": "approval-required"})
+    }
+    async with running_host(app, reg) as host:
+        await wait_available(host, "echo.say")
+        payload = {"text": "audited"}
+        await host.invoke("echo.say", raw(payload), client="tester")
+        await host.invoke("echo.fail", raw({}), client="tester")
+        await host.invoke(
+            "echo.fail", raw({}), approval=Approval(granted=True, by="alice"), client="tester"
+        )
+        await host.invoke("nope.nothing", raw({}), client="tester")
+        host.audit.flush()
+        recs = lines(app / ".toolhost" / "audit.jsonl")
+    assert [r["tool"] for r in recs] == ["echo.say", "echo.fail", "echo.fail", "nope.nothing"]
+    ok, refused, approved, unknown = recs
+    assert ok["status"] == "success" and ok["client"] == "tester" and ok["pid"] > 0
+    assert (
+        ok["inputDigest"]
+        == "sha256:"
+        + hashlib.sha256(json.dumps(payload, separators=(",", ":")).encode()).hexdigest()
+    )
+    assert refused["status"] == "unavailable" and refused["errorCode"] == "approval-required"
+    assert "approval" not in refused
+    assert (
+        approved["approval"] == {"granted": True, "by": "alice"}
+        and approved["errorCode"] == "failed"
+    )
+    assert unknown["errorCode"] == "unknown-tool"
+    assert all(r["time"].endswith("+00:00") for r in recs)
+    assert oct((app / ".toolhost" / "audit.jsonl").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_rotation_by_size(app):
+    reg = {"echo": echo(tools=["echo.say"])}
+    async with running_host(app, reg, host={"auditMaxBytes": 2000, "auditKeep": 2}) as host:
+        await wait_available(host, "echo.say")
+        for i in range(60):
+            await host.invoke("echo.say", raw({"text": str(i)}))
+            host.audit.flush()
+    folder = app / ".toolhost"
+    current = folder / "audit.jsonl"
+    assert (
+        current.exists()
+        and (folder / "audit.jsonl.1").exists()
+        and (folder / "audit.jsonl.2").exists()
+    )
+    assert not (folder / "audit.jsonl.3").exists()
+    for f in (current, folder / "audit.jsonl.1", folder / "audit.jsonl.2"):
+        assert f.stat().st_size <= 2000
+        assert all(json.loads(line)["tool"] == "echo.say" for line in f.read_text().splitlines())
+
+
+async def test_audit_can_be_turned_off(app):
+    async with running_host(app, {"echo": echo(tools=["echo.say"])}, host={"auditLog": ""}) as host:
+        await wait_available(host, "echo.say")
+        await host.invoke("echo.say", raw({"text": "x"}))
+        assert host.audit is None
+    assert not (app / ".toolhost" / "audit.jsonl").exists()
