@@ -21,7 +21,7 @@ import msgspec
 
 from supervisor.contracts import mcp
 from supervisor.contracts.wire import ToolInfo
-from supervisor.protocols.answer import Answer
+from supervisor.protocols.answer import Answer, preview
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.framing import LineSplitter
 
@@ -211,7 +211,7 @@ class McpConnection:
             return [_decode(line)]
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ProtocolError(
-                f"not a JSON-RPC message on stdout: {exc}: {_preview(line)}"
+                f"not a JSON-RPC message on stdout: {exc}: {preview(line)}"
             ) from exc
 
     def _accept(self, msg: mcp.Incoming) -> Event | None:
@@ -368,8 +368,3 @@ def call_answer(response: Response) -> Answer:
             data=data,
         )
     return Answer(ok=True, data=data, content=content)
-
-
-def _preview(line: bytes, limit: int = 120) -> str:
-    text = line[:limit].decode("utf-8", "replace")
-    return repr(text + ("..." if len(line) > limit else ""))

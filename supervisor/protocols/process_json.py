@@ -15,6 +15,7 @@ from typing import Literal
 import msgspec
 
 from supervisor.contracts import wire
+from supervisor.protocols.answer import preview
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.framing import LineSplitter
 
@@ -95,7 +96,7 @@ class ProcessJsonConnection:
                     msg = _decode(line)
                 except msgspec.DecodeError as exc:
                     raise ProtocolError(
-                        f"invalid message on stdout: {exc}: {_preview(line)}"
+                        f"invalid message on stdout: {exc}: {preview(line)}"
                     ) from exc
                 if self._accept(msg):
                     out.append(msg)
@@ -143,8 +144,3 @@ class ProcessJsonConnection:
             case wire.Log():
                 return True
         raise ProtocolError(f"unexpected message {type(msg).__name__}")  # pragma: no cover
-
-
-def _preview(line: bytes, limit: int = 120) -> str:
-    text = line[:limit].decode("utf-8", "replace")
-    return repr(text + ("..." if len(line) > limit else ""))

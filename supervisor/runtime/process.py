@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import errno
 import os
 import resource
 import signal
@@ -331,19 +330,3 @@ def spawn(
         trio.lowlevel.FdStream(out_r) if stdout else None,
         trio.lowlevel.FdStream(err_r) if stderr else None,
     )
-
-
-def describe_exit(rc: int | None) -> str:
-    """``exit status 3`` / ``killed by SIGKILL``."""
-    if rc is None:
-        return "still running"
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return f"exit status {rc}"
-
-
-def is_enoent(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOENT, errno.ENOTDIR)

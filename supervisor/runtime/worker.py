@@ -23,9 +23,10 @@ import msgspec
 import trio
 
 from supervisor.contracts import wire
+from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.process_json import ProcessJsonConnection
-from supervisor.runtime.process import ChildProcess, StderrRing, describe_exit, spawn
+from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 
 ExitReason = Literal[
     "stopped",

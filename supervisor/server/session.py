@@ -100,6 +100,31 @@ class OutQueue:
                 await self._drained.wait()
 
 
+class QueuedTransport:
+    """Shared by the transports: a session, a bounded outbound queue, and a disconnect that
+    cancels everything the client started (the transport sets ``_scope`` while running)."""
+
+    def __init__(self, host: Host, name: str, max_queue_bytes: int) -> None:
+        self.session = Session(host, self, name)
+        self.out = OutQueue(max_queue_bytes, self.disconnect)
+        self._scope: trio.CancelScope | None = None
+        self.close_reason = ""
+
+    def send(self, frame: bytes, binary: bool) -> None:
+        self.out.put(frame, binary)
+
+    def disconnect(self, reason: str) -> None:
+        if not self.close_reason:
+            self.close_reason = reason
+            log.warning("disconnecting %s: %s", self.session.client_name, reason)
+        self.out.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def switch_encoding(self, encoding: str) -> Codec:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
 class Session:
     """Requests of one client."""
 

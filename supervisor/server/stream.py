@@ -14,7 +14,7 @@ from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 from supervisor.runtime.host import Host
 from supervisor.server.codec import Codec, Encoding
-from supervisor.server.session import OutQueue, Session
+from supervisor.server.session import QueuedTransport
 
 log = logging.getLogger("toolhost.server")
 
@@ -39,7 +39,7 @@ def peer_name(stream: trio.abc.Stream, transport: str) -> str:
     return transport
 
 
-class StreamConnection:
+class StreamConnection(QueuedTransport):
     """Serve one client on a byte stream until it leaves."""
 
     def __init__(
@@ -52,27 +52,11 @@ class StreamConnection:
     ) -> None:
         self.stream = stream
         self.limits = limits or ConnectionLimits()
+        super().__init__(host, name, self.limits.max_queue_bytes)
         self.codec = Codec("json")
-        self.session = Session(host, self, name)
-        self.out = OutQueue(self.limits.max_queue_bytes, self.disconnect)
         self._lines: LineSplitter | None = LineSplitter(self.limits.max_frame)
         self._frames: LengthPrefixSplitter | None = None
         self._switch_to: Encoding | None = None
-        self._scope: trio.CancelScope | None = None
-        self.close_reason = ""
-
-    # Transport -------------------------------------------------------------------------
-
-    def send(self, frame: bytes, binary: bool) -> None:
-        self.out.put(frame, binary)
-
-    def disconnect(self, reason: str) -> None:
-        if not self.close_reason:
-            self.close_reason = reason
-            log.warning("disconnecting %s: %s", self.session.client_name, reason)
-        self.out.closed = True
-        if self._scope is not None:
-            self._scope.cancel()
 
     def switch_encoding(self, encoding: str) -> Codec:
         self._switch_to = "msgpack" if encoding == "msgpack" else "json"

@@ -21,7 +21,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 
 from supervisor.runtime.host import Host
 from supervisor.server.codec import Codec
-from supervisor.server.session import OutQueue, Session
+from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
 
 log = logging.getLogger("toolhost.server")
@@ -81,30 +81,16 @@ def authorized(request: WebSocketRequest, token: str) -> bool:
     return False
 
 
-class WsConnection:
+class WsConnection(QueuedTransport):
     """One WebSocket client."""
 
     def __init__(self, host: Host, ws: WebSocketConnection, limits: ConnectionLimits, name: str):
+        super().__init__(host, name, limits.max_queue_bytes)
         self.ws = ws
-        self.session = Session(host, self, name)
-        self.out = OutQueue(limits.max_queue_bytes, self.disconnect)
         self.codecs = {
             "json": Codec("json", framed=False),
             "msgpack": Codec("msgpack", framed=False),
         }
-        self._scope: trio.CancelScope | None = None
-        self.close_reason = ""
-
-    def send(self, frame: bytes, binary: bool) -> None:
-        self.out.put(frame, binary)
-
-    def disconnect(self, reason: str) -> None:
-        if not self.close_reason:
-            self.close_reason = reason
-            log.warning("disconnecting %s: %s", self.session.client_name, reason)
-        self.out.closed = True
-        if self._scope is not None:
-            self._scope.cancel()
 
     def switch_encoding(self, encoding: str) -> Codec:
         # Frames carry their own encoding on a WebSocket: nothing to switch.
