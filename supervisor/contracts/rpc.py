@@ -103,6 +103,12 @@ class SidecarParams(Struct, kw_only=True):
     sidecar: str
 
 
+class RestartParams(Struct, kw_only=True):
+    sidecar: str
+    force: bool = False
+    """Required when calls are running or queued: they fail ``worker-crashed``."""
+
+
 # Results ---------------------------------------------------------------------------------
 
 
