@@ -106,7 +106,8 @@ class SidecarParams(Struct, kw_only=True):
 class RestartParams(Struct, kw_only=True):
     sidecar: str
     force: bool = False
-    """Required when calls are running or queued: they fail ``worker-crashed``."""
+    """Required when calls are running or queued: they end ``failed`` (``cancelled`` or
+    ``worker-crashed``)."""
 
 
 # Results ---------------------------------------------------------------------------------

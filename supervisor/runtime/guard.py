@@ -48,8 +48,8 @@ class HostGuard:
         self.bucket = TokenBucket(restarts_per_second, burst, 0.0)
         self._holders: set[Any] = set()
         self.spawns = 0
-        self.grants: deque[tuple[str, bool]] = deque(maxlen=GRANT_LOG)
-        """``(sidecar, is_restart)`` of the latest slot grants, oldest first (for diagnosis)."""
+        self.grants: deque[tuple[str, bool, float]] = deque(maxlen=GRANT_LOG)
+        """``(sidecar, is_restart, trio time)`` of the latest slot grants, oldest first."""
 
     def configure(self, max_spawns: int, restarts_per_second: float, burst: int) -> None:
         """Apply new settings (a registry reload); waiting reservations keep their order."""
@@ -62,7 +62,7 @@ class HostGuard:
         await self.limiter.acquire_on_behalf_of(holder)
         self._holders.add(holder)
         self.spawns += 1
-        self.grants.append((sidecar, restart))
+        self.grants.append((sidecar, restart, trio.current_time()))
 
     def release(self, holder: Any) -> None:
         """``holder`` is ready or gone: give its slot to the next in line (idempotent)."""
