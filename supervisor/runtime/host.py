@@ -32,7 +32,7 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.contracts.stats import StatsResult
-from supervisor.policy import results, retry
+from supervisor.policy import gate, results, retry
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
@@ -574,38 +574,15 @@ class Host:
         desc = self.catalog.get(tool)
         if desc is None:
             return results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
-        stab = desc.stability
-        if not desc.visible:
-            code = {
-                "denied": "sandbox-denied",
-                "quota-limited": "quota-limited",
-            }.get(stab.sandbox, "not-visible")
-            first = stab.reasons[0].message if stab.reasons else stab.effective
-            retry_after = stab.details.retryAfterMs
-            if stab.sandbox == "quota-limited":
-                retry_after = self.quotas.retry_after(desc.sidecar, tool)
-            return results.unavailable(
-                tool,
-                code,
-                f"{tool} is {stab.effective}: {first}",
-                details={
-                    "effective": stab.effective,
-                    "reasons": msgspec.to_builtins(stab.reasons),
-                    **({"retryAfterMs": retry_after} if retry_after else {}),
-                },
-                sidecar=desc.sidecar,
-            )
         tp = self.catalog.tool_plan(tool)
-        policy = tp.sandbox if tp is not None else stab.sandbox
-        if policy == "approval-required" and not (approval and approval.granted and approval.by):
-            missing = "approval.by must name who approved" if approval and approval.granted else ""
-            return results.unavailable(
-                tool,
-                "approval-required",
-                f"{tool} requires approval: invoke again with approval {{granted: true, by}}"
-                + (f" ({missing})" if missing else ""),
-                sidecar=desc.sidecar,
-            )
+        refusal = gate.refuse(
+            desc,
+            tp.sandbox if tp is not None else desc.stability.sandbox,
+            approval,
+            lambda: self.quotas.retry_after(desc.sidecar, tool),
+        )
+        if refusal is not None:
+            return refusal
         pool = self.pools.get(desc.sidecar or "")
         if pool is None:
             return results.unavailable(
