@@ -184,7 +184,7 @@ class Sampler:
                     self._calls[ck] = used
                     if share:
                         acc.attribute(tool, share)
-                    self._check_cpu(pool, worker, view, tool, used)
+                    self._check_cpu(pool, worker, view, key, tool, used)
                 self._check_tree(pool, worker, view, sample)
             if not views:
                 usage.last.clear()
@@ -208,7 +208,7 @@ class Sampler:
     # enforcement -------------------------------------------------------------------------
 
     def _check_cpu(
-        self, pool: Pool, worker: Worker, view: ProcessView, tool: str, used: float
+        self, pool: Pool, worker: Worker, view: ProcessView, key: Any, tool: str, used: float
     ) -> None:
         quota = pool.config.quota
         own = quota.tools.get(tool)
@@ -226,7 +226,7 @@ class Sampler:
         message = f"{tool} used {used:.2f} s of CPU, over its cpuSecondsPerCall={limit:g}" + (
             "" if view.per_call else f"; worker {view.pid} of {pool.sidecar} is replaced"
         )
-        self._act(pool, worker, view, "cpuSecondsPerCall", message, details, kill=True)
+        self._act(pool, worker, view, "cpuSecondsPerCall", message, details, call=key)
 
     def _check_tree(
         self, pool: Pool, worker: Worker, view: ProcessView, sample: TreeSample
@@ -243,7 +243,7 @@ class Sampler:
                 f"worker {view.pid} of {pool.sidecar} had {sample.descendants} processes below it, "
                 f"over limits.nproc={nproc}; its process group was killed"
             )
-            self._act(pool, worker, view, "nproc", message, details, kill=True)
+            self._act(pool, worker, view, "nproc", message, details)
             return
         rss_mb = pool.config.quota.rss_mb
         if rss_mb and sample.rss > rss_mb * MIB:
@@ -253,7 +253,7 @@ class Sampler:
                 f"process {view.pid} of {pool.sidecar} used {measured} MB RSS with its children, "
                 f"over quota.rssMb={rss_mb}"
             )
-            self._act(pool, worker, view, "rssMb", message, details, kill=bool(view.calls))
+            self._act(pool, worker, view, "rssMb", message, details, recycle_idle=True)
 
     def _act(
         self,
@@ -264,15 +264,27 @@ class Sampler:
         message: str,
         details: dict[str, Any],
         *,
-        kill: bool,
+        call: Any = None,
+        recycle_idle: bool = False,
     ) -> None:
+        """Kill (or, idle and ``recycle_idle``, gracefully recycle) what broke ``rule``.
+
+        The calls are looked at again now: the figures were measured a moment ago, and a call
+        that ended meanwhile must not be blamed (nor its worker killed for it).
+        """
+        if view.per_call:
+            worker.exceed(view.pid, message, details)  # a no-op once that process is gone
+            self.accounting.sidecar_usage(pool.sidecar).limit_actions[rule] += 1
+            return
         usage = self.accounting.worker_usage(worker)
-        if not view.per_call:
-            if usage.acted:
-                return
-            usage.acted = True
+        if usage.acted:
+            return
+        running = {key for v in worker.processes() if v.pid == view.pid for key, _ in v.calls}
+        if call is not None and call not in running:
+            return
+        usage.acted = True
         self.accounting.sidecar_usage(pool.sidecar).limit_actions[rule] += 1
-        if kill or view.per_call:
+        if running or not recycle_idle:
             worker.exceed(view.pid, message, details)
         elif self._nursery is not None and worker.state == "ready":
             worker.state = "draining"  # no new calls; it is idle, so let it go gracefully

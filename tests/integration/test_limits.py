@@ -11,7 +11,7 @@ import trio
 from tests.conftest import echo, raw, running_host, script, wait_available, wait_for
 from tests.integration.test_misbehaving import bystander
 
-HOG_TOOLS = ["hog.memory", "hog.spin", "hog.big", "hog.fork", "hog.limits", "hog.ok"]
+HOG_TOOLS = ["hog.memory", "hog.leak", "hog.spin", "hog.big", "hog.fork", "hog.limits", "hog.ok"]
 FAST = {"statsIntervalMs": 100}
 
 
@@ -52,6 +52,18 @@ async def test_memory_over_rss_quota(app):
         assert st.limitActions == {"rssMb": 1} and st.exits["quota-exceeded"] == 1
         assert st.peakRssBytes > 60 * 2**20
         assert host.stats().tools["hog.memory"].quotaExceeded == 1
+
+
+async def test_idle_worker_over_rss_is_recycled_gracefully(app):
+    async with running_host(app, sidecars(quota={"rssMb": 60}), host=FAST) as host:
+        await wait_available(host, "echo.say", "hog.ok")
+        first = host.pools["hog"].workers[0].pid
+        env = await host.invoke("hog.leak", raw({"mb": 100}))
+        assert env.status == "success"  # the call itself was fine; the leak stays behind
+        await replaced(host, first)
+        st = host.stats().sidecars["hog"]
+        assert st.exits == {"recycled": 1} and st.limitActions == {"rssMb": 1}
+        assert st.restarts == 0  # a graceful recycle is not charged to the restart policy
 
 
 async def test_cpu_spin_over_per_call_quota(app):
