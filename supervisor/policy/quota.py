@@ -103,6 +103,10 @@ class Ledger:
     def __contains__(self, key: str) -> bool:
         return key in self._keys
 
+    def __len__(self) -> int:
+        """Keys that have a quota."""
+        return len(self._keys)
+
     # the call path -----------------------------------------------------------------------
 
     def admit(

@@ -135,7 +135,7 @@ class Quotas:
 
     def keys(self, sidecar: str | None, tool: str) -> tuple[str, ...]:
         """The ledger keys a call of ``tool`` is charged to (cached)."""
-        if not self.ledger._keys:
+        if not self.ledger:
             return NO_KEYS
         cached = self._keys.get((sidecar or "", tool))
         if cached is None:
