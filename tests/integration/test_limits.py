@@ -108,6 +108,21 @@ async def test_cpu_rlimit_kills_a_per_call_process(app):
             assert env.status == "success"
 
 
+async def test_lifetime_cpu_rlimit_replaces_a_long_lived_worker(app):
+    reg = sidecars(limits={"cpuSeconds": 1})
+    async with running_host(app, reg, host={"statsIntervalMs": 600_000}) as host:
+        await wait_available(host, "echo.say", "hog.ok")
+        first = host.pools["hog"].workers[0].pid
+        async with bystander(host):
+            with trio.fail_after(30):
+                env = await host.invoke("hog.spin", raw({"seconds": 60}), timeout_ms=60_000)
+            assert env.status == "failed" and env.error.code == "quota-exceeded", env
+            assert env.error.details == {"rule": "cpuSeconds", "limitSeconds": 1}
+            assert "SIGXCPU" in env.error.message
+            await replaced(host, first)
+        assert host.stats().sidecars["hog"].exits == {"quota-exceeded": 1}
+
+
 async def test_ten_megabytes_of_output(app):
     reg = sidecars(quota={"maxOutputBytes": 100_000})
     async with running_host(app, reg, host=FAST) as host:
