@@ -250,8 +250,11 @@ class Client:
     async def stats(self) -> dict[str, Any]:
         return await self.request("system.stats")
 
-    async def restart(self, sidecar: str) -> bool:
-        return bool((await self.request("sidecar.restart", {"sidecar": sidecar}))["restarted"])
+    async def restart(self, sidecar: str, *, force: bool = False) -> bool:
+        params: dict[str, Any] = {"sidecar": sidecar}
+        if force:
+            params["force"] = True
+        return bool((await self.request("sidecar.restart", params))["restarted"])
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from supervisor.contracts import envelope, manifest, packages, registry, rpc, snapshot, wire
+from supervisor.contracts import envelope, manifest, packages, registry, rpc, snapshot, stats, wire
 from supervisor.registry.manifests import bundled_manifest_dir
 
 SCHEMA_SOURCES: dict[str, Callable[[], Any]] = {
@@ -28,6 +28,7 @@ SCHEMA_SOURCES: dict[str, Callable[[], Any]] = {
     "rpc.catalog.schema.json": lambda: msgspec.json.schema(rpc.Catalog),
     "package.schema.json": lambda: msgspec.json.schema(packages.PackageFile),
     "rpc.packages.schema.json": lambda: msgspec.json.schema(packages.PackagesStatus),
+    "rpc.stats.schema.json": lambda: msgspec.json.schema(stats.StatsResult),
 }
 
 

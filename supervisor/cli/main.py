@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("restart", help="replace a sidecar's workers")
     add_location_args(p)
     p.add_argument("sidecar")
+    p.add_argument(
+        "--force", action="store_true", help="restart even with calls running (they fail)"
+    )
     p.set_defaults(func=_lazy("supervisor.cli.ops", "restart"))
 
     p = sub.add_parser("logs", help="a sidecar's stderr tail")
@@ -56,9 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes", type=int, default=64 * 1024, help="at most this much (max 64 KiB)")
     p.set_defaults(func=_lazy("supervisor.cli.ops", "logs"))
 
-    p = sub.add_parser("stats", help="call counters per sidecar")
+    p = sub.add_parser("stats", help="accounting per sidecar and tool")
     add_location_args(p)
-    p.add_argument("--json", action="store_true")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument(
+        "--prometheus", action="store_true", help="Prometheus text exposition format 0.0.4"
+    )
     p.set_defaults(func=_lazy("supervisor.cli.ops", "stats"))
 
     p = sub.add_parser("reload", help="re-read the registry (like SIGHUP)")

@@ -100,7 +100,7 @@ def catalog(args: argparse.Namespace) -> int:
 
 def restart(args: argparse.Namespace) -> int:
     async def body(client: Client) -> int:
-        await client.restart(args.sidecar)
+        await client.restart(args.sidecar, force=args.force)
         print(f"restarted {args.sidecar}")
         return EXIT_OK
 
@@ -123,6 +123,10 @@ def stats(args: argparse.Namespace) -> int:
         data = await client.stats()
         if args.json:
             _print_json(data)
+        elif args.prometheus:
+            from supervisor.cli.prometheus import exposition
+
+            sys.stdout.write(exposition(data))
         else:
             print(stats_text(data))
         return EXIT_OK

@@ -92,9 +92,20 @@ def catalog_text(cat: Catalog) -> str:
     return "\n".join(blocks) or "no tools known"
 
 
+def _mb(n: Any) -> str:
+    return f"{(n or 0) / 1048576:.1f}"
+
+
+def _latency(row: dict[str, Any]) -> list[str]:
+    lat = row.get("latency") or {}
+    return [f"{lat.get('p50', 0):.1f}", f"{lat.get('p99', 0):.1f}"]
+
+
 def stats_text(data: dict[str, Any]) -> str:
+    """The ``toolhost stats`` screen: one table of sidecars, one of tools (ms, s, MB)."""
     rows = []
     for sid, s in sorted(data.get("sidecars", {}).items()):
+        exits = ",".join(f"{k}:{v}" for k, v in sorted((s.get("exits") or {}).items()))
         rows.append(
             [
                 sid,
@@ -103,25 +114,61 @@ def stats_text(data: dict[str, Any]) -> str:
                 str(s.get("failed", 0)),
                 str(s.get("unavailable", 0)),
                 str(s.get("timeouts", 0)),
+                *_latency(s),
+                f"{s.get('cpuSeconds', 0):.2f}",
+                _mb(s.get("rssBytes")),
+                _mb(s.get("peakRssBytes")),
                 str(s.get("workers", 0)),
                 str(s.get("queued", 0)),
                 str(s.get("restarts", 0)),
+                exits or "-",
             ]
         )
-    return table(
-        [
-            "SIDECAR",
-            "CALLS",
-            "OK",
-            "FAILED",
-            "UNAVAIL",
-            "TIMEOUTS",
-            "WORKERS",
-            "QUEUED",
-            "RESTARTS",
-        ],
-        rows,
-    )
+    parts = [
+        table(
+            [
+                "SIDECAR",
+                "CALLS",
+                "OK",
+                "FAILED",
+                "UNAVAIL",
+                "TIMEOUTS",
+                "P50MS",
+                "P99MS",
+                "CPU_S",
+                "RSS_MB",
+                "PEAK_MB",
+                "WORKERS",
+                "QUEUED",
+                "RESTARTS",
+                "EXITS",
+            ],
+            rows,
+        )
+    ]
+    tool_rows = []
+    for name, t in sorted(data.get("tools", {}).items()):
+        tool_rows.append(
+            [
+                name,
+                t.get("sidecar") or "-",
+                str(t.get("calls", 0)),
+                str(t.get("success", 0)),
+                str(t.get("failed", 0)),
+                str(t.get("unavailable", 0)),
+                *_latency(t),
+                f"{(t.get('latency') or {}).get('max', 0):.1f}",
+                f"{t.get('cpuSeconds', 0):.3f}",
+                str(t.get("bytesIn", 0)),
+                str(t.get("bytesOut", 0)),
+                "quota-limited" if t.get("limited") else "",
+            ]
+        )
+    if tool_rows:
+        headers = ["TOOL", "SIDECAR", "CALLS", "OK", "FAILED", "UNAVAIL", "P50MS", "P99MS"]
+        headers += ["MAXMS", "CPU_S", "BYTES_IN", "BYTES_OUT", "NOW"]
+        parts.append(table(headers, tool_rows))
+    return "\n\n".join(parts)
 
 
 def reload_text(result: dict[str, Any]) -> str:

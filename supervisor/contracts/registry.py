@@ -50,6 +50,16 @@ class HostConfig(_Config):
     audit_max_bytes: NonNegInt = 10 * 1024 * 1024
     audit_keep: NonNegInt = 3
     max_frame_bytes: PositiveInt = 16 * 1024 * 1024
+    max_concurrent_spawns: PositiveInt = 4
+    """Workers starting at once, host-wide (a start holds its slot until ready or exit)."""
+    max_restarts_per_second: NonNegFloat = 10.0
+    """Host-wide rate of worker restarts after failures (0: unlimited)."""
+    restart_burst: PositiveInt = 10
+    """Restarts allowed at once before ``maxRestartsPerSecond`` paces them."""
+    stats_interval_ms: Annotated[int, Meta(ge=50)] = 1000
+    """How often the accounting sampler measures worker processes (RSS, CPU)."""
+    quota_state: str = ".toolhost/quota-state.json"
+    """Where ``callsPerDay`` counts survive host restarts; an empty string keeps them in memory."""
 
 
 class PoolConfig(_Config):
@@ -82,8 +92,22 @@ class RestartConfig(_Config):
     reset_after_ms: NonNegInt = 30_000
 
 
+class ToolQuotaConfig(_Config):
+    """``sidecars.<id>.quota.tools.<tool>``: one tool's own quota; 0 means "not set here".
+
+    Window and concurrency quotas apply on top of the sidecar's; ``cpuSecondsPerCall`` and
+    ``maxOutputBytes`` replace the sidecar's value for this tool.
+    """
+
+    calls_per_minute: NonNegInt = 0
+    calls_per_day: NonNegInt = 0
+    max_concurrent: NonNegInt = 0
+    cpu_seconds_per_call: NonNegFloat = 0
+    max_output_bytes: NonNegInt = 0
+
+
 class QuotaConfig(_Config):
-    """``sidecars.<id>.quota``: 0 means unlimited for every field."""
+    """``sidecars.<id>.quota``: 0 means unlimited for every field (docs/quotas-and-limits.md)."""
 
     calls_per_minute: NonNegInt = 0
     calls_per_day: NonNegInt = 0
@@ -91,6 +115,23 @@ class QuotaConfig(_Config):
     cpu_seconds_per_call: NonNegFloat = 0
     rss_mb: NonNegInt = 0
     max_output_bytes: NonNegInt = 0
+    tools: dict[ToolName, ToolQuotaConfig] = msgspec.field(default_factory=dict)
+
+
+class LimitsConfig(_Config):
+    """``sidecars.<id>.limits``: rlimits set on every worker process before exec.
+
+    ``RLIMIT_CORE`` is always 0. Zero leaves a limit as inherited.
+    """
+
+    memory_mb: NonNegInt = 0
+    """``RLIMIT_AS`` in MiB (address space, not RSS: leave room for thread stacks and arenas)."""
+    nofile: NonNegInt = 4096
+    """``RLIMIT_NOFILE`` (capped at the host's own hard limit)."""
+    nproc: NonNegInt = 0
+    """Processes a worker may have below it; also sets an ``RLIMIT_NPROC`` backstop."""
+    cpu_seconds: NonNegInt = 0
+    """``RLIMIT_CPU`` of a long-lived worker over its whole life (SIGXCPU, then it is replaced)."""
 
 
 class SidecarConfig(_Config):
@@ -116,6 +157,7 @@ class SidecarConfig(_Config):
     probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
     restart: RestartConfig = msgspec.field(default_factory=RestartConfig)
     quota: QuotaConfig = msgspec.field(default_factory=QuotaConfig)
+    limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     sandbox: SandboxValue | dict[str, SandboxValue] | None = None
 
 

@@ -103,6 +103,13 @@ class SidecarParams(Struct, kw_only=True):
     sidecar: str
 
 
+class RestartParams(Struct, kw_only=True):
+    sidecar: str
+    force: bool = False
+    """Required when calls are running or queued: they end ``failed`` (``cancelled`` or
+    ``worker-crashed``)."""
+
+
 # Results ---------------------------------------------------------------------------------
 
 

@@ -249,7 +249,7 @@ class Catalog:
                     discovery="configured" if cfg.enabled else "disabled",
                     path="resolved",
                     path_details=sp.resolution.details if sp.resolution else None,
-                    sandbox=(cfg.sandbox if isinstance(cfg.sandbox, str) else None) or "allowed",
+                    sandbox=sandbox_for(cfg, name, None),
                     declared=False,
                 )
                 if is_builtin(name):

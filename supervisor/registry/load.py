@@ -188,7 +188,7 @@ def load_registry(
         except msgspec.ValidationError as exc:
             reg.errors.append(describe(exc, host_raw, "host") + " (host defaults used)")
         else:
-            for name in ("project_dir", "workspace_dir", "socket", "audit_log"):
+            for name in ("project_dir", "workspace_dir", "socket", "audit_log", "quota_state"):
                 value = getattr(reg.host, name)
                 if os.path.isabs(value):
                     reg.errors.append(
@@ -295,6 +295,10 @@ def _check_semantics(entry: SidecarEntry, prefix: str) -> None:
         for tool in cfg.sandbox:
             if tool not in cfg.tools:
                 problems.append(f"{prefix}.sandbox.{tool}: not one of this sidecar's tools")
+    if cfg.tools:
+        for tool in cfg.quota.tools:
+            if tool not in cfg.tools:
+                problems.append(f"{prefix}.quota.tools.{tool}: not one of this sidecar's tools")
     if problems:
         entry.errors.extend(problems)
         entry.config = None

@@ -27,6 +27,7 @@ from supervisor.contracts.snapshot import (
     VersionState,
 )
 from supervisor.policy.paths import Resolution, resolve_command
+from supervisor.policy.sandbox import default_for
 from supervisor.policy.version import compatibility
 from supervisor.registry.load import Registry, SidecarEntry, is_builtin
 from supervisor.registry.manifests import KnownCatalog
@@ -84,7 +85,8 @@ class Plan(msgspec.Struct, kw_only=True):
 
 
 def sandbox_for(cfg: SidecarConfig | None, tool: str, manifest: ToolManifest | None) -> str:
-    """Policy for ``tool``: the registry's per-tool or sidecar value, else the manifest default."""
+    """Policy for ``tool``: the registry's per-tool or sidecar value, else the manifest default,
+    else the default by name (:mod:`supervisor.policy.sandbox`)."""
     value = cfg.sandbox if cfg is not None else None
     if isinstance(value, dict):
         if tool in value:
@@ -93,7 +95,7 @@ def sandbox_for(cfg: SidecarConfig | None, tool: str, manifest: ToolManifest | N
         return value
     if manifest is not None and manifest.sandbox is not None:
         return manifest.sandbox
-    return "allowed"
+    return default_for(tool)
 
 
 def _reason(field: str, code: str, message: str, hint: str) -> Reason:
@@ -141,7 +143,7 @@ def build_plan(
                 protocol=None,
                 manifest=kt.manifest,
                 discovery="missing",
-                sandbox=kt.manifest.sandbox or "allowed",
+                sandbox=sandbox_for(None, name, kt.manifest),
                 install=kt.install,
                 reasons={
                     "discovery": _reason(

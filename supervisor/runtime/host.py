@@ -31,7 +31,8 @@ from supervisor.contracts.rpc import (
     RegistryStatus,
 )
 from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
-from supervisor.policy import results, retry
+from supervisor.contracts.stats import StatsResult
+from supervisor.policy import gate, results, retry
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
@@ -39,10 +40,12 @@ from supervisor.registry.discover import add_discovered, scan_all
 from supervisor.registry.load import Registry, load_registry
 from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
-from supervisor.runtime import kinds
+from supervisor.runtime import kinds, limits
 from supervisor.runtime.audit import AuditApproval, AuditLog
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
+from supervisor.runtime.quotas import refusal_envelope
+from supervisor.runtime.safeguards import Safeguards
 from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import CallOutcome, LaunchSpec, ProgressSink
 
@@ -115,6 +118,8 @@ class Host:
         self.audit: AuditLog | None = None
         self._pulse = trio.Event()
         self.upgrades = Upgrades(self)
+        self.safeguards = Safeguards(self.catalog, self._changed, lambda: self.pools)
+        self.quotas = self.safeguards.quotas
 
     # loading -----------------------------------------------------------------------------
 
@@ -154,6 +159,7 @@ class Host:
         self.upgrades.refresh()
         self._changed(self.catalog.load(self.plan))
         hcfg = self.registry.host
+        self.safeguards.configure(self.registry, self.plan, first=True)
         if hcfg.audit_log and self.options.audit:
             self.audit = AuditLog(
                 self.registry.path(hcfg.audit_log),
@@ -165,6 +171,7 @@ class Host:
                 self._nursery = nursery
                 if self.audit is not None:
                     await nursery.start(self.audit.run)
+                await self.safeguards.start(nursery)
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
                 await nursery.start(self.upgrades.run)
@@ -249,6 +256,7 @@ class Host:
                     new_plan, allow_degraded=self.registry.host.allow_degraded, reset=set(stop)
                 )
             )
+            self.safeguards.configure(self.registry, new_plan)
             for sid in result.unchanged:
                 pool = self.pools.get(sid)
                 if pool is not None:
@@ -295,6 +303,7 @@ class Host:
             rng=random.Random(self.rng.random()),
             worker_factory=kinds.worker_factory(cfg),
             notify=self._notify,
+            guard=self.safeguards.guard,
         )
         self.pools[sp.id] = pool
         assert self._nursery is not None
@@ -328,6 +337,8 @@ class Host:
             stop_grace_s=self.options.stop_grace_ms / 1000.0,
             concurrency=kinds.concurrency(cfg),
             scripts=self._scripts(sp, cfg),
+            max_line=limits.line_limit(cfg),
+            limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
         )
 
     @staticmethod
@@ -516,8 +527,10 @@ class Host:
             gone = results.failed(tool, "cancelled", "client disconnected")
             gone.meta.durationMs = round((trio.current_time() - t0) * 1000.0, 3)
             self._audit(client, tool, input_raw, gone, approval)
+            self.safeguards.record(tool, input_raw, gone)
             raise
         self._audit(client, tool, input_raw, env, approval)
+        self.safeguards.record(tool, input_raw, env)
         return env
 
     def _audit(
@@ -561,35 +574,15 @@ class Host:
         desc = self.catalog.get(tool)
         if desc is None:
             return results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
-        stab = desc.stability
-        if not desc.visible:
-            code = {
-                "denied": "sandbox-denied",
-                "quota-limited": "quota-limited",
-            }.get(stab.sandbox, "not-visible")
-            first = stab.reasons[0].message if stab.reasons else stab.effective
-            return results.unavailable(
-                tool,
-                code,
-                f"{tool} is {stab.effective}: {first}",
-                details={
-                    "effective": stab.effective,
-                    "reasons": msgspec.to_builtins(stab.reasons),
-                    **(
-                        {"retryAfterMs": stab.details.retryAfterMs}
-                        if stab.details.retryAfterMs
-                        else {}
-                    ),
-                },
-                sidecar=desc.sidecar,
-            )
-        if stab.sandbox == "approval-required" and not (approval and approval.granted):
-            return results.unavailable(
-                tool,
-                "approval-required",
-                f"{tool} requires approval: invoke again with approval {{granted: true, by}}",
-                sidecar=desc.sidecar,
-            )
+        tp = self.catalog.tool_plan(tool)
+        refusal = gate.refuse(
+            desc,
+            tp.sandbox if tp is not None else desc.stability.sandbox,
+            approval,
+            lambda: self.quotas.retry_after(desc.sidecar, tool),
+        )
+        if refusal is not None:
+            return refusal
         pool = self.pools.get(desc.sidecar or "")
         if pool is None:
             return results.unavailable(
@@ -597,8 +590,10 @@ class Host:
             )
         cfg = pool.config
         timeout = timeout_ms or desc.annotations.timeoutMs or cfg.timeout_ms
-        tp = self.catalog.tool_plan(tool)
         manifest = tp.manifest if tp is not None else None
+        ticket = self.quotas.admit(desc.sidecar, tool)
+        if not isinstance(ticket, tuple):
+            return refusal_envelope(tool, desc.sidecar, ticket)
         scope = trio.CancelScope()
         if call_key is not None:
             self._calls[call_key] = scope
@@ -619,6 +614,7 @@ class Host:
                     pool.stats.retries += 1
                     await trio.sleep(delay / 1000.0)
         finally:
+            self.quotas.release(ticket)
             if call_key is not None:
                 self._calls.pop(call_key, None)
         duration = round((trio.current_time() - t0) * 1000.0, 3)
@@ -632,9 +628,7 @@ class Host:
                 duration_ms=duration,
                 attempts=attempts,
             )
-        limit = cfg.max_output_bytes
-        if desc.annotations.resultLimit:
-            limit = min(limit, desc.annotations.resultLimit)
+        limit = limits.output_limit(cfg, tool, desc.annotations.resultLimit)
         env = results.from_answer(
             tool,
             ok=outcome.ok,
@@ -665,21 +659,9 @@ class Host:
             return name
         return self._aliases.get(name, name)
 
-    def stats(self) -> dict[str, Any]:
-        """Counters per sidecar (the full accounting lives in the accounting sampler)."""
-        sidecars = {}
-        for sid, pool in sorted(self.pools.items()):
-            st = pool.stats
-            sidecars[sid] = {
-                **msgspec.to_builtins(st),
-                "workers": len(pool.workers),
-                "queued": len(pool.waiters),
-                "restarts": pool.restart_state.total,
-            }
-        return {
-            "uptimeMs": round((trio.current_time() - self.started_at) * 1000.0, 1),
-            "sidecars": sidecars,
-        }
+    def stats(self) -> StatsResult:
+        """Accounting per sidecar, tool and worker (``system.stats``)."""
+        return self.safeguards.stats((trio.current_time() - self.started_at) * 1000.0)
 
     def cancel(self, call_key: Any) -> bool:
         """Cancel a running :meth:`invoke` registered under ``call_key``."""

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -31,6 +31,7 @@ from supervisor.contracts.snapshot import (
 )
 from supervisor.policy import restart as restart_policy
 from supervisor.registry.catalog import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
+from supervisor.runtime.guard import HostGuard
 from supervisor.runtime.worker import (
     CallOutcome,
     LaunchSpec,
@@ -69,6 +70,8 @@ class PoolStats(msgspec.Struct, kw_only=True):
     cancels: int = 0
     overloaded: int = 0
     retries: int = 0
+    starts: int = 0
+    """Workers started (first starts, restarts, scale-ups, replacements)."""
 
 
 class Pool:
@@ -83,6 +86,7 @@ class Pool:
         rng: Seeded generator for backoff jitter.
         worker_factory: Builds workers (defaults to persistent process-json).
         notify: Called on every state change, facts changed or not (workers, backoff).
+        guard: The host-wide start slots and restart budget (None: unlimited).
     """
 
     def __init__(
@@ -96,8 +100,10 @@ class Pool:
         rng: random.Random | None = None,
         worker_factory: WorkerFactory | None = None,
         notify: Callable[[], None] | None = None,
+        guard: HostGuard | None = None,
     ) -> None:
         self.sidecar = sidecar
+        self.guard = guard
         self.config = config
         self._launch = launch
         self._publish_cb = publish
@@ -115,6 +121,8 @@ class Pool:
         self.stopped = False
         self.next_restart_at: float | None = None
         self.stats = PoolStats()
+        self.exits: Counter[str] = Counter()
+        """Why workers ended, by exit reason (``stopped`` excluded)."""
         self._keepers = 0
         self._index = 0
         self._nursery: trio.Nursery | None = None
@@ -164,20 +172,31 @@ class Pool:
         if self._keepers == 0:
             self._add_keeper()
 
+    @property
+    def inflight(self) -> int:
+        """Calls whose callers still wait: running on a worker (abandoned ones not counted)
+        or queued for one."""
+        running = sum(len(v.calls) for w in self.workers for v in w.processes())
+        return running + len(self.waiters)
+
     def _add_keeper(self) -> None:
         assert self._nursery is not None
         self._keepers += 1
         self._nursery.start_soon(self._keeper)
 
     async def _keeper(self) -> None:
+        restart = False
         try:
             while not self.stopped:
                 self._index += 1
                 worker = self._factory(self._launch(), self, self._index)
                 self.workers.append(worker)
+                self.stats.starts += 1
                 self._publish()
-                ex = await worker.run()
+                ex = await self._run_worker(worker, restart)
                 self.workers.remove(worker)
+                if ex.reason != "stopped":
+                    self.exits[ex.reason] += 1
                 if ex.stderr_tail:
                     self.last_stderr = ex.stderr_tail
                 if self.stopped or ex.reason == "stopped":
@@ -206,10 +225,27 @@ class Pool:
                 self.next_restart_at = _ms() + decision.delay_ms
                 self._publish()
                 await trio.sleep(decision.delay_ms / 1000.0)
+                if self.guard is not None:
+                    await self.guard.restart_token()
                 self.next_restart_at = None
+                restart = True
         finally:
             self._keepers -= 1
             self._publish()
+
+    async def _run_worker(self, worker: Worker, restart: bool) -> WorkerExit:
+        """Run ``worker`` to its end, holding a host-wide start slot until it is ready."""
+        guard = self.guard
+        if guard is None:
+            return await worker.run()
+        try:
+            await guard.start_slot(worker, self.sidecar, restart=restart)
+            if worker.state != "starting":  # stopped or recycled while it waited for the slot
+                reason: Any = "stopped" if self.stopped else "recycled"
+                return WorkerExit(reason=reason, message="stopped before it started")
+            return await worker.run()
+        finally:
+            guard.release(worker)
 
     def _refuse_waiters(self, ex: WorkerExit) -> None:
         if any(w.state == "ready" for w in self.workers):
@@ -228,6 +264,8 @@ class Pool:
     # worker hooks ------------------------------------------------------------------------
 
     def on_ready(self, worker: Worker) -> None:
+        if self.guard is not None:
+            self.guard.release(worker)
         self.ever_ready = True
         if self.gave_up:
             self.gave_up = False

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 from abc import abstractmethod
+from typing import Any
 
 import msgspec
 import trio
@@ -24,13 +26,15 @@ from supervisor.contracts import wire
 from supervisor.protocols import oneshot, simple_json
 from supervisor.protocols.answer import Answer
 from supervisor.protocols.errors import LineTooLong
-from supervisor.runtime.process import StderrRing, spawn
+from supervisor.runtime.limits import cpu_limit_of
+from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 from supervisor.runtime.worker import (
     READ_CHUNK,
     STDERR_SETTLE_S,
     CallOutcome,
     ExitReason,
     LaunchSpec,
+    ProcessView,
     ProgressSink,
     Worker,
     WorkerExit,
@@ -60,6 +64,20 @@ class ProcessRun(msgspec.Struct, kw_only=True):
     exit_code: int | None
     stderr: str
     too_large: bool = False
+    exceeded: dict[str, Any] | None = None
+    """Set when the accounting sampler killed the process for a quota (rule, limit, measured)."""
+
+
+class _LiveCall:
+    """A per-call process the sampler may look at."""
+
+    __slots__ = ("exceeded", "message", "proc", "tool")
+
+    def __init__(self, tool: str, proc: ChildProcess) -> None:
+        self.tool = tool
+        self.proc = proc
+        self.exceeded: dict[str, Any] | None = None
+        self.message = ""
 
 
 class SpawnFailed(Exception):
@@ -85,10 +103,22 @@ class SpawnWorker(Worker):
         self._idle = trio.Event()
         self._end: tuple[ExitReason, str] | None = None
         self._last_exit_code: int | None = None
+        self._live: dict[int, _LiveCall] = {}
 
     @property
     def inflight(self) -> int:
         return len(self._running)
+
+    def processes(self) -> list[ProcessView]:
+        return [
+            ProcessView(pid, ((pid, live.tool),), per_call=True) for pid, live in self._live.items()
+        ]
+
+    def exceed(self, pid: int, message: str, details: dict[str, Any]) -> None:
+        live = self._live.get(pid)
+        if live is not None and live.exceeded is None:
+            live.exceeded, live.message = details, message
+            live.proc.kill()
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -206,7 +236,12 @@ class SpawnWorker(Worker):
         )
 
     async def _run_once(
-        self, argv: list[str], stdin_data: bytes | None, *, first_line: bool
+        self,
+        argv: list[str],
+        stdin_data: bytes | None,
+        *,
+        first_line: bool,
+        tool: str | None = None,
     ) -> ProcessRun:
         """Run ``argv`` to its end (or its first stdout line) and reap its process group.
 
@@ -223,6 +258,9 @@ class SpawnWorker(Worker):
             )
         except OSError as exc:
             raise SpawnFailed(argv[0] if argv else "?", exc) from exc
+        live = _LiveCall(tool, proc) if tool is not None else None
+        if live is not None:
+            self._live[proc.pid] = live
         cap = self.spec.max_line
         ring = StderrRing()
         shared = self.stderr
@@ -297,6 +335,10 @@ class SpawnWorker(Worker):
                 rc = await proc.wait()
                 proc.forget()
                 await proc.aclose_streams()
+                self._live.pop(proc.pid, None)
+        exceeded = None
+        if live is not None and live.exceeded is not None:
+            exceeded = {**live.exceeded, "message": live.message}
         output = first.finish() if first_line else (bytes(everything) or None)
         return ProcessRun(
             pid=proc.pid,
@@ -304,6 +346,29 @@ class SpawnWorker(Worker):
             exit_code=rc,
             stderr=ring.tail(STDERR_TAIL),
             too_large=too_large,
+            exceeded=exceeded,
+        )
+
+    def _over_quota(self, tool: str, run: ProcessRun) -> CallOutcome | None:
+        """``quota-exceeded`` when the sampler killed the process or it ran out of CPU time."""
+        details = run.exceeded
+        message = ""
+        if details is not None:
+            message = details.pop("message", "")
+        elif run.exit_code == -signal.SIGXCPU:
+            cpu = cpu_limit_of(self.spec.limits)
+            details = {"rule": "cpuSecondsPerCall", "limitSeconds": cpu, "enforcedBy": "rlimit"}
+            message = f"used its CPU time limit ({cpu} s): killed by SIGXCPU"
+        else:
+            return None
+        return CallOutcome(
+            ok=False,
+            code="quota-exceeded",
+            error=f"{tool}: {message}",
+            details=details,
+            exit_code=run.exit_code,
+            stderr=run.stderr or None,
+            pid=run.pid,
         )
 
     def _too_large(self, tool: str, run: ProcessRun) -> CallOutcome:
@@ -330,9 +395,12 @@ class OneshotWorker(SpawnWorker):
             config_dir=init.configDir if init else self.spec.cwd,
         )
         try:
-            run = await self._run_once(self.spec.argv, line, first_line=True)
+            run = await self._run_once(self.spec.argv, line, first_line=True, tool=tool)
         except SpawnFailed as exc:
             return self._spawn_failed(tool, exc)
+        over = self._over_quota(tool, run)
+        if over is not None:
+            return over
         if run.too_large:
             return self._too_large(tool, run)
         return self._outcome(oneshot.parse_answer(tool, run.output, run.exit_code), run)
@@ -426,9 +494,12 @@ class SimpleJsonWorker(SpawnWorker):
         except UnicodeDecodeError:
             return CallOutcome(ok=False, code="invalid-input", error=f"{tool}: input is not UTF-8")
         try:
-            run = await self._run_once(full, None, first_line=False)
+            run = await self._run_once(full, None, first_line=False, tool=tool)
         except SpawnFailed as exc:
             return self._spawn_failed(tool, exc)
+        over = self._over_quota(tool, run)
+        if over is not None:
+            return over
         if run.too_large:
             return self._too_large(tool, run)
         return self._outcome(simple_json.parse_answer(tool, run.output or b"", run.exit_code), run)

@@ -24,8 +24,9 @@ import trio
 
 from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
-from supervisor.protocols.errors import ProtocolError
+from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.process_json import ProcessJsonConnection
+from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 
 ExitReason = Literal[
@@ -37,6 +38,7 @@ ExitReason = Literal[
     "start-timeout",
     "protocol-error",
     "hung",
+    "quota-exceeded",
 ]
 EXPECTED_EXITS = frozenset(("stopped", "retired", "recycled"))
 WorkerState = Literal["starting", "ready", "draining", "stopping", "exited"]
@@ -96,6 +98,16 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
 
 
 ProgressSink = Callable[[msgspec.Raw], None]
+
+
+class ProcessView(msgspec.Struct, frozen=True):
+    """One live process of a worker, as the accounting sampler sees it."""
+
+    pid: int
+    calls: tuple[tuple[Any, str], ...]
+    """``(call key, tool)`` of every call running in it."""
+    per_call: bool = False
+    """The process exists for one call (its whole life is that call's)."""
 
 
 class WorkerHooks(Protocol):
@@ -182,6 +194,15 @@ class Worker(ABC):
     async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
         """Graceful stop: drain, shutdown message, SIGTERM, SIGKILL; returns once exited."""
 
+    def processes(self) -> list[ProcessView]:
+        """The live processes of this worker and the calls in each (for the sampler)."""
+        return []
+
+    @abstractmethod
+    def exceed(self, pid: int, message: str, details: dict[str, Any]) -> None:
+        """A quota was exceeded in process ``pid``: kill it; what ran there fails
+        ``quota-exceeded`` with ``details`` (the rule, the limit and the measured figure)."""
+
 
 class LineWorker(Worker):
     """A long-lived child process speaking a line protocol on stdin/stdout.
@@ -213,10 +234,23 @@ class LineWorker(Worker):
         self._idle = trio.Event()
         self._end: tuple[ExitReason, str] | None = None
         self._protocol_error: str | None = None
+        self._line_too_long = False
+        self._quota_details: dict[str, Any] | None = None
 
     @property
     def inflight(self) -> int:
         return len(self.slots)
+
+    def processes(self) -> list[ProcessView]:
+        if self.pid is None or not self._alive:
+            return []
+        calls = tuple((s.id, s.tool) for s in self.slots.values() if not s.abandoned)
+        return [ProcessView(self.pid, calls)]
+
+    def exceed(self, pid: int, message: str, details: dict[str, Any]) -> None:
+        if self._end is None:
+            self._quota_details = details
+        self.kill("quota-exceeded", message)
 
     # protocol hooks ----------------------------------------------------------------------
 
@@ -306,6 +340,11 @@ class LineWorker(Worker):
         was_ready = self.ready_at is not None
         if self._end is not None:
             reason, message = self._end
+        elif rc == -signal.SIGXCPU:
+            cpu = cpu_limit_of(self.spec.limits)
+            reason = "quota-exceeded"
+            message = f"worker used up its CPU time (limits.cpuSeconds={cpu}): killed by SIGXCPU"
+            self._quota_details = {"rule": "cpuSeconds", "limitSeconds": cpu}
         elif self._protocol_error is not None:
             reason, message = "protocol-error", self._protocol_error
         elif not was_ready:
@@ -328,8 +367,13 @@ class LineWorker(Worker):
     def _fail_all(self, ex: WorkerExit) -> None:
         slots, self.slots = self.slots, {}
         code = "protocol-error" if ex.reason == "protocol-error" else "worker-crashed"
-        if ex.reason in ("stopped", "retired", "recycled"):
-            code = "worker-crashed"
+        details = None
+        if ex.reason == "quota-exceeded":
+            code, details = "quota-exceeded", self._quota_details
+        elif self._line_too_long and len(slots) == 1:
+            # The over-long line can only be the answer of the one call in flight.
+            code = "output-too-large"
+            details = {"lineLimitBytes": self.spec.max_line}
         for slot in slots.values():
             if slot.done.is_set():
                 continue
@@ -338,6 +382,7 @@ class LineWorker(Worker):
                 code=code,
                 error=f"worker {self.pid} of {self.sidecar} ended while running {slot.tool}: "
                 f"{ex.message}",
+                details=details,
                 exit_code=ex.exit_code,
                 stderr=ex.stderr_tail[-4096:] or None,
                 pid=self.pid,
@@ -516,6 +561,7 @@ class LineWorker(Worker):
                     receive(data)
                 except ProtocolError as exc:
                     self._protocol_error = exc.message
+                    self._line_too_long = isinstance(exc, LineTooLong)
                     self.kill("protocol-error", f"protocol error: {exc.message}")
                     return
         except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):

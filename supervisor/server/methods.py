@@ -24,8 +24,8 @@ from supervisor.contracts.rpc import (
     InvokeParams,
     ListParams,
     RequestId,
+    RestartParams,
     ServerInfo,
-    SidecarParams,
 )
 from supervisor.packages.errors import PackageError
 from supervisor.runtime.host import Host
@@ -192,9 +192,17 @@ async def tools_invoke(c: Call, raw: msgspec.Raw) -> Any:
 
 
 async def sidecar_restart(c: Call, raw: msgspec.Raw) -> Any:
-    p = c.params(raw, SidecarParams)
-    if p.sidecar not in c.host.pools:
+    p = c.params(raw, RestartParams)
+    pool = c.host.pools.get(p.sidecar)
+    if pool is None:
         raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
+    if pool.inflight and not p.force:
+        raise RpcFailure(
+            "invalid-params",
+            f"params.force: {p.sidecar} has {pool.inflight} call(s) running or queued; "
+            "restarting fails them, so it is an operator decision: send force: true",
+            {"inflight": pool.inflight},
+        )
     with trio.move_on_after(30):
         await c.host.restart_sidecar(p.sidecar)
     return {"restarted": True}

@@ -48,6 +48,23 @@ GOOD = {"command": "python", "args": ["-m", "x"], "tools": ["a.b"]}
             "sidecars.s.mode: oneshot applies to process-json only",
         ),
         ("not an object", "sidecars.s: expected object, got str"),
+        (
+            {**GOOD, "quota": {"tools": {"zz.top": {"callsPerMinute": 1}}}},
+            "sidecars.s.quota.tools.zz.top: not one of this sidecar's tools",
+        ),
+        (
+            {**GOOD, "quota": {"tools": {"a.b": {"rssMb": 1}}}},
+            "sidecars.s.quota.tools[...].rssMb: unknown field",
+        ),
+        (
+            {**GOOD, "quota": {"callsPerMinute": -1}},
+            "sidecars.s.quota.callsPerMinute: expected int >= 0, got -1",
+        ),
+        ({**GOOD, "limits": {"memMb": 1}}, "sidecars.s.limits.memMb: unknown field"),
+        (
+            {**GOOD, "limits": {"nofile": "many"}},
+            'sidecars.s.limits.nofile: expected int, got "many"',
+        ),
     ],
 )
 def test_entry_errors_name_the_path(tmp_path, entry, message):
@@ -179,3 +196,30 @@ def test_global_path_from_xdg(tmp_path, monkeypatch):
 )
 def test_builtin_names(name, builtin):
     assert is_builtin(name) is builtin
+
+
+def test_quota_and_limits_parse(tmp_path):
+    entry = {
+        **GOOD,
+        "quota": {"callsPerMinute": 5, "rssMb": 64, "tools": {"a.b": {"callsPerDay": 3}}},
+        "limits": {"memoryMb": 512, "nofile": 256, "nproc": 8, "cpuSeconds": 60},
+    }
+    reg = load(
+        tmp_path,
+        {
+            "schemaVersion": 2,
+            "host": {"maxConcurrentSpawns": 2, "maxRestartsPerSecond": 1.5, "statsIntervalMs": 100},
+            "sidecars": {"s": entry},
+        },
+    )
+    cfg = reg.sidecars["s"].config
+    assert cfg is not None
+    assert cfg.quota.calls_per_minute == 5 and cfg.quota.tools["a.b"].calls_per_day == 3
+    assert (cfg.limits.memory_mb, cfg.limits.nofile, cfg.limits.nproc) == (512, 256, 8)
+    assert reg.host.max_concurrent_spawns == 2 and reg.host.max_restarts_per_second == 1.5
+
+
+def test_quota_state_must_be_relative(tmp_path):
+    reg = load(tmp_path, {"schemaVersion": 2, "host": {"quotaState": "/tmp/q.json"}})
+    assert reg.host.quota_state == ".toolhost/quota-state.json"
+    assert any("host.quotaState: absolute paths are not portable" in e for e in reg.errors)
