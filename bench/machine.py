@@ -22,17 +22,22 @@ REPO = Path(__file__).resolve().parent.parent
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds consumed so far by process ``pid`` (all its threads)."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds consumed so far by process ``pid`` (all its threads)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
         # The command name may hold spaces: fields start after the last ')'.
         fields = raw[raw.rindex(b")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
+        return int(fields[11]) / _TICK, int(fields[12]) / _TICK
     except (OSError, ValueError, IndexError):
         t = psutil.Process(pid).cpu_times()
-        return float(t.user + t.system)
+        return float(t.user), float(t.system)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds consumed so far by process ``pid``."""
+    return sum(cpu_times(pid))
 
 
 def rss_bytes(pid: int) -> int:
@@ -51,20 +56,34 @@ def rss_bytes(pid: int) -> int:
 
 
 class CpuWindow:
-    """CPU seconds of a process between :meth:`start` and :meth:`stop`."""
+    """CPU seconds (user, system, total) of a process between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self._t0 = 0.0
+        self._t0 = (0.0, 0.0)
+        self.user = 0.0
+        self.system = 0.0
         self.seconds = 0.0
 
     def start(self) -> CpuWindow:
-        self._t0 = cpu_seconds(self.pid)
+        self._t0 = cpu_times(self.pid)
         return self
 
     def stop(self) -> float:
-        self.seconds = cpu_seconds(self.pid) - self._t0
+        """Ends the window; returns the total CPU seconds in it."""
+        user, system = cpu_times(self.pid)
+        self.user = user - self._t0[0]
+        self.system = system - self._t0[1]
+        self.seconds = self.user + self.system
         return self.seconds
+
+    def per_call_us(self, calls: int) -> dict[str, float]:
+        """Host CPU µs per call: total, user (mostly Python) and system (syscalls)."""
+        return {
+            "hostCpuUsPerCall": self.seconds / calls * 1e6,
+            "hostUserUsPerCall": self.user / calls * 1e6,
+            "hostSysUsPerCall": self.system / calls * 1e6,
+        }
 
 
 def cpu_model() -> str:

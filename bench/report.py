@@ -43,7 +43,7 @@ def print_tables(results: Results, out: TextIO) -> None:
     """The row table, the figure table and the target summary."""
     head = (
         f"{'scenario':10} {'row':44} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} "
-        f"{'calls/s':>8} {'cpu/call':>8} {'ratio':>7}  {'vs':26} {'target':40} met"
+        f"{'calls/s':>8} {'cpu/call':>8} {'ratio':>7}  {'vs':26} {'target':46} met"
     )
     print(
         "latency in µs; cpu/call = host CPU µs per call; ratio = p50 / baseline p50 "
@@ -63,7 +63,7 @@ def print_tables(results: Results, out: TextIO) -> None:
             f"{_us(st.p99 if st else None):>7} {_us(st.max if st else None):>7} "
             f"{_num(r.rate):>8} {_num(r.extra.get('hostCpuUsPerCall'), '{:.1f}'):>8} "
             f"{_ratio(r):>7}  {(r.baseline or '')[:26]:26} "
-            f"{((r.target.label if r.target else '') + extra)[:40]:40} {_met(r.target)}",
+            f"{((r.target.label if r.target else '') + extra)[:46]:46} {_met(r.target)}",
             file=out,
         )
     if results.figures:
