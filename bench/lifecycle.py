@@ -16,7 +16,7 @@ import msgspec
 
 from bench.clients import LineClient, PipelinedClient, invoke_request, ndjson
 from bench.host import BenchHost
-from bench.machine import REPO, RssSampler, rss_bytes
+from bench.machine import REPO, CpuWindow, RssSampler, rss_bytes
 from bench.run import PAYLOAD, RECOVERY_BACKOFF_MS, Bench, tool_of
 from bench.stats import Figure, Target
 
@@ -206,6 +206,19 @@ def footprint(b: Bench) -> None:
             "MB",
             target=Target(f"< {IDLE_RSS_TARGET_MB:g} MB", IDLE_RSS_TARGET_MB),
             note=f"toolhost serve with {len(b.needed_sidecars())} bench sidecars, all ready",
+        )
+    )
+    idle_s = 0.5 if b.settings.quick else 2.0
+    cpu = CpuWindow(host.pid).start()
+    time.sleep(idle_s)
+    cpu.stop()
+    b.results.figure(
+        Figure(
+            "footprint",
+            "host CPU while idle",
+            cpu.seconds / idle_s * 100.0,
+            "%",
+            note=f"% of one core over {idle_s:g} s with no calls (probes and timers only)",
         )
     )
     sock = host.connect()
