@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from supervisor import __version__
 from supervisor.cli.common import EXIT_USAGE, add_location_args
@@ -119,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("folder", help="package folder")
     q.add_argument("--write", action="store_true", help="write it into package.toml")
     q.set_defaults(func=_lazy("supervisor.cli.pkg", "checksum"))
+
+    p = sub.add_parser("bench", help="the latency bench: toolhost against baselines, one run")
+    p.add_argument("--quick", action="store_true", help="smoke run: few calls, well under 30 s")
+    p.add_argument("--out", type=Path, help="JSON record (default bench/out/last.json)")
+    p.add_argument("--plot", type=Path, help="latency CDFs as PNG (needs the 'bench' extra)")
+    p.add_argument("--calls", type=int, help="calls per latency row (default 10000)")
+    p.add_argument("--only", nargs="+", metavar="SCENARIO", help="run only these scenarios")
+    p.add_argument("--profile", type=Path, help="py-spy profile of the host (.svg/.json/.txt)")
+    p.set_defaults(func=_lazy("bench.cli"))
 
     p = sub.add_parser("dev", help="developer tasks: generated files")
     dev = p.add_subparsers(dest="dev_command", metavar="TASK")

@@ -1,0 +1,165 @@
+"""``toolhost bench`` (and ``python -m bench``): run the scenarios, print, record, plot.
+
+Scenarios (``--only`` takes these keys; a scenario's baselines come along automatically):
+
+==========  ==================================================================================
+floors      direct pipe round trip and the two-hop floor (socket -> plain relay -> worker)
+e2e         toolhost end to end, one call in flight: NDJSON, MessagePack, WebSocket
+throughput  1/8/64 in flight on pools of 1 and 2 workers vs the pipelined single-hop floor
+foreign     oneshot, simple-json and MCP (hosted and direct), MCP SDK client directly
+payload     1 KB, 64 KB, 1 MB payloads vs the direct pipe's MB/s
+cold_start  toolhost serve on the bundled registry until every sidecar is ready
+recovery    SIGKILL a worker while calls run: calls failed, time until served again
+footprint   host RSS idle and under load, RSS per worker
+==========  ==================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+SCENARIOS = [
+    "floors",
+    "e2e",
+    "throughput",
+    "foreign",
+    "payload",
+    "cold_start",
+    "recovery",
+    "footprint",
+]
+ORDER = [
+    "cold_start",  # before the shared host exists: nothing else runs meanwhile
+    "floors",
+    "e2e",
+    "throughput",
+    "foreign",
+    "payload",
+    "footprint",
+    "recovery",  # last: it kills workers
+]
+DEPENDS = {"e2e": ["floors"], "foreign": ["e2e"]}
+DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "last.json"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``toolhost bench`` (``supervisor/cli/main.py`` declares the same)."""
+    p.add_argument("--quick", action="store_true", help="smoke run: few calls, well under 30 s")
+    p.add_argument("--out", type=Path, help=f"JSON record (default {DEFAULT_OUT})")
+    p.add_argument("--plot", type=Path, help="latency CDFs as PNG (needs the 'bench' extra)")
+    p.add_argument("--calls", type=int, help="calls per latency row (default 10000)")
+    p.add_argument("--only", nargs="+", metavar="SCENARIO", help="run only these scenarios")
+    p.add_argument("--profile", type=Path, help="py-spy profile of the host (.svg/.json/.txt)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return p
+
+
+def selected(only: list[str] | None) -> list[str]:
+    """The scenarios to run, with their baselines' scenarios, in run order."""
+    wanted = set(only or SCENARIOS)
+    unknown = wanted - set(SCENARIOS)
+    if unknown:
+        raise ValueError(
+            f"unknown scenario(s) {', '.join(sorted(unknown))}; choose from {', '.join(SCENARIOS)}"
+        )
+    changed = True
+    while changed:
+        changed = False
+        for key in list(wanted):
+            for dep in DEPENDS.get(key, []):
+                if dep not in wanted:
+                    wanted.add(dep)
+                    changed = True
+    return [k for k in ORDER if k in wanted]
+
+
+def _functions() -> dict[str, Callable[..., None]]:
+    from bench import foreign, latency, lifecycle, throughput
+
+    return {
+        "floors": latency.floors,
+        "e2e": latency.e2e,
+        "throughput": throughput.throughput,
+        "foreign": foreign.foreign,
+        "payload": latency.payload,
+        "cold_start": lifecycle.cold_start,
+        "recovery": lifecycle.recovery,
+        "footprint": lifecycle.footprint,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the bench; exit status 0 when every selected scenario ran (targets do not count)."""
+    from bench.machine import git_info, machine_info
+    from bench.report import have_matplotlib, plot, print_tables, record, sanitize, write_json
+    from bench.run import Bench, Settings
+
+    try:
+        keys = selected(args.only)
+    except ValueError as exc:
+        print(f"toolhost bench: {exc}", file=sys.stderr)
+        return 64
+    if args.calls is not None and args.calls < 1:
+        print("toolhost bench: --calls must be >= 1", file=sys.stderr)
+        return 64
+    plot_path: Path | None = args.plot
+    if plot_path is not None and not have_matplotlib():
+        print(
+            "toolhost bench: --plot needs matplotlib (pip install 'toolhost[bench]'); "
+            "running without the plot",
+            file=sys.stderr,
+        )
+        plot_path = None
+    settings = Settings.make(quick=args.quick, calls=args.calls)
+    bench = Bench(settings, keys)
+    bench.profile = getattr(args, "profile", None)
+    machine = machine_info()
+    functions = _functions()
+    t0 = time.perf_counter()
+    try:
+        for key in keys:
+            bench.log(f"{key} ...")
+            t = time.perf_counter()
+            try:
+                functions[key](bench)
+            except Exception as exc:
+                traceback.print_exc(file=sys.stderr)
+                bench.results.errors[key] = f"{type(exc).__name__}: {exc}"
+            bench.log(f"{key} done in {time.perf_counter() - t:.1f} s")
+    finally:
+        bench.close()
+    duration = time.perf_counter() - t0
+    results = bench.results
+    results.resolve()
+    print_tables(results, sys.stdout)
+    out: Path = args.out or DEFAULT_OUT
+    meta = {
+        "quick": settings.quick,
+        "durationS": round(duration, 2),
+        "command": "toolhost bench "
+        + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+        "machine": machine,
+        "git": git_info(),
+        "settings": {k: v for k, v in asdict(settings).items() if k != "payload_calls"}
+        | {"payload_calls": {str(k): v for k, v in settings.payload_calls.items()}},
+    }
+    write_json(out, sanitize(record(results, scenarios=keys, all_scenarios=SCENARIOS, meta=meta)))
+    print(f"\nrecord: {out} ({duration:.1f} s)")
+    if plot_path is not None:
+        plot(results, plot_path)
+        print(f"plot: {plot_path}")
+    return 1 if results.errors else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))

@@ -1,0 +1,259 @@
+"""Scenarios 6-8: cold start of the bundled registry, recovery from a SIGKILLed worker, and the
+memory footprint of the host and its workers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import threading
+import time
+from collections import Counter
+
+import msgspec
+
+from bench.clients import LineClient, PipelinedClient, invoke_request, ndjson
+from bench.host import BenchHost
+from bench.machine import REPO, CpuWindow, RssSampler, rss_bytes
+from bench.run import PAYLOAD, RECOVERY_BACKOFF_MS, Bench, tool_of
+from bench.stats import Figure, Target
+
+MB = float(1 << 20)
+COLD_START_TARGET_MS = 1000.0
+REPLACE_SLACK_MS = 150.0
+IDLE_RSS_TARGET_MB = 80.0
+
+
+def _ready_times(host: BenchHost, timeout_s: float = 30.0) -> dict[str, float]:
+    """perf_counter time at which each sidecar was first seen ``ready``.
+
+    Event driven: read the catalog, then block until the next ``catalog.changed`` event (an
+    event consumed while waiting for a response came before that response, so the catalog read
+    already reflects it). A timer closes the connection if the sidecars never all get ready.
+    """
+    c = host.control
+    c.request("capability.catalog.subscribe")
+    seen: dict[str, float] = {}
+    watchdog = threading.Timer(timeout_s, lambda: c.sock.shutdown(socket.SHUT_RDWR))
+    watchdog.start()
+    try:
+        while True:
+            now = time.perf_counter()
+            sidecars = c.request("capability.catalog.get")["sidecars"]
+            for s in sidecars:
+                if s["runtime"] == "ready" and s["id"] not in seen:
+                    seen[s["id"]] = now
+            if sidecars and len(seen) == len(sidecars):
+                return seen
+            if not c.rfile.readline():
+                raise TimeoutError(f"sidecars never all ready within {timeout_s} s: {sidecars}")
+    finally:
+        watchdog.cancel()
+
+
+def cold_start(b: Bench) -> None:
+    """Scenario 6: ``toolhost serve`` on the bundled registry until every sidecar is ready."""
+    runs: list[dict[str, float]] = []
+    idle_rss: list[float] = []
+    for _ in range(b.settings.cold_runs):
+        host = BenchHost(copy_tools=REPO / "tools")
+        try:
+            host.start()
+            ready = _ready_times(host)
+            run = {sid: (t - host.spawned_at) * 1000.0 for sid, t in ready.items()}
+            run["(socket up: toolhost serving)"] = (host.serving_at - host.spawned_at) * 1000.0
+            run["(total)"] = max(run.values())
+            runs.append(run)
+            time.sleep(0.3)
+            idle_rss.append(rss_bytes(host.pid) / MB)
+        finally:
+            host.stop()
+    keys = list(runs[0])
+    for key in keys:
+        values = [r[key] for r in runs if key in r]
+        name = {
+            "(total)": "cold start, bundled registry: every sidecar ready",
+            "(socket up: toolhost serving)": "cold start: socket up (toolhost serving)",
+        }.get(key, f"cold start: sidecar {key} ready")
+        b.results.figure(
+            Figure(
+                "cold_start",
+                name,
+                statistics.median(values),
+                "ms",
+                target=(
+                    Target(f"< {COLD_START_TARGET_MS:g} ms", COLD_START_TARGET_MS)
+                    if key == "(total)"
+                    else None
+                ),
+                note=f"median of {len(values)} run(s): " + ", ".join(f"{v:.0f}" for v in values),
+            )
+        )
+    b.results.figure(
+        Figure(
+            "cold_start",
+            "host RSS idle, bundled registry",
+            statistics.median(idle_rss),
+            "MB",
+        )
+    )
+
+
+class _Meta(msgspec.Struct):
+    pid: int | None = None
+
+
+class _Error(msgspec.Struct):
+    code: str = "?"
+
+
+class _Envelope(msgspec.Struct):
+    status: str = "?"
+    error: _Error | None = None
+    meta: _Meta = msgspec.field(default_factory=_Meta)
+
+
+class _Answer(msgspec.Struct):
+    result: _Envelope = msgspec.field(default_factory=_Envelope)
+
+
+_decode = msgspec.json.Decoder(_Answer).decode
+
+
+def recovery(b: Bench) -> None:
+    """Scenario 7: SIGKILL the worker while calls run; failed calls and time until served.
+
+    One client calls the victim sidecar in a loop (one call in flight, no pause), the worker is
+    SIGKILLed, and the loop goes on until a call succeeds on the replacement. Failed calls are
+    counted by error code: the call on the dying worker, and the calls refused while no worker
+    is alive (the sidecar's tools are not visible then, PROTOCOL 4).
+    """
+    host = b.host
+    req = ndjson(invoke_request(tool_of("victim"), PAYLOAD))
+    failed: list[int] = []
+    codes: Counter[str] = Counter()
+    replaced_ms: list[float] = []
+    c = LineClient(host.connect())
+    try:
+        for _ in range(b.settings.kills):
+            old = host.wait_workers("victim", 1)[0]
+            time.sleep(0.6)  # past resetAfterMs, so the restart uses the base backoff
+            answers: list[tuple[float, _Envelope]] = []
+            stop = threading.Event()
+
+            def loop(
+                log: list[tuple[float, _Envelope]] = answers, done: threading.Event = stop
+            ) -> None:
+                while not done.is_set():
+                    env = _decode(c.roundtrip(req)).result
+                    log.append((time.perf_counter(), env))
+
+            thread = threading.Thread(target=loop, daemon=True)
+            thread.start()
+            time.sleep(0.05)
+            t_kill = time.perf_counter()
+            os.kill(old, signal.SIGKILL)
+            deadline = t_kill + 15.0
+            back: float | None = None
+            while back is None and time.perf_counter() < deadline:
+                time.sleep(0.005)
+                for t, env in list(answers):
+                    if t > t_kill and env.status == "success" and env.meta.pid not in (old, None):
+                        back = t
+                        break
+            stop.set()
+            thread.join(timeout=20)
+            after = [env for t, env in answers if t > t_kill and env.status != "success"]
+            failed.append(len(after))
+            codes.update(env.error.code if env.error else env.status for env in after)
+            replaced_ms.append((back - t_kill) * 1000.0 if back is not None else float("inf"))
+    finally:
+        c.close()
+    limit = RECOVERY_BACKOFF_MS + REPLACE_SLACK_MS
+    b.results.figure(
+        Figure(
+            "recovery",
+            "calls failed per worker kill",
+            statistics.mean(failed),
+            "calls",
+            note=f"per kill: {failed}; by code: {dict(codes)} (a client calling in a tight loop)",
+        )
+    )
+    b.results.figure(
+        Figure(
+            "recovery",
+            "killed worker replaced and serving (worst kill)",
+            max(replaced_ms),
+            "ms",
+            target=Target(f"<= backoff {RECOVERY_BACKOFF_MS} + {REPLACE_SLACK_MS:g} ms", limit),
+            note=f"restart.backoffMs={RECOVERY_BACKOFF_MS} (full jitter: 0..backoff); per kill: "
+            + ", ".join(f"{v:.0f}" for v in replaced_ms),
+        )
+    )
+
+
+def footprint(b: Bench) -> None:
+    """Scenario 8: host RSS idle and under load (64 in flight on 2 workers); RSS per worker."""
+    host = b.host
+    assert b.idle_rss is not None
+    b.results.figure(
+        Figure(
+            "footprint",
+            "host RSS idle",
+            b.idle_rss / MB,
+            "MB",
+            target=Target(f"< {IDLE_RSS_TARGET_MB:g} MB", IDLE_RSS_TARGET_MB),
+            note=f"toolhost serve with {len(b.needed_sidecars())} bench sidecars, all ready",
+        )
+    )
+    idle_s = 0.5 if b.settings.quick else 2.0
+    cpu = CpuWindow(host.pid).start()
+    time.sleep(idle_s)
+    cpu.stop()
+    b.results.figure(
+        Figure(
+            "footprint",
+            "host CPU while idle",
+            cpu.seconds / idle_s * 100.0,
+            "%",
+            note=f"% of one core over {idle_s:g} s with no calls (probes and timers only)",
+        )
+    )
+    sock = host.connect()
+    try:
+        client = PipelinedClient(sock, tool_of("tp2"), PAYLOAD, 64)
+        with RssSampler(host.pid) as sampler:
+            client.run(b.settings.throughput_calls)
+    finally:
+        sock.close()
+    b.results.figure(
+        Figure(
+            "footprint",
+            "host RSS under load (peak, 64 in flight)",
+            sampler.peak / MB,
+            "MB",
+            note=f"{sampler.samples} samples",
+        )
+    )
+    kinds = (("echo", "SDK echo"), ("tp2", "SDK echo, concurrency 64"), ("mcp", "MCP SDK server"))
+    for sidecar, label in kinds:
+        if sidecar not in b.needed_sidecars():
+            continue
+        pids = host.worker_pids(sidecar)
+        if not pids:
+            continue
+        rss = [rss_bytes(p) / MB for p in pids]
+        b.results.figure(
+            Figure(
+                "footprint",
+                f"worker RSS: {label}",
+                statistics.mean(rss),
+                "MB",
+                note=f"{len(pids)} worker(s): " + ", ".join(f"{v:.1f}" for v in rss),
+            )
+        )
+    b.results.figure(
+        Figure("footprint", "host RSS at the end of the load", rss_bytes(host.pid) / MB, "MB")
+    )
