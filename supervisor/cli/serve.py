@@ -51,6 +51,7 @@ async def _serve(args: argparse.Namespace) -> int:
         reg = host.registry
         limits = ConnectionLimits(max_frame=reg.host.max_frame_bytes)
         server_scope = trio.CancelScope()
+        gateway_scope = trio.CancelScope()
 
         async def serve(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
             with server_scope:
@@ -69,7 +70,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 async def serve_gateway(
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
                 ) -> None:
-                    with server_scope:
+                    with gateway_scope:
                         await serve_ws(
                             host, ws.listen, token, limits=limits, task_status=task_status
                         )
@@ -92,6 +93,7 @@ async def _serve(args: argparse.Namespace) -> int:
         # host.run returns once every pool has drained and stopped; then close the socket.
         await host.wait_stopped()
         server_scope.cancel()
+        gateway_scope.cancel()
         nursery.cancel_scope.cancel()
     return 0
 

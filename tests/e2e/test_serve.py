@@ -159,3 +159,43 @@ def test_broken_registry_never_stops_the_host(tmp_path):
         assert data["registry"]["errors"][0].startswith(
             "tools/external.tools.jsonc: not valid JSONC"
         )
+
+
+def test_serve_with_websocket_gateway(tmp_path):
+    from trio_websocket import open_websocket_url
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = tmp_path / "app"
+    root.mkdir()
+    write_registry(
+        root,
+        {"echo": echo(tools=["echo.say"])},
+        host={"ws": {"listen": f"127.0.0.1:{port}", "tokenFile": ".toolhost/ws.token"}},
+    )
+    with serve(root):
+        sock = root / ".toolhost" / "host.sock"
+        trio.run(wait_visible, sock, ["echo.say"])
+        token_file = root / ".toolhost" / "ws.token"
+        assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
+        token = token_file.read_text().strip()
+        hello = plain_call(sock, {"id": 1, "method": "server.hello", "params": {}})
+        assert hello["result"]["capabilities"]["endpoints"]["ws"] == f"ws://127.0.0.1:{port}/ws"
+
+        async def ws_invoke():
+            headers = [(b"Authorization", f"Bearer {token}".encode())]
+            async with open_websocket_url(f"ws://127.0.0.1:{port}/ws", extra_headers=headers) as ws:
+                await ws.send_message(
+                    json.dumps(
+                        {
+                            "id": 1,
+                            "method": "tools.invoke",
+                            "params": {"tool": "echo.say", "input": {"text": "ws"}},
+                        }
+                    )
+                )
+                return json.loads(await ws.get_message())
+
+        resp = trio.run(ws_invoke)
+        assert resp["result"]["status"] == "success" and resp["result"]["data"]["text"] == "ws"
