@@ -111,7 +111,7 @@ class Host:
         self._stopped = trio.Event()
         self._reload_lock = trio.Lock()
         self._subscribers: set[trio.MemorySendChannel[CatalogChanged | None]] = set()
-        self._calls: dict[Any, trio.CancelScope] = {}
+        self._calls: dict[Any, _CallHandle] = {}
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
         self.endpoints: dict[str, str] = {}
@@ -594,31 +594,47 @@ class Host:
         ticket = self.quotas.admit(desc.sidecar, tool)
         if not isinstance(ticket, tuple):
             return refusal_envelope(tool, desc.sidecar, ticket)
-        scope = trio.CancelScope()
+        handle = _CallHandle()
         if call_key is not None:
-            self._calls[call_key] = scope
+            self._calls[call_key] = handle
         attempts = 0
         outcome: CallOutcome | None = None
         try:
-            with scope:
-                while True:
-                    attempts += 1
+            while True:
+                attempts += 1
+                # One cancel scope per attempt carries both the deadline and tools.cancel.
+                scope = handle.scope = trio.CancelScope(
+                    deadline=trio.current_time() + timeout / 1000.0
+                )
+                if handle.cancelled:
+                    break
+                with scope:
                     outcome = await pool.call(
                         tool, input_raw, timeout_ms=timeout, on_progress=on_progress
                     )
-                    delay = retry.retry_delay_ms(
-                        manifest, None if outcome.ok else outcome.code, attempts
-                    )
-                    if delay is None:
+                if scope.cancelled_caught:
+                    if handle.cancelled:
+                        outcome = None
                         break
-                    pool.stats.retries += 1
+                    outcome = pool.timed_out(tool, timeout)
+                assert outcome is not None
+                delay = retry.retry_delay_ms(
+                    manifest, None if outcome.ok else outcome.code, attempts
+                )
+                if delay is None:
+                    break
+                pool.stats.retries += 1
+                with handle.waiting(delay / 1000.0):
                     await trio.sleep(delay / 1000.0)
+                if handle.cancelled:
+                    outcome = None
+                    break
         finally:
             self.quotas.release(ticket)
             if call_key is not None:
                 self._calls.pop(call_key, None)
         duration = round((trio.current_time() - t0) * 1000.0, 3)
-        if scope.cancelled_caught or outcome is None:
+        if outcome is None:
             pool.stats.cancels += 1
             return results.failed(
                 tool,
@@ -665,10 +681,10 @@ class Host:
 
     def cancel(self, call_key: Any) -> bool:
         """Cancel a running :meth:`invoke` registered under ``call_key``."""
-        scope = self._calls.get(call_key)
-        if scope is None:
+        handle = self._calls.get(call_key)
+        if handle is None:
             return False
-        scope.cancel()
+        handle.cancel()
         return True
 
     async def restart_sidecar(self, sidecar: str) -> bool:
@@ -677,6 +693,27 @@ class Host:
             return False
         await pool.restart()
         return True
+
+
+class _CallHandle:
+    """How ``tools.cancel`` reaches a running invoke: the current attempt's scope and a flag
+    telling an explicit cancel from a deadline expiry."""
+
+    __slots__ = ("cancelled", "scope")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.scope: trio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def waiting(self, seconds: float) -> trio.CancelScope:
+        """A scope for the pause between retries that ``cancel`` also reaches."""
+        self.scope = trio.CancelScope()
+        return self.scope
 
 
 def default_app_root() -> str:

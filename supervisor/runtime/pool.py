@@ -121,6 +121,7 @@ class Pool:
         self.stopped = False
         self.next_restart_at: float | None = None
         self.stats = PoolStats()
+        self.last_worker_pid: int | None = None
         self.exits: Counter[str] = Counter()
         """Why workers ended, by exit reason (``stopped`` excluded)."""
         self._keepers = 0
@@ -416,9 +417,13 @@ class Pool:
     ) -> CallOutcome:
         """Dispatch one call; returns its outcome (never raises for worker faults).
 
+        The caller owns the call's deadline: it runs this inside a cancel scope whose deadline
+        is ``timeout_ms`` from now (one scope per call is cheaper than one per layer), and turns
+        a deadline expiry into ``timeout`` with :meth:`timed_out`.
+
         Raises:
-            trio.Cancelled: The caller's scope was cancelled (``tools.cancel``, disconnect); the
-                call has been abandoned on its worker.
+            trio.Cancelled: The caller's scope was cancelled (deadline, ``tools.cancel``,
+                disconnect); the call has been abandoned on its worker.
         """
         stats = self.stats
         stats.calls += 1
@@ -460,18 +465,21 @@ class Pool:
             worker = waiter.worker
             worker.reserved -= 1
         remaining = max(1, int((deadline - trio.current_time()) * 1000.0))
-        with trio.move_on_at(deadline) as scope:
-            outcome = await worker.call(tool, input_raw, remaining, on_progress)
-        if scope.cancelled_caught:
-            stats.timeouts += 1
-            outcome = CallOutcome(
-                ok=False,
-                code="timeout",
-                error=f"{tool} did not answer within {timeout_ms} ms",
-                pid=worker.pid,
-            )
-        self._after_call(worker)
-        return outcome
+        self.last_worker_pid = worker.pid
+        try:
+            return await worker.call(tool, input_raw, remaining, on_progress)
+        finally:
+            self._after_call(worker)
+
+    def timed_out(self, tool: str, timeout_ms: int) -> CallOutcome:
+        """The outcome of a call whose deadline expired while it ran or waited."""
+        self.stats.timeouts += 1
+        return CallOutcome(
+            ok=False,
+            code="timeout",
+            error=f"{tool} did not answer within {timeout_ms} ms",
+            pid=self.last_worker_pid,
+        )
 
     def _drop_waiter(self, waiter: _Waiter) -> None:
         """Forget a waiter that will not run: release its reserved slot, if it had one."""

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.process_json import ProcessJsonConnection
+from supervisor.runtime.direct_write import DirectWriter, grow_pipe
 from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 
@@ -226,7 +226,8 @@ class LineWorker(Worker):
         self.proc: ChildProcess | None = None
         self.slots: dict[int, CallSlot] = {}
         self._waiters: dict[Any, list[Any]] = {}
-        self._send, self._recv = trio.open_memory_channel[bytes | None](math.inf)
+        self._out: DirectWriter | None = None
+        self._early: list[bytes] = []
         self._nursery: trio.Nursery | None = None
         self._ready_or_dead = trio.Event()
         self._exited = trio.Event()
@@ -298,7 +299,14 @@ class LineWorker(Worker):
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._drain_stderr)
-                nursery.start_soon(self._write_loop)
+                assert proc.stdin is not None and proc.stdout is not None
+                grow_pipe(proc.stdin.fileno())
+                grow_pipe(proc.stdout.fileno())
+                self._out = DirectWriter(proc.stdin.fileno(), close=proc.stdin.aclose)
+                for early in self._early:
+                    self._out.write(early)
+                self._early.clear()
+                nursery.start_soon(self._out.run)
                 nursery.start_soon(self._read_loop)
                 nursery.start_soon(self._handshake)
                 rc = await proc.wait()
@@ -515,38 +523,17 @@ class LineWorker(Worker):
     # IO tasks ----------------------------------------------------------------------------
 
     def _write(self, data: bytes | None) -> None:
-        try:
-            self._send.send_nowait(data)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
-
-    async def _write_loop(self) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
-        stdin = self.proc.stdin
-        recv = self._recv
-        try:
-            while True:
-                data = await recv.receive()
-                if data is None:
-                    await stdin.aclose()
-                    return
-                batch = [data]
-                close = False
-                while True:
-                    try:
-                        more = recv.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    if more is None:
-                        close = True
-                        break
-                    batch.append(more)
-                await stdin.send_all(data if len(batch) == 1 else b"".join(batch))
-                if close:
-                    await stdin.aclose()
-                    return
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        """Write ``data`` to the worker's stdin now (queued if the pipe is full); None closes it
+        once everything before has been written."""
+        out = self._out
+        if out is None:
+            if data is not None:
+                self._early.append(data)
+            return
+        if data is None:
+            out.close_when_drained()
+        else:
+            out.write(data)
 
     async def _read_loop(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

@@ -12,6 +12,7 @@ import trio
 
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
+from supervisor.runtime.direct_write import DirectWriter
 from supervisor.runtime.host import Host
 from supervisor.server.codec import Codec, Encoding
 from supervisor.server.session import QueuedTransport
@@ -57,6 +58,22 @@ class StreamConnection(QueuedTransport):
         self._lines: LineSplitter | None = LineSplitter(self.limits.max_frame)
         self._frames: LengthPrefixSplitter | None = None
         self._switch_to: Encoding | None = None
+        self._direct: DirectWriter | None = None
+
+    def send(self, frame: bytes, binary: bool) -> None:
+        direct = self._direct
+        if direct is None:
+            self.out.put(frame, binary)
+            return
+        if self.out.closed:
+            return
+        direct.write(frame)
+        if direct.broken:
+            self.disconnect("write failed")
+        elif direct.pending_bytes > self.limits.max_queue_bytes:
+            self.disconnect(
+                f"client is not reading: over {self.limits.max_queue_bytes} bytes queued"
+            )
 
     def switch_encoding(self, encoding: str) -> Codec:
         self._switch_to = "msgpack" if encoding == "msgpack" else "json"
@@ -69,7 +86,13 @@ class StreamConnection(QueuedTransport):
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
                 self.session.attach(nursery)
-                nursery.start_soon(self._writer)
+                sock = getattr(self.stream, "socket", None)
+                if sock is not None:
+                    # Write-through: answers go out on the answering task, no writer hop.
+                    self._direct = DirectWriter(sock.fileno())
+                    nursery.start_soon(self._direct.run)
+                else:
+                    nursery.start_soon(self._writer)
                 await self._reader()
                 nursery.cancel_scope.cancel()  # the client left: cancel its calls
         finally:
@@ -106,7 +129,10 @@ class StreamConnection(QueuedTransport):
                     self.codec.error(None, "invalid-request", f"frame too large: {exc.message}"),
                     self.codec.binary,
                 )
-                await self.out.drain(timeout_s=1.0)
+                if self._direct is not None:
+                    await self._direct.drain(timeout_s=1.0)
+                else:
+                    await self.out.drain(timeout_s=1.0)
                 self.disconnect("oversized frame")
                 return
 
