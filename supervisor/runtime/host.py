@@ -32,7 +32,7 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.contracts.stats import StatsResult
-from supervisor.policy import gate, results, retry
+from supervisor.policy import results
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
@@ -41,13 +41,13 @@ from supervisor.registry.load import Registry, load_registry
 from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
 from supervisor.runtime import kinds, limits
-from supervisor.runtime.audit import AuditApproval, AuditLog
+from supervisor.runtime.audit import AuditLog
+from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
-from supervisor.runtime.quotas import refusal_envelope
 from supervisor.runtime.safeguards import Safeguards
 from supervisor.runtime.upgrades import Upgrades
-from supervisor.runtime.worker import CallOutcome, LaunchSpec, ProgressSink
+from supervisor.runtime.worker import LaunchSpec, ProgressSink
 
 SUBSCRIBER_BUFFER = 256
 
@@ -111,7 +111,7 @@ class Host:
         self._stopped = trio.Event()
         self._reload_lock = trio.Lock()
         self._subscribers: set[trio.MemorySendChannel[CatalogChanged | None]] = set()
-        self._calls: dict[Any, _CallHandle] = {}
+        self.invoker = Invoker(self)
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
         self.endpoints: dict[str, str] = {}
@@ -171,6 +171,7 @@ class Host:
                 self._nursery = nursery
                 if self.audit is not None:
                     await nursery.start(self.audit.run)
+                nursery.start_soon(self.invoker.deadlines.run)
                 await self.safeguards.start(nursery)
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
@@ -513,54 +514,23 @@ class Host:
             client: Who asked (for the audit log).
         """
         t0 = trio.current_time()
+        inv = self.invoker
         try:
-            env = await self._invoke(
-                tool,
-                input_raw,
-                timeout_ms=timeout_ms,
-                approval=approval,
-                on_progress=on_progress,
-                call_key=call_key,
-            )
+            prep = inv.prepare(tool, timeout_ms, approval)
+            if isinstance(prep, Envelope):
+                env = prep
+            else:
+                env = await inv.run(prep, input_raw, on_progress=on_progress, call_key=call_key)
         except trio.Cancelled:
             # The client went away mid-call: the call was abandoned; the audit still says so.
             gone = results.failed(tool, "cancelled", "client disconnected")
             gone.meta.durationMs = round((trio.current_time() - t0) * 1000.0, 3)
-            self._audit(client, tool, input_raw, gone, approval)
-            self.safeguards.record(tool, input_raw, gone)
+            inv.record(client, tool, input_raw, gone, approval)
             raise
-        self._audit(client, tool, input_raw, env, approval)
-        self.safeguards.record(tool, input_raw, env)
+        inv.record(client, tool, input_raw, env, approval)
         return env
 
-    def _audit(
-        self,
-        client: str,
-        tool: str,
-        input_raw: msgspec.Raw,
-        env: Envelope,
-        approval: Approval | None,
-    ) -> None:
-        if self.audit is None:
-            return
-        self.audit.record(
-            client=client,
-            tool=tool,
-            input_json=bytes(input_raw),
-            status=env.status,
-            error_code=env.error.code if env.error is not None else None,
-            duration_ms=env.meta.durationMs,
-            sidecar=env.meta.sidecar,
-            pid=env.meta.pid,
-            attempts=env.meta.attempts,
-            approval=(
-                AuditApproval(granted=approval.granted, by=approval.by)
-                if approval is not None
-                else None
-            ),
-        )
-
-    async def _invoke(
+    def start_invoke(
         self,
         tool: str,
         input_raw: msgspec.Raw,
@@ -569,105 +539,22 @@ class Host:
         approval: Approval | None,
         on_progress: ProgressSink | None,
         call_key: Any,
-    ) -> Envelope:
-        t0 = trio.current_time()
-        desc = self.catalog.get(tool)
-        if desc is None:
-            return results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
-        tp = self.catalog.tool_plan(tool)
-        refusal = gate.refuse(
-            desc,
-            tp.sandbox if tp is not None else desc.stability.sandbox,
-            approval,
-            lambda: self.quotas.retry_after(desc.sidecar, tool),
-        )
-        if refusal is not None:
-            return refusal
-        pool = self.pools.get(desc.sidecar or "")
-        if pool is None:
-            return results.unavailable(
-                tool, "unavailable", f"{tool}: sidecar {desc.sidecar} is not running"
-            )
-        cfg = pool.config
-        timeout = timeout_ms or desc.annotations.timeoutMs or cfg.timeout_ms
-        manifest = tp.manifest if tp is not None else None
-        ticket = self.quotas.admit(desc.sidecar, tool)
-        if not isinstance(ticket, tuple):
-            return refusal_envelope(tool, desc.sidecar, ticket)
-        handle = _CallHandle()
-        if call_key is not None:
-            self._calls[call_key] = handle
-        attempts = 0
-        outcome: CallOutcome | None = None
-        try:
-            while True:
-                attempts += 1
-                # One cancel scope per attempt carries both the deadline and tools.cancel.
-                scope = handle.scope = trio.CancelScope(
-                    deadline=trio.current_time() + timeout / 1000.0
-                )
-                if handle.cancelled:
-                    break
-                with scope:
-                    outcome = await pool.call(
-                        tool, input_raw, timeout_ms=timeout, on_progress=on_progress
-                    )
-                if scope.cancelled_caught:
-                    if handle.cancelled:
-                        outcome = None
-                        break
-                    outcome = pool.timed_out(tool, timeout)
-                assert outcome is not None
-                delay = retry.retry_delay_ms(
-                    manifest, None if outcome.ok else outcome.code, attempts
-                )
-                if delay is None:
-                    break
-                pool.stats.retries += 1
-                with handle.waiting(delay / 1000.0):
-                    await trio.sleep(delay / 1000.0)
-                if handle.cancelled:
-                    outcome = None
-                    break
-        finally:
-            self.quotas.release(ticket)
-            if call_key is not None:
-                self._calls.pop(call_key, None)
-        duration = round((trio.current_time() - t0) * 1000.0, 3)
-        if outcome is None:
-            pool.stats.cancels += 1
-            return results.failed(
-                tool,
-                "cancelled",
-                f"{tool} was cancelled",
-                sidecar=pool.sidecar,
-                duration_ms=duration,
-                attempts=attempts,
-            )
-        limit = limits.output_limit(cfg, tool, desc.annotations.resultLimit)
-        env = results.from_answer(
+        client: str,
+        on_done: Callable[[Envelope], None],
+    ) -> bool:
+        """Start a call without an awaiting task when a worker has room now (the direct gear,
+        see :mod:`supervisor.runtime.invoke`); ``on_done`` gets the envelope. Returns False
+        when the call needs :meth:`invoke` instead (nothing was done)."""
+        return self.invoker.start(
             tool,
-            ok=outcome.ok,
-            data=outcome.data,
-            content=outcome.content,
-            code=outcome.code,
-            error=outcome.error,
-            details=outcome.details,
-            sidecar=pool.sidecar,
-            pid=outcome.pid,
-            duration_ms=duration,
-            max_output_bytes=limit,
-            cpu_ms=outcome.cpu_ms,
-            exit_code=outcome.exit_code,
-            stderr=outcome.stderr,
-            attempts=attempts,
+            input_raw,
+            timeout_ms=timeout_ms,
+            approval=approval,
+            on_progress=on_progress,
+            call_key=call_key,
+            client=client,
+            on_done=on_done,
         )
-        stats = pool.stats
-        if env.status == "success":
-            stats.success += 1
-        elif env.status == "failed":
-            stats.failed += 1
-        return env
 
     def resolve_name(self, name: str) -> str:
         """Map a provider-safe name (``file__hash``) back to the tool name (``file.hash``)."""
@@ -679,13 +566,9 @@ class Host:
         """Accounting per sidecar, tool and worker (``system.stats``)."""
         return self.safeguards.stats((trio.current_time() - self.started_at) * 1000.0)
 
-    def cancel(self, call_key: Any) -> bool:
-        """Cancel a running :meth:`invoke` registered under ``call_key``."""
-        handle = self._calls.get(call_key)
-        if handle is None:
-            return False
-        handle.cancel()
-        return True
+    def cancel(self, call_key: Any, message: str = "") -> bool:
+        """Cancel a running call registered under ``call_key``."""
+        return self.invoker.cancel(call_key, message)
 
     async def restart_sidecar(self, sidecar: str) -> bool:
         pool = self.pools.get(sidecar)
@@ -693,27 +576,6 @@ class Host:
             return False
         await pool.restart()
         return True
-
-
-class _CallHandle:
-    """How ``tools.cancel`` reaches a running invoke: the current attempt's scope and a flag
-    telling an explicit cancel from a deadline expiry."""
-
-    __slots__ = ("cancelled", "scope")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self.scope: trio.CancelScope | None = None
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self.scope is not None:
-            self.scope.cancel()
-
-    def waiting(self, seconds: float) -> trio.CancelScope:
-        """A scope for the pause between retries that ``cancel`` also reaches."""
-        self.scope = trio.CancelScope()
-        return self.scope
 
 
 def default_app_root() -> str:

@@ -34,7 +34,9 @@ from supervisor.registry.catalog import NOT_STARTED, SidecarFacts, ToolProbe, To
 from supervisor.runtime.guard import HostGuard
 from supervisor.runtime.worker import (
     CallOutcome,
+    CallSlot,
     LaunchSpec,
+    LineWorker,
     ProcessWorker,
     ProgressSink,
     Worker,
@@ -469,7 +471,36 @@ class Pool:
         try:
             return await worker.call(tool, input_raw, remaining, on_progress)
         finally:
-            self._after_call(worker)
+            self.after_call(worker)
+
+    def direct_worker(self) -> LineWorker | None:
+        """A worker that can take a call right now through the direct gear (none when calls
+        are queued: they go first)."""
+        if self.waiters:
+            return None
+        worker = self._pick()
+        if worker is None or not isinstance(worker, LineWorker) or not worker.DIRECT:
+            return None
+        return worker
+
+    def start_on(
+        self,
+        worker: LineWorker,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        on_progress: ProgressSink | None,
+        on_done: Callable[[CallSlot], None],
+    ) -> CallSlot:
+        """Start a call on ``worker`` (from :meth:`direct_worker`) without awaiting it."""
+        self.stats.calls += 1
+        self.last_worker_pid = worker.pid
+
+        def done(slot: CallSlot) -> None:
+            self.after_call(worker)
+            on_done(slot)
+
+        return worker.start_call(tool, input_raw, deadline_ms, on_progress, done)
 
     def timed_out(self, tool: str, timeout_ms: int) -> CallOutcome:
         """The outcome of a call whose deadline expired while it ran or waited."""
@@ -493,7 +524,7 @@ class Pool:
             except ValueError:
                 pass
 
-    def _after_call(self, worker: Worker) -> None:
+    def after_call(self, worker: Worker) -> None:
         limit = self.config.pool.max_calls_per_worker
         if limit and worker.calls_issued >= limit and worker.state == "ready":
             worker.state = "draining"

@@ -25,7 +25,7 @@ from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.process_json import ProcessJsonConnection
-from supervisor.runtime.direct_write import DirectWriter, grow_pipe
+from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, uncork
 from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 
@@ -124,11 +124,21 @@ class WorkerHooks(Protocol):
 
 
 class CallSlot:
-    """One call in flight on a line worker: its id, an event, and how it ended."""
+    """One call in flight on a line worker: its id, an event, and how it ended.
 
-    __slots__ = ("abandoned", "done", "failure", "id", "on_progress", "result", "tool")
+    A slot started with a ``callback`` (the direct gear) reports its end through it instead of
+    waking an awaiting task; an abandoned slot reports nothing.
+    """
 
-    def __init__(self, call_id: int, tool: str, on_progress: ProgressSink | None) -> None:
+    __slots__ = ("abandoned", "callback", "done", "failure", "id", "on_progress", "result", "tool")
+
+    def __init__(
+        self,
+        call_id: int,
+        tool: str,
+        on_progress: ProgressSink | None,
+        callback: Callable[[CallSlot], None] | None = None,
+    ) -> None:
         self.id = call_id
         self.tool = tool
         self.on_progress = on_progress
@@ -136,6 +146,12 @@ class CallSlot:
         self.result: Any = None
         self.failure: CallOutcome | None = None
         self.abandoned = False
+        self.callback = callback
+
+    def finish(self) -> None:
+        self.done.set()
+        if self.callback is not None and not self.abandoned:
+            self.callback(self)
 
 
 class Worker(ABC):
@@ -214,6 +230,22 @@ class LineWorker(Worker):
     worker that does not is killed after ``cancel_grace_s``; MCP servers need not, so the call is
     simply forgotten).
     """
+
+    DIRECT = False
+    """Whether :meth:`start_call` exists (the direct gear of the invoke path)."""
+
+    def start_call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        on_progress: ProgressSink | None,
+        callback: Callable[[CallSlot], None],
+    ) -> CallSlot:  # pragma: no cover - only workers with DIRECT = True are asked
+        raise NotImplementedError
+
+    def outcome(self, slot: CallSlot) -> CallOutcome:  # pragma: no cover - see start_call
+        raise NotImplementedError
 
     ANSWERS_CANCEL = True
 
@@ -395,7 +427,7 @@ class LineWorker(Worker):
                 stderr=ex.stderr_tail[-4096:] or None,
                 pid=self.pid,
             )
-            slot.done.set()
+            slot.finish()
         for waiter in self._waiters.values():
             waiter[0].set()
         self._waiters.clear()
@@ -466,11 +498,16 @@ class LineWorker(Worker):
         if slot is None:
             return
         slot.result = result
-        slot.done.set()
+        slot.finish()
         self.last_active = trio.current_time()
         if not self.slots:
             self._idle.set()
         self.hooks.on_capacity(self)
+
+    def abandon(self, slot: CallSlot) -> None:
+        """Give up on a started call (deadline or cancel) without awaiting it."""
+        if not slot.done.is_set() and not slot.abandoned:
+            self._abandon(slot)
 
     def _abandon(self, slot: CallSlot) -> None:
         slot.abandoned = True
@@ -544,6 +581,7 @@ class LineWorker(Worker):
                 data = await stream.receive_some(READ_CHUNK)
                 if not data:
                     break
+                cork()
                 try:
                     receive(data)
                 except ProtocolError as exc:
@@ -551,6 +589,8 @@ class LineWorker(Worker):
                     self._line_too_long = isinstance(exc, LineTooLong)
                     self.kill("protocol-error", f"protocol error: {exc.message}")
                     return
+                finally:
+                    uncork()
         except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
             pass
         finally:
@@ -619,6 +659,38 @@ class ProcessWorker(LineWorker):
         except ProtocolError as exc:
             return CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
         slot = await self._exchange(call_id, tool, line, on_progress)
+        return self.outcome(slot)
+
+    DIRECT = True
+
+    def start_call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        on_progress: ProgressSink | None,
+        callback: Callable[[CallSlot], None],
+    ) -> CallSlot:
+        """Write a call now; ``callback`` gets its slot when it is answered or fails (the
+        direct gear: no awaiting task). The caller must have checked :attr:`has_capacity`."""
+        try:
+            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
+        except ProtocolError as exc:
+            slot = CallSlot(0, tool, on_progress, callback)
+            slot.failure = CallOutcome(
+                ok=False, code="worker-crashed", error=exc.message, pid=self.pid
+            )
+            slot.finish()
+            return slot
+        slot = CallSlot(call_id, tool, on_progress, callback)
+        self.slots[call_id] = slot
+        self.calls_issued += 1
+        self.last_active = trio.current_time()
+        self._write(line)
+        return slot
+
+    def outcome(self, slot: CallSlot) -> CallOutcome:
+        """What a finished slot amounts to."""
         r: wire.Result | None = slot.result
         if r is not None:
             return CallOutcome(

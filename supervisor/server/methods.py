@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 import supervisor
+from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.packages import ApplyParams, RollbackParams, StageParams
 from supervisor.contracts.rpc import (
     PROTOCOL_NAME,
@@ -56,6 +57,8 @@ class SessionLike(Protocol):
     def start_subscription(self, codec: Codec) -> None: ...
 
     def call_key(self, request_id: RequestId) -> Any: ...
+
+    def direct_done(self, request_id: RequestId) -> None: ...
 
 
 class Call:
@@ -161,6 +164,35 @@ def sidecar_logs(c: Call, raw: msgspec.Raw) -> Any:
     if pool is None:
         raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
     return {"sidecar": p.sidecar, "stderr": pool.stderr_tail(max(1, min(p.bytes, 64 * 1024)))}
+
+
+def tools_invoke_direct(c: Call, raw: msgspec.Raw) -> bool:
+    """Start ``tools.invoke`` without an invoker task when a worker has room now; the response
+    is sent from the worker's answer. False: use :func:`tools_invoke` (streaming calls always
+    do, so ``tool.start`` goes out before anything else)."""
+    p = c.params(raw, InvokeParams)
+    if p.stream or (p.timeoutMs is not None and p.timeoutMs < 1):
+        return False
+    try:
+        input_raw = c.codec.to_json(p.input)
+    except (msgspec.DecodeError, TypeError):
+        return False
+    session, codec, rid = c.session, c.codec, c.rid
+
+    def done(env: Envelope) -> None:
+        session.direct_done(rid)
+        session.send(codec.response(rid, env), codec)
+
+    return c.host.start_invoke(
+        c.host.resolve_name(p.tool),
+        input_raw,
+        timeout_ms=p.timeoutMs,
+        approval=p.approval,
+        on_progress=None,
+        call_key=session.call_key(rid),
+        client=session.client_name,
+        on_done=done,
+    )
 
 
 async def tools_invoke(c: Call, raw: msgspec.Raw) -> Any:
@@ -275,6 +307,13 @@ SYNC_METHODS: dict[str, SyncMethod] = {
     "system.stats": system_stats,
     "sidecar.logs": sidecar_logs,
 }
+
+DirectMethod = Callable[[Call, msgspec.Raw], bool]
+
+DIRECT_METHODS: dict[str, DirectMethod] = {
+    "tools.invoke": tools_invoke_direct,
+}
+"""Methods tried first without an invoker task; False falls back to ASYNC_METHODS."""
 
 ASYNC_METHODS: dict[str, AsyncMethod] = {
     "tools.invoke": tools_invoke,

@@ -26,6 +26,7 @@ from supervisor.server.codec import BadFrame, BadParams, Codec
 from supervisor.server.methods import (
     ALREADY_SENT,
     ASYNC_METHODS,
+    DIRECT_METHODS,
     SYNC_METHODS,
     AsyncMethod,
     Call,
@@ -141,6 +142,8 @@ class Session:
         self._queued = 0
         self._inflight: set[RequestId] = set()
         self._subscribed = False
+        self._direct: set[RequestId] = set()
+        self.closed = False
 
     def attach(self, nursery: trio.Nursery) -> None:
         """The nursery that owns the session's tasks (cancelled when the client leaves)."""
@@ -149,7 +152,8 @@ class Session:
     # SessionLike ---------------------------------------------------------------------------
 
     def send(self, frame: bytes, codec: Codec) -> None:
-        self.transport.send(frame, codec.binary)
+        if not self.closed:
+            self.transport.send(frame, codec.binary)
 
     def switch_encoding(self, encoding: str) -> Codec:
         return self.transport.switch_encoding(encoding)
@@ -162,6 +166,17 @@ class Session:
 
     def call_key(self, request_id: RequestId) -> Any:
         return (id(self), request_id)
+
+    def direct_done(self, request_id: RequestId) -> None:
+        self._direct.discard(request_id)
+        self._inflight.discard(request_id)
+
+    def close(self) -> None:
+        """The client is gone: nothing more is sent, and its direct calls are cancelled (the
+        awaiting ones end with the transport's nursery)."""
+        self.closed = True
+        for rid in list(self._direct):
+            self.host.cancel(self.call_key(rid), "client disconnected")
 
     # handling ----------------------------------------------------------------------------
 
@@ -206,8 +221,19 @@ class Session:
             self.send(codec.error(rid, "overloaded", "too many requests in flight"), codec)
             return
         self._inflight.add(rid)
+        call = Call(self, codec, rid)
+        direct = DIRECT_METHODS.get(req.method)
+        if direct is not None:
+            self._direct.add(rid)
+            try:
+                started = direct(call, req.params)
+            except (BadParams, RpcFailure):
+                started = False  # the invoker path decodes again and answers the error
+            if started:
+                return
+            self._direct.discard(rid)
         self._queued += 1
-        self._inv_send.send_nowait((amethod, Call(self, codec, rid), req.params))
+        self._inv_send.send_nowait((amethod, call, req.params))
         if self._queued > self._idle and self._invokers < MAX_INVOKERS and self._nursery:
             self._invokers += 1
             self._nursery.start_soon(self._invoker)

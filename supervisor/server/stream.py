@@ -12,7 +12,7 @@ import trio
 
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
-from supervisor.runtime.direct_write import DirectWriter
+from supervisor.runtime.direct_write import DirectWriter, cork, uncork
 from supervisor.runtime.host import Host
 from supervisor.server.codec import Codec, Encoding
 from supervisor.server.session import QueuedTransport
@@ -96,6 +96,7 @@ class StreamConnection(QueuedTransport):
                 await self._reader()
                 nursery.cancel_scope.cancel()  # the client left: cancel its calls
         finally:
+            self.session.close()
             with trio.CancelScope(shield=True):
                 try:
                     await self.stream.aclose()
@@ -112,6 +113,8 @@ class StreamConnection(QueuedTransport):
                 return
             if not data:
                 return
+            too_long: LineTooLong | None = None
+            cork()  # answers and worker writes of this chunk go out in one write each
             try:
                 frames = self._feed(data)
                 i = 0
@@ -125,8 +128,14 @@ class StreamConnection(QueuedTransport):
                         frames = self._apply_switch(frames[i:])
                         i = 0
             except LineTooLong as exc:
+                too_long = exc
+            finally:
+                uncork()
+            if too_long is not None:
                 self.send(
-                    self.codec.error(None, "invalid-request", f"frame too large: {exc.message}"),
+                    self.codec.error(
+                        None, "invalid-request", f"frame too large: {too_long.message}"
+                    ),
                     self.codec.binary,
                 )
                 if self._direct is not None:

@@ -115,6 +115,7 @@ class WsConnection(QueuedTransport):
                         handle(bytes(message), msgpack_codec)
                 nursery.cancel_scope.cancel()
         finally:
+            self.session.close()
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await self.ws.aclose()
 
