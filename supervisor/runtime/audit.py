@@ -86,6 +86,8 @@ class AuditLog:
         self.written = 0
         self.failed: str | None = None
         self._encoder = msgspec.json.Encoder()
+        self._sec = -1
+        self._sec_text = ""
 
     def record(
         self,
@@ -163,7 +165,7 @@ class AuditLog:
 
     def _encode(self, p: _Pending) -> bytes:
         rec = AuditRecord(
-            time=dt.datetime.fromtimestamp(p.when, dt.UTC).isoformat(timespec="milliseconds"),
+            time=self._timestamp(p.when),
             client=p.client,
             tool=p.tool,
             inputDigest="sha256:" + hashlib.sha256(p.input).hexdigest(),
@@ -177,6 +179,14 @@ class AuditLog:
             approval=p.approval,
         )
         return self._encoder.encode(rec) + b"\n"
+
+    def _timestamp(self, when: float) -> str:
+        """ISO 8601 UTC with milliseconds; the per-second part is formatted once a second."""
+        sec = int(when)
+        if sec != self._sec:
+            self._sec = sec
+            self._sec_text = dt.datetime.fromtimestamp(sec, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._sec_text}.{int((when - sec) * 1000):03d}+00:00"
 
     def _open(self) -> int:
         if self._fd is None:

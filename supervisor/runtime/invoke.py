@@ -292,9 +292,8 @@ class Invoker:
             self.calls[call_key] = call
         call.worker = worker
         self.deadlines.add(call)
-        remaining = max(1, int((call.deadline - trio.current_time()) * 1000.0))
         call.slot = prep.pool.start_on(
-            worker, tool, input_raw, remaining, on_progress, call.answered
+            worker, tool, input_raw, prep.timeout, on_progress, call.answered, now=prep.t0
         )
         return True
 

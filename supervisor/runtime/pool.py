@@ -386,10 +386,14 @@ class Pool:
     # dispatch ----------------------------------------------------------------------------
 
     def _pick(self) -> Worker | None:
+        """The least-loaded ready worker with room (on every call: kept tight)."""
         best: Worker | None = None
+        best_load = 1 << 30
         for w in self.workers:
-            if w.has_capacity and (best is None or w.load < best.load):
-                best = w
+            if w.state == "ready":
+                load = w.inflight + w.reserved
+                if load < w.concurrency and load < best_load:
+                    best, best_load = w, load
         return best
 
     def _wake(self) -> None:
@@ -491,6 +495,8 @@ class Pool:
         deadline_ms: int,
         on_progress: ProgressSink | None,
         on_done: Callable[[CallSlot], None],
+        *,
+        now: float,
     ) -> CallSlot:
         """Start a call on ``worker`` (from :meth:`direct_worker`) without awaiting it."""
         self.stats.calls += 1
@@ -500,7 +506,7 @@ class Pool:
             self.after_call(worker)
             on_done(slot)
 
-        return worker.start_call(tool, input_raw, deadline_ms, on_progress, done)
+        return worker.start_call(tool, input_raw, deadline_ms, on_progress, done, now=now)
 
     def timed_out(self, tool: str, timeout_ms: int) -> CallOutcome:
         """The outcome of a call whose deadline expired while it ran or waited."""

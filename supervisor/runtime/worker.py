@@ -241,6 +241,8 @@ class LineWorker(Worker):
         deadline_ms: int,
         on_progress: ProgressSink | None,
         callback: Callable[[CallSlot], None],
+        *,
+        now: float,
     ) -> CallSlot:  # pragma: no cover - only workers with DIRECT = True are asked
         raise NotImplementedError
 
@@ -670,6 +672,8 @@ class ProcessWorker(LineWorker):
         deadline_ms: int,
         on_progress: ProgressSink | None,
         callback: Callable[[CallSlot], None],
+        *,
+        now: float,
     ) -> CallSlot:
         """Write a call now; ``callback`` gets its slot when it is answered or fails (the
         direct gear: no awaiting task). The caller must have checked :attr:`has_capacity`."""
@@ -685,7 +689,7 @@ class ProcessWorker(LineWorker):
         slot = CallSlot(call_id, tool, on_progress, callback)
         self.slots[call_id] = slot
         self.calls_issued += 1
-        self.last_active = trio.current_time()
+        self.last_active = now
         self._write(line)
         return slot
 
