@@ -99,10 +99,6 @@ class CancelParams(Struct, kw_only=True):
     id: RequestId
 
 
-class SidecarParams(Struct, kw_only=True):
-    sidecar: str
-
-
 class RestartParams(Struct, kw_only=True):
     sidecar: str
     force: bool = False

@@ -101,7 +101,7 @@ class SpawnWorker(Worker):
         self._running: set[trio.CancelScope] = set()
         self._ended = trio.Event()
         self._idle = trio.Event()
-        self._end: tuple[ExitReason, str] | None = None
+        self._end = None
         self._last_exit_code: int | None = None
         self._live: dict[int, _LiveCall] = {}
 
@@ -157,14 +157,7 @@ class SpawnWorker(Worker):
             scope.cancel()
 
     async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
-        if self._end is None:
-            self._end = (reason, f"worker {reason}")
-        if self.state in ("ready", "starting", "draining"):
-            self.state = "draining"
-            if self._running and drain_s > 0:
-                self._idle = trio.Event()
-                with trio.move_on_after(drain_s):
-                    await self._idle.wait()
+        await self._drain(reason, drain_s, bool(self._running))
         self.kill(reason, f"worker {reason}")
 
     async def ping(self, timeout_s: float) -> wire.Pong | None:

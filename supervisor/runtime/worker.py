@@ -183,6 +183,21 @@ class Worker(ABC):
     def has_capacity(self) -> bool:
         return self.state == "ready" and self.load < self.concurrency
 
+    _end: tuple[ExitReason, str] | None = None
+    _idle: trio.Event
+
+    async def _drain(self, reason: ExitReason, drain_s: float, busy: bool) -> None:
+        """The first half of a graceful stop: record why, take no new calls, and wait (at most
+        ``drain_s``) for the running ones to end."""
+        if self._end is None:
+            self._end = (reason, f"worker {reason}")
+        if self.state in ("ready", "starting", "draining"):
+            self.state = "draining"
+            if busy and drain_s > 0:
+                self._idle = trio.Event()
+                with trio.move_on_after(drain_s):
+                    await self._idle.wait()
+
     @abstractmethod
     async def run(self) -> WorkerExit:
         """Start, serve until the end, clean up; returns why it ended. Never raises for
@@ -267,7 +282,7 @@ class LineWorker(Worker):
         self._exited = trio.Event()
         self._stderr_eof = trio.Event()
         self._idle = trio.Event()
-        self._end: tuple[ExitReason, str] | None = None
+        self._end = None
         self._protocol_error: str | None = None
         self._line_too_long = False
         self._quota_details: dict[str, Any] | None = None
@@ -445,14 +460,7 @@ class LineWorker(Worker):
             self.proc.kill()
 
     async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
-        if self._end is None:
-            self._end = (reason, f"worker {reason}")
-        if self.state in ("ready", "starting", "draining"):
-            self.state = "draining"
-            if self.slots and drain_s > 0:
-                self._idle = trio.Event()
-                with trio.move_on_after(drain_s):
-                    await self._idle.wait()
+        await self._drain(reason, drain_s, bool(self.slots))
         self.state = "stopping"
         self._ready_or_dead.set()
         proc = self.proc
