@@ -199,3 +199,18 @@ def test_serve_with_websocket_gateway(tmp_path):
 
         resp = trio.run(ws_invoke)
         assert resp["result"]["status"] == "success" and resp["result"]["data"]["text"] == "ws"
+
+
+def test_sighup_reloads_the_registry(tmp_path):
+    root = tmp_path / "app"
+    root.mkdir()
+    write_registry(root, {"a": echo(tools=["echo.say"])})
+    with serve(root) as proc:
+        sock = root / ".toolhost" / "host.sock"
+        trio.run(wait_visible, sock, ["echo.say"])
+        write_registry(root, {"a": echo(tools=["echo.say"]), "b": script("echo", ["echo.fail"])})
+        os.kill(proc.pid, signal.SIGHUP)
+        cat = trio.run(wait_visible, sock, ["echo.say", "echo.fail"])
+        assert {s.id for s in cat.sidecars} == {"a", "b"}
+        out = cli(root, "reload", "--json")
+        assert out.returncode == 0 and json.loads(out.stdout)["unchanged"] == ["a", "b"]
