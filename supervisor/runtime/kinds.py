@@ -18,8 +18,9 @@ import msgspec
 from supervisor.contracts.registry import SidecarConfig
 from supervisor.runtime.mcp_worker import McpWorker
 from supervisor.runtime.pool import WorkerFactory
+from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.spawn_worker import OneshotWorker, SimpleJsonWorker
-from supervisor.runtime.worker import LaunchSpec, ProcessWorker, Worker, WorkerHooks
+from supervisor.runtime.worker import LaunchSpec, Worker, WorkerHooks
 
 MCP_CONCURRENCY = 8
 """Calls in flight per MCP server process (JSON-RPC multiplexes; the registry has no knob)."""

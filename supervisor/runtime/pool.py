@@ -32,12 +32,12 @@ from supervisor.contracts.snapshot import (
 from supervisor.policy import restart as restart_policy
 from supervisor.registry.catalog import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
 from supervisor.runtime.guard import HostGuard
+from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.worker import (
     CallOutcome,
     CallSlot,
     LaunchSpec,
     LineWorker,
-    ProcessWorker,
     ProgressSink,
     Worker,
     WorkerExit,

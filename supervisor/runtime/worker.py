@@ -7,7 +7,7 @@
 # task per message. Calls that outlive their deadline or are cancelled are abandoned: the worker is
 # told to cancel and (for protocols that answer a cancel) gets a short grace to answer, else it is
 # killed and replaced. When the process dies every call still on it fails at once with the stderr
-# tail. :class:`ProcessWorker` is persistent process-json on that base; MCP lives in
+# tail. :class:`ProcessWorker` (process_json_worker.py) is persistent process-json on that base; MCP lives in
 # ``mcp_worker.py``, the one-process-per-call protocols in ``spawn_worker.py``.
 """
 
@@ -24,7 +24,6 @@ import trio
 from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
-from supervisor.protocols.process_json import ProcessJsonConnection
 from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, uncork
 from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
@@ -626,124 +625,3 @@ class LineWorker(Worker):
             pass
         finally:
             self._stderr_eof.set()
-
-
-class ProcessWorker(LineWorker):
-    """A long-lived child process speaking persistent process-json (PROTOCOL 3.1)."""
-
-    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
-        super().__init__(spec, hooks, index)
-        self.conn = ProcessJsonConnection(max_line=spec.max_line)
-
-    async def _handshake(self) -> None:
-        init = self.spec.init
-        if init is not None:
-            self._write(self.conn.init(init))
-        with trio.move_on_after(self.spec.start_timeout_s) as cs:
-            await self._ready_or_dead.wait()
-        if cs.cancelled_caught:
-            ms = int(self.spec.start_timeout_s * 1000)
-            self.kill("start-timeout", f"no ready message within startTimeoutMs={ms}")
-            return
-        if self.conn.ready is None or not self._alive:
-            return
-        self.ready_msg = self.conn.ready
-        self.concurrency = max(1, self.conn.ready.concurrency)
-        await self._became_ready()
-
-    def _goodbye(self) -> bytes | None:
-        return self.conn.shutdown()
-
-    def _cancel_line(self, slot: CallSlot) -> bytes | None:
-        return self.conn.abandon(slot.id)
-
-    async def call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None = None,
-    ) -> CallOutcome:
-        try:
-            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
-        except ProtocolError as exc:
-            return CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
-        slot = await self._exchange(call_id, tool, line, on_progress)
-        return self.outcome(slot)
-
-    DIRECT = True
-
-    def start_call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None,
-        callback: Callable[[CallSlot], None],
-        *,
-        now: float,
-    ) -> CallSlot:
-        """Write a call now; ``callback`` gets its slot when it is answered or fails (the
-        direct gear: no awaiting task). The caller must have checked :attr:`has_capacity`."""
-        try:
-            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
-        except ProtocolError as exc:
-            slot = CallSlot(0, tool, on_progress, callback)
-            slot.failure = CallOutcome(
-                ok=False, code="worker-crashed", error=exc.message, pid=self.pid
-            )
-            slot.finish()
-            return slot
-        slot = CallSlot(call_id, tool, on_progress, callback)
-        self.slots[call_id] = slot
-        self.calls_issued += 1
-        self.last_active = now
-        self._write(line)
-        return slot
-
-    def outcome(self, slot: CallSlot) -> CallOutcome:
-        """What a finished slot amounts to."""
-        r: wire.Result | None = slot.result
-        if r is not None:
-            return CallOutcome(
-                ok=r.ok,
-                data=r.data,
-                content=r.content,
-                code=r.code,
-                error=r.error,
-                details=r.details,
-                cpu_ms=r.cpuMs,
-                pid=self.pid,
-            )
-        assert slot.failure is not None
-        return slot.failure
-
-    async def ping(self, timeout_s: float) -> wire.Pong | None:
-        if not self._alive or self.conn.state != "ready":
-            return None
-        ping_id, line = self.conn.ping()
-        pong: wire.Pong | None = await self._wait_for(ping_id, line, timeout_s)
-        return pong
-
-    def _receive(self, data: bytes) -> None:
-        dispatch = self._dispatch
-        try:
-            msgs = self.conn.feed(data)
-        except ProtocolError as exc:
-            for msg in exc.accepted:
-                dispatch(msg)
-            raise
-        for msg in msgs:
-            dispatch(msg)
-
-    def _dispatch(self, msg: wire.WorkerMessage) -> None:
-        if type(msg) is wire.Result:
-            self._answer(msg.id, msg)
-        elif type(msg) is wire.Progress:
-            self._progress(msg.id, msg.data)
-        elif type(msg) is wire.Pong:
-            self._resolve(msg.id, msg)
-        elif type(msg) is wire.Ready:
-            self._ready_or_dead.set()
-        elif type(msg) is wire.Log:
-            self.stderr.write(f"[{msg.level}] {msg.message}\n".encode("utf-8", "replace"))
