@@ -7,8 +7,8 @@
 # task per message. Calls that outlive their deadline or are cancelled are abandoned: the worker is
 # told to cancel and (for protocols that answer a cancel) gets a short grace to answer, else it is
 # killed and replaced. When the process dies every call still on it fails at once with the stderr
-# tail. :class:`ProcessWorker` (process_json_worker.py) is persistent process-json on that base; MCP lives in
-# ``mcp_worker.py``, the one-process-per-call protocols in ``spawn_worker.py``.
+# tail. :class:`ProcessWorker` (``process_json_worker.py``) is persistent process-json on that
+# base; MCP lives in ``mcp_worker.py``, the one-process-per-call protocols in ``spawn_worker.py``.
 """
 
 from __future__ import annotations
