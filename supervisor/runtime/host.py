@@ -576,8 +576,3 @@ class Host:
             return False
         await pool.restart()
         return True
-
-
-def default_app_root() -> str:
-    """``$TOOLHOST_APP_ROOT`` or the current directory."""
-    return os.environ.get("TOOLHOST_APP_ROOT") or os.getcwd()

@@ -41,12 +41,12 @@ def peer_name(stream: trio.abc.Stream, transport: str) -> str:
 
 
 class StreamConnection(QueuedTransport):
-    """Serve one client on a byte stream until it leaves."""
+    """Serve one client on a socket stream until it leaves."""
 
     def __init__(
         self,
         host: Host,
-        stream: trio.abc.Stream,
+        stream: trio.SocketStream,
         *,
         limits: ConnectionLimits | None = None,
         name: str = "unix",
@@ -58,13 +58,12 @@ class StreamConnection(QueuedTransport):
         self._lines: LineSplitter | None = LineSplitter(self.limits.max_frame)
         self._frames: LengthPrefixSplitter | None = None
         self._switch_to: Encoding | None = None
-        self._direct: DirectWriter | None = None
+        # Write-through: answers go out on the answering task, no writer hop (the drain task
+        # only writes what the socket buffer could not take).
+        self._direct = DirectWriter(stream.socket.fileno())
 
     def send(self, frame: bytes, binary: bool) -> None:
         direct = self._direct
-        if direct is None:
-            self.out.put(frame, binary)
-            return
         if self.out.closed:
             return
         direct.write(frame)
@@ -86,13 +85,7 @@ class StreamConnection(QueuedTransport):
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
                 self.session.attach(nursery)
-                sock = getattr(self.stream, "socket", None)
-                if sock is not None:
-                    # Write-through: answers go out on the answering task, no writer hop.
-                    self._direct = DirectWriter(sock.fileno())
-                    nursery.start_soon(self._direct.run)
-                else:
-                    nursery.start_soon(self._writer)
+                nursery.start_soon(self._direct.run)
                 await self._reader()
                 nursery.cancel_scope.cancel()  # the client left: cancel its calls
         finally:
@@ -138,10 +131,7 @@ class StreamConnection(QueuedTransport):
                     ),
                     self.codec.binary,
                 )
-                if self._direct is not None:
-                    await self._direct.drain(timeout_s=1.0)
-                else:
-                    await self.out.drain(timeout_s=1.0)
+                await self._direct.drain(timeout_s=1.0)
                 self.disconnect("oversized frame")
                 return
 
@@ -166,15 +156,3 @@ class StreamConnection(QueuedTransport):
             self._lines, self._frames = LineSplitter(self.limits.max_frame), None
         self.codec = Codec(target)
         return self._feed(leftover) if leftover else []
-
-    async def _writer(self) -> None:
-        stream = self.stream
-        out = self.out
-        try:
-            while True:
-                items = await out.take()
-                data = items[0][0] if len(items) == 1 else b"".join(f for f, _ in items)
-                await stream.send_all(data)
-                out.written()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self.disconnect("write failed")
