@@ -26,7 +26,7 @@ import trio
 PR_SET_PDEATHSIG = 1
 STDERR_RING_BYTES = 64 * 1024
 
-ENV_ALLOW = ("PATH", "HOME", "LANG", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM")
+ENV_ALLOW = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")  # PROTOCOL 3, exactly (plus LC_*)
 ENV_ALLOW_PREFIXES = ("LC_",)
 
 
