@@ -130,3 +130,26 @@ def pid_alive(pid: int) -> bool:
 
 
 PYTHON = sys.executable
+
+
+@asynccontextmanager
+async def bystander(host):
+    """Keep calling ``echo.say`` (a healthy sidecar next to the one under test); on exit,
+    assert every call succeeded."""
+    outcomes = []
+    stop = trio.Event()
+
+    async def loop():
+        while not stop.is_set():
+            env = await host.invoke("echo.say", raw({"text": "ok"}))
+            outcomes.append(env.status)
+            await trio.sleep(0.005)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(loop)
+        try:
+            yield outcomes
+        finally:
+            stop.set()
+    assert outcomes, "the bystander never ran"
+    assert set(outcomes) == {"success"}, outcomes

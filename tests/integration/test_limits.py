@@ -8,8 +8,7 @@ import msgspec
 import psutil
 import trio
 
-from tests.conftest import echo, raw, running_host, script, wait_available, wait_for
-from tests.integration.test_misbehaving import bystander
+from tests.conftest import bystander, echo, raw, running_host, script, wait_available, wait_for
 
 HOG_TOOLS = ["hog.memory", "hog.leak", "hog.spin", "hog.big", "hog.fork", "hog.limits", "hog.ok"]
 FAST = {"statsIntervalMs": 100}

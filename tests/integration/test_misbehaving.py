@@ -1,34 +1,19 @@
 """Misbehaving sidecars: the caller gets a structured result, the snapshot tells the truth, the
 worker is replaced per policy, and a healthy sidecar next to it keeps serving throughout."""
 
-from contextlib import asynccontextmanager
-
 import msgspec
 import trio
 
-from tests.conftest import echo, effective, raw, running_host, script, wait_available, wait_for
-
-
-@asynccontextmanager
-async def bystander(host):
-    """Keep calling the healthy ``good`` sidecar; on exit assert every call succeeded."""
-    outcomes = []
-    stop = trio.Event()
-
-    async def loop():
-        while not stop.is_set():
-            env = await host.invoke("echo.say", raw({"text": "ok"}))
-            outcomes.append(env.status)
-            await trio.sleep(0.005)
-
-    async with trio.open_nursery() as n:
-        n.start_soon(loop)
-        try:
-            yield outcomes
-        finally:
-            stop.set()
-    assert outcomes, "the bystander never ran"
-    assert set(outcomes) == {"success"}, outcomes
+from tests.conftest import (
+    bystander,
+    echo,
+    effective,
+    raw,
+    running_host,
+    script,
+    wait_available,
+    wait_for,
+)
 
 
 def pool(host, sid):
