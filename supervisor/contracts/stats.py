@@ -69,7 +69,7 @@ class WorkerStats(Struct, kw_only=True):
 
 class SidecarStats(CallCounts, kw_only=True):
     attempts: int = 0
-    """Calls dispatched to the pool (retries included)."""
+    """Attempts handed to a worker (retries included)."""
     retries: int = 0
     overloaded: int = 0
     starts: int = 0

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from supervisor.contracts.facts import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
 from supervisor.contracts.snapshot import (
     Annotations,
     Descriptor,
@@ -22,47 +23,12 @@ from supervisor.contracts.snapshot import (
     StabilityDetails,
     UpgradeField,
 )
-from supervisor.contracts.wire import ToolInfo
 from supervisor.policy.availability import Facts, assess
 from supervisor.registry.load import is_builtin
 from supervisor.registry.plan import Plan, ToolPlan, sandbox_for
 
 STATIC_FIELDS = ("discovery", "manifest", "path", "version", "upgrade")
-
-
-class ToolRuntime(msgspec.Struct, frozen=True, kw_only=True):
-    state: RuntimeState
-    reason: Reason | None = None
-
-
-class ToolProbe(msgspec.Struct, frozen=True, kw_only=True):
-    state: ProbeState
-    reason: Reason | None = None
-
-
-class SidecarFacts(msgspec.Struct, frozen=True, kw_only=True):
-    """What a pool knows about its sidecar now."""
-
-    runtime: RuntimeState = "failed"
-    runtime_reason: Reason | None = None
-    probe: ProbeState = "skipped"
-    probe_reason: Reason | None = None
-    tool_runtime: dict[str, ToolRuntime] = msgspec.field(default_factory=dict)
-    tool_probe: dict[str, ToolProbe] = msgspec.field(default_factory=dict)
-    announced: dict[str, ToolInfo] | None = None
-    """Tools the sidecar said it serves (None: it has not said yet)."""
-    details: StabilityDetails = msgspec.field(default_factory=StabilityDetails)
-
-
-NOT_STARTED = SidecarFacts(
-    runtime="failed",
-    runtime_reason=Reason(
-        field="runtime",
-        code="starting",
-        message="the sidecar is starting: no worker has sent ready yet",
-        hint="wait a moment; `toolhost status` shows its progress",
-    ),
-)
+__all__ = ["NOT_STARTED", "Catalog", "SidecarFacts", "ToolProbe", "ToolRuntime"]
 
 
 class Catalog:

@@ -1,9 +1,8 @@
 """The host: registry -> plan -> catalog, one pool per runnable sidecar, and the invoke path.
 
 # Strategy: the host owns the nursery every pool runs in and the catalog every fact flows into.
-# ``invoke`` is the one door to a sidecar: unknown tool, invisible tool, policy refusal are
-# answered here without touching a worker; everything else goes to the sidecar's pool and comes
-# back through the result funnel as exactly one envelope.
+# Calls go through the :class:`~supervisor.runtime.invoke.Invoker`, built from the narrow parts
+# it needs (catalog, pools, quotas, accounting, audit); the host only owns their lives.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.contracts.stats import StatsResult
-from supervisor.policy import results
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
@@ -111,7 +109,6 @@ class Host:
         self._stopped = trio.Event()
         self._reload_lock = trio.Lock()
         self._subscribers: set[trio.MemorySendChannel[CatalogChanged | None]] = set()
-        self.invoker = Invoker(self)
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
         self.endpoints: dict[str, str] = {}
@@ -120,6 +117,12 @@ class Host:
         self.upgrades = Upgrades(self)
         self.safeguards = Safeguards(self.catalog, self._changed, lambda: self.pools)
         self.quotas = self.safeguards.quotas
+        self.invoker = Invoker(self.catalog, self.pools, self.quotas, self.safeguards.record)
+
+    @property
+    def registry_path(self) -> str | None:
+        """The registry file the options name (None: ``<appRoot>/tools/external.tools.jsonc``)."""
+        return self.options.registry_path
 
     # loading -----------------------------------------------------------------------------
 
@@ -166,12 +169,13 @@ class Host:
                 max_bytes=hcfg.audit_max_bytes,
                 keep=hcfg.audit_keep,
             )
+            self.invoker.audit = self.audit
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if self.audit is not None:
                     await nursery.start(self.audit.run)
-                nursery.start_soon(self.invoker.deadlines.run)
+                await nursery.start(self.invoker.run_timers)
                 await self.safeguards.start(nursery)
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
@@ -181,6 +185,7 @@ class Host:
                 async with trio.open_nursery() as stopping:
                     for pool in list(self.pools.values()):
                         stopping.start_soon(pool.stop)
+                self.invoker.shutdown()
                 nursery.cancel_scope.cancel()
         finally:
             for ch in list(self._subscribers):
@@ -502,7 +507,8 @@ class Host:
         call_key: Any = None,
         client: str = "",
     ) -> Envelope:
-        """Run one tool call to exactly one envelope.
+        """Run one tool call to exactly one envelope (in-process callers; the server uses
+        :meth:`start_invoke`). Cancelling the caller cancels the call.
 
         Args:
             tool: Tool name.
@@ -513,22 +519,30 @@ class Host:
             call_key: Key under which :meth:`cancel` can find this call.
             client: Who asked (for the audit log).
         """
-        t0 = trio.current_time()
-        inv = self.invoker
+        done = trio.Event()
+        box: list[Envelope] = []
+
+        def on_done(env: Envelope) -> None:
+            box.append(env)
+            done.set()
+
+        key = call_key if call_key is not None else object()
+        self.start_invoke(
+            tool,
+            input_raw,
+            timeout_ms=timeout_ms,
+            approval=approval,
+            on_progress=on_progress,
+            call_key=key,
+            client=client,
+            on_done=on_done,
+        )
         try:
-            prep = inv.prepare(tool, timeout_ms, approval)
-            if isinstance(prep, Envelope):
-                env = prep
-            else:
-                env = await inv.run(prep, input_raw, on_progress=on_progress, call_key=call_key)
+            await done.wait()
         except trio.Cancelled:
-            # The client went away mid-call: the call was abandoned; the audit still says so.
-            gone = results.failed(tool, "cancelled", "client disconnected")
-            gone.meta.durationMs = round((trio.current_time() - t0) * 1000.0, 3)
-            inv.record(client, tool, input_raw, gone, approval)
+            self.invoker.cancel(key, "client disconnected")
             raise
-        inv.record(client, tool, input_raw, env, approval)
-        return env
+        return box[0]
 
     def start_invoke(
         self,
@@ -541,11 +555,10 @@ class Host:
         call_key: Any,
         client: str,
         on_done: Callable[[Envelope], None],
-    ) -> bool:
-        """Start a call without an awaiting task when a worker has room now (the direct gear,
-        see :mod:`supervisor.runtime.invoke`); ``on_done`` gets the envelope. Returns False
-        when the call needs :meth:`invoke` instead (nothing was done)."""
-        return self.invoker.start(
+    ) -> None:
+        """Start one tool call without awaiting it; ``on_done`` gets its one envelope (see
+        :mod:`supervisor.runtime.invoke`)."""
+        self.invoker.start(
             tool,
             input_raw,
             timeout_ms=timeout_ms,
