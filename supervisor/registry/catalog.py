@@ -177,9 +177,11 @@ class Catalog:
 
     def _update_one(self, name: str, changed: list[Descriptor]) -> None:
         new = self._describe(name)
-        if self._descriptors.get(name) != new:
+        old = self._descriptors.get(name)
+        if old != new:
             self._descriptors[name] = new
-            changed.append(new)
+            if old is None or not _same_but_details(old, new):
+                changed.append(new)
         if new.annotations.requires:
             self._dependents.add(name)
         else:
@@ -345,3 +347,15 @@ class Catalog:
     def _is_visible(self, name: str) -> bool:
         d = self._descriptors.get(name)
         return bool(d and d.visible)
+
+
+def _same_but_details(old: Descriptor, new: Descriptor) -> bool:
+    """Whether two descriptors differ only in ``stability.details`` (restart counts, exit codes,
+    the restart window): live facts that ``catalog.get`` shows but that move no revision and send
+    no ``catalog.changed``, so a crash inside the restart intensity does not make the model's
+    tool list flap (PROTOCOL 4)."""
+    if old.stability.details == new.stability.details:
+        return False
+    return old == msgspec.structs.replace(
+        new, stability=msgspec.structs.replace(new.stability, details=old.stability.details)
+    )
