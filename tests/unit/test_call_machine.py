@@ -258,7 +258,7 @@ def test_retries_stop_at_max_attempts():
 
 def test_crash_without_retry_fails_at_once():
     rig = Rig()
-    call = rig.call("x")
+    rig.call("x")
     rig.workers[0].die()
     env = rig.one("x")
     assert env.error.code == "worker-crashed" and env.meta.attempts == 1
@@ -330,7 +330,7 @@ def test_shutdown_with_calls_queued_running_and_backing_off():
 
 def test_restart_window_calls_wait_for_the_replacement():
     rig = Rig()
-    a = rig.call("a")
+    rig.call("a")
     b = rig.call("b")
     rig.workers[0].die()  # a fails (not read-only); b stays queued: no worker now
     assert rig.one("a").error.code == "worker-crashed" and b.state == "queued"
