@@ -22,7 +22,7 @@ from supervisor.contracts.rpc import Approval
 from supervisor.policy import gate, results
 from supervisor.registry.catalog import Catalog
 from supervisor.runtime import limits
-from supervisor.runtime.audit import AuditApproval, AuditLog
+from supervisor.runtime.audit import AuditApproval, AuditLinks, AuditLog
 from supervisor.runtime.calls import Call, CallEngine, EnvelopeSink, ProgressSink
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.quotas import Quotas, refusal_envelope
@@ -72,16 +72,23 @@ class Invoker:
         on_progress: ProgressSink | None = None,
         call_key: Any = None,
         client: str = "",
-    ) -> None:
+        session: str | None = None,
+        parent: Call | None = None,
+    ) -> Call | None:
         """Start one call; ``on_done`` gets its envelope, exactly once (maybe before this
-        returns)."""
+        returns). Returns the call when it reached a pool (None: refused at the gate).
+
+        A child call (``parent`` set: a worker's ``tools.invoke``, PROTOCOL 3.5) passes the same
+        gates; its deadline never outlives its parent's, and it is cancelled when its parent
+        ends.
+        """
         t0 = self.clock()
         catalog = self.catalog
         desc = catalog.get(tool)
         if desc is None:
             env = results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
             self._refused(client, tool, input_raw, env, approval, on_done)
-            return
+            return None
         tp = catalog.tool_plan(tool)
         sidecar = desc.sidecar
         refusal = gate.refuse(
@@ -92,27 +99,30 @@ class Invoker:
         )
         if refusal is not None:
             self._refused(client, tool, input_raw, refusal, approval, on_done)
-            return
+            return None
         pool = self.pools.get(sidecar or "")
         if pool is None:
             env = results.unavailable(
                 tool, "unavailable", f"{tool}: sidecar {sidecar} is not running"
             )
             self._refused(client, tool, input_raw, env, approval, on_done)
-            return
+            return None
         ticket = self.quotas.admit(sidecar, tool)
         if not isinstance(ticket, tuple):
             env = refusal_envelope(tool, sidecar, ticket)
             self._refused(client, tool, input_raw, env, approval, on_done)
-            return
+            return None
         config = pool.config
+        timeout = timeout_ms or desc.annotations.timeoutMs or config.timeout_ms
+        if parent is not None:
+            timeout = min(timeout, parent.remaining_ms(t0))
         call = Call(
             self.engine,
             pool.dispatch,
             tool,
             input_raw,
             t0=t0,
-            timeout_ms=timeout_ms or desc.annotations.timeoutMs or config.timeout_ms,
+            timeout_ms=timeout,
             manifest=tp.manifest if tp is not None else None,
             max_output=limits.output_limit(config, tool, desc.annotations.resultLimit),
             ticket=ticket,
@@ -121,8 +131,15 @@ class Invoker:
             approval=approval,
             client=client,
             key=call_key,
+            parent=parent,
+            session=session,
         )
+        if parent is not None:
+            if parent.children is None:
+                parent.children = []
+            parent.children.append(call)
         self.engine.begin(call)
+        return call
 
     def cancel(self, call_key: Any, message: str = "") -> bool:
         """Cancel the call registered under ``call_key``; False when there is none."""
@@ -167,7 +184,16 @@ class Invoker:
         on_done(env)
 
     def _finished(self, call: Call, env: Envelope) -> None:
-        self.record(call.client, call.tool, call.input_raw, env, call.approval)
+        links = None
+        if call.parent is not None or call.children or call.requests:
+            parent = call.parent
+            links = AuditLinks(
+                call_id=call.id,
+                via=f"{parent.tool}#{parent.id}" if parent is not None else None,
+                children=[f"{c.tool}#{c.id}" for c in call.children] if call.children else None,
+                requests=call.requests,
+            )
+        self.record(call.client, call.tool, call.input_raw, env, call.approval, links)
 
     def record(
         self,
@@ -176,6 +202,7 @@ class Invoker:
         input_raw: msgspec.Raw,
         env: Envelope,
         approval: Approval | None,
+        links: AuditLinks | None = None,
     ) -> None:
         """Audit and account one finished call."""
         audit = self.audit
@@ -195,5 +222,6 @@ class Invoker:
                     if approval is not None
                     else None
                 ),
+                links=links,
             )
         self.account(tool, input_raw, env)

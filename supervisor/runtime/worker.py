@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import signal
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -112,6 +113,15 @@ class WorkerHooks(Protocol):
 
     def on_tools(self, worker: Worker) -> None:
         """The worker's tool list changed after ready (``ready_msg.tools`` holds the new one)."""
+
+    def on_request(
+        self,
+        worker: Worker,
+        call: Call,
+        request: wire.Request,
+        reply: Callable[[wire.Response], None],
+    ) -> None:
+        """A host-service request made for ``call`` (PROTOCOL 3.5); answer through ``reply``."""
 
 
 class CallSlot:
