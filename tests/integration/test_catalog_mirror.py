@@ -2,6 +2,7 @@
 from one ``capability.catalog.get`` plus the events never has to read the catalog again, through
 registry edits, reloads and worker crashes in a random order."""
 
+import contextlib
 import os
 import random
 import signal
@@ -111,7 +112,8 @@ async def test_the_mirror_equals_the_catalog_after_random_edits_reloads_and_cras
                 if step == "crash":
                     pid = pool.workers[0].pid
                     if pid:
-                        os.kill(pid, signal.SIGKILL)
+                        with contextlib.suppress(ProcessLookupError):  # it died already
+                            os.kill(pid, signal.SIGKILL)
                 else:
                     sid = next(s for s, p in host.pools.items() if p is pool)
                     await client.restart(sid, force=True)
