@@ -135,6 +135,7 @@ class Call:
         "_timer",
         "approval",
         "attempts",
+        "child_names",
         "children",
         "client",
         "deadline",
@@ -215,6 +216,8 @@ class Call:
         self.session = session
         self.children: list[Call] | None = None
         """Child calls this call's worker made through ``tools.invoke`` (PROTOCOL 3.5)."""
+        self.child_names: list[str] | None = None
+        """``<tool>#<id>`` of every child, refused ones included (for the audit line)."""
         self.requests = 0
         """Host-service requests its worker made for it."""
         self.outstanding = 0

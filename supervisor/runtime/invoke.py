@@ -87,7 +87,7 @@ class Invoker:
         desc = catalog.get(tool)
         if desc is None:
             env = results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
-            self._refused(client, tool, input_raw, env, approval, on_done)
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
             return None
         tp = catalog.tool_plan(tool)
         sidecar = desc.sidecar
@@ -98,19 +98,19 @@ class Invoker:
             lambda: self.quotas.retry_after(sidecar, tool),
         )
         if refusal is not None:
-            self._refused(client, tool, input_raw, refusal, approval, on_done)
+            self._refused(client, tool, input_raw, refusal, approval, on_done, parent)
             return None
         pool = self.pools.get(sidecar or "")
         if pool is None:
             env = results.unavailable(
                 tool, "unavailable", f"{tool}: sidecar {sidecar} is not running"
             )
-            self._refused(client, tool, input_raw, env, approval, on_done)
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
             return None
         ticket = self.quotas.admit(sidecar, tool)
         if not isinstance(ticket, tuple):
             env = refusal_envelope(tool, sidecar, ticket)
-            self._refused(client, tool, input_raw, env, approval, on_done)
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
             return None
         config = pool.config
         timeout = timeout_ms or desc.annotations.timeoutMs or config.timeout_ms
@@ -138,6 +138,7 @@ class Invoker:
             if parent.children is None:
                 parent.children = []
             parent.children.append(call)
+            _adopt(parent, f"{tool}#{call.id}")
         self.engine.begin(call)
         return call
 
@@ -154,20 +155,20 @@ class Invoker:
     ) -> None:
         """Fire deadlines and retry backoffs on time (one task per host)."""
         timers = self.timers
-        wakeup = trio.Event()
+        scope = trio.CancelScope()
 
-        def wake() -> None:
-            wakeup.set()
+        def rearm(when: float) -> None:
+            scope.deadline = when  # trio wakes this task then; nothing is woken now
 
-        timers.wake = wake
+        timers.rearm = rearm
         task_status.started()
         while True:
             timers.fire(trio.current_time())
             until = timers.next_due()
             timers.sleeping_until = until
-            wakeup = trio.Event()
-            with trio.move_on_at(until):
-                await wakeup.wait()
+            scope = trio.CancelScope(deadline=until)
+            with scope:
+                await trio.sleep_forever()
 
     # the end of every call -----------------------------------------------------------------
 
@@ -179,18 +180,25 @@ class Invoker:
         env: Envelope,
         approval: Approval | None,
         on_done: EnvelopeSink,
+        parent: Call | None = None,
     ) -> None:
-        self.record(client, tool, input_raw, env, approval)
+        links = None
+        if parent is not None:
+            engine = self.engine
+            engine.seq += 1
+            links = AuditLinks(call_id=engine.seq, via=f"{parent.tool}#{parent.id}")
+            _adopt(parent, f"{tool}#{engine.seq}")
+        self.record(client, tool, input_raw, env, approval, links)
         on_done(env)
 
     def _finished(self, call: Call, env: Envelope) -> None:
         links = None
-        if call.parent is not None or call.children or call.requests:
+        if call.parent is not None or call.child_names or call.requests:
             parent = call.parent
             links = AuditLinks(
                 call_id=call.id,
                 via=f"{parent.tool}#{parent.id}" if parent is not None else None,
-                children=[f"{c.tool}#{c.id}" for c in call.children] if call.children else None,
+                children=call.child_names,
                 requests=call.requests,
             )
         self.record(call.client, call.tool, call.input_raw, env, call.approval, links)
@@ -225,3 +233,9 @@ class Invoker:
                 links=links,
             )
         self.account(tool, input_raw, env)
+
+
+def _adopt(parent: Call, name: str) -> None:
+    if parent.child_names is None:
+        parent.child_names = []
+    parent.child_names.append(name)

@@ -56,13 +56,19 @@ class InvokeReq(msgspec.Struct, forbid_unknown_fields=True):
     timeoutMs: int | None = None
 
 
+NOTHING = msgspec.Raw(b"")
+"""An absent Raw field (msgspec.Raw cannot be Optional)."""
+
+
 class StateReq(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     key: str | None = None
-    value: msgspec.Raw | None = None
+    value: msgspec.Raw = NOTHING
     prefix: str = ""
-    ifValue: msgspec.Raw | None = None
+    ifValue: msgspec.Raw = NOTHING
+    """Compare-and-set: write only while the stored value equals this."""
     ifAbsent: bool = False
+    """Write only while the key holds no value."""
 
 
 class VaultReq(msgspec.Struct, forbid_unknown_fields=True):
@@ -297,10 +303,10 @@ class HostServices:
         expect: Any = ANY
         if p.ifAbsent:
             expect = ABSENT
-        elif p.ifValue is not None:
+        elif p.ifValue is not NOTHING and bytes(p.ifValue):
             expect = msgspec.json.decode(p.ifValue)
         if method == "state.set":
-            if p.value is None:
+            if not bytes(p.value):
                 raise ServiceFailure("invalid-request", "state.set needs params.value")
             value = bytes(p.value)
             if len(value) > self.state_max_bytes:
