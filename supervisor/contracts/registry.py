@@ -16,6 +16,10 @@ NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$"
 SidecarId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+"""A tool's output goes into a model's context: 64 KiB unless a sidecar sets more."""
+
 ToolName = Annotated[str, Meta(pattern=TOOL_NAME_PATTERN)]
 
 Anchor = Literal["app", "project", "config", "workspace"]
@@ -167,7 +171,7 @@ class SidecarConfig(_Config):
     enabled: bool = True
     config: dict[str, Any] = msgspec.field(default_factory=dict)
     timeout_ms: PositiveInt = 30_000
-    max_output_bytes: PositiveInt = 4 * 1024 * 1024
+    max_output_bytes: PositiveInt = DEFAULT_MAX_OUTPUT_BYTES
     package_id: str | None = None
     package_version: str | None = None
     protocol_version: str | None = None

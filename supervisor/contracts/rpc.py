@@ -152,5 +152,9 @@ class HealthResult(Struct, kw_only=True):
 
 
 class CatalogChanged(Struct, kw_only=True):
+    """``catalog.changed``: descriptors changed or added since the last event, and the names of
+    tools that left the catalog (PROTOCOL 6)."""
+
     revision: int
     tools: list[Descriptor]
+    removed: list[str] = msgspec.field(default_factory=list)

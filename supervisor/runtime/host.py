@@ -407,14 +407,15 @@ class Host:
         await self._pulse.wait()
 
     def _changed(self, changed: list[Descriptor], *, force: bool = False) -> None:
-        if not changed and not force:
+        removed = self.catalog.take_removed()
+        if not changed and not removed and not force:
             return
         self._notify()
         for d in changed:
             alias = provider_name(d.name)
             if alias != d.name:
                 self._aliases[alias] = d.name
-        event = CatalogChanged(revision=self.catalog.revision, tools=changed)
+        event = CatalogChanged(revision=self.catalog.revision, tools=changed, removed=removed)
         for ch in list(self._subscribers):
             try:
                 ch.send_nowait(event)

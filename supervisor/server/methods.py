@@ -31,7 +31,7 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.packages.errors import PackageError
 from supervisor.runtime.host import Host
-from supervisor.server.codec import Codec
+from supervisor.server.codec import BadParams, Codec
 from supervisor.server.formats import render
 
 
@@ -276,6 +276,31 @@ async def packages_rollback(c: Call, raw: msgspec.Raw) -> Any:
         return await c.host.upgrades.rollback(p.id)
     except PackageError as exc:
         raise _package_failure(exc) from exc
+
+
+STATE_CHANGING_METHODS = frozenset(
+    {"sidecar.restart", "registry.reload", "packages.stage", "packages.apply", "packages.rollback"}
+)
+"""Methods that change the host's state: once their frame is read, they run to their end even
+when the client leaves first (``tools.invoke`` of a tool not marked read-only too)."""
+
+
+def changes_state(c: Call, method: str, raw: msgspec.Raw) -> bool:
+    """Whether a request must run to its end although its client has left.
+
+    ``tools.invoke`` changes state unless its tool's manifest says ``readOnly`` (a tool the host
+    does not know, or params that do not decode, would only be refused: nothing to keep).
+    """
+    if method in STATE_CHANGING_METHODS:
+        return True
+    if method != "tools.invoke":
+        return False
+    try:
+        p = c.params(raw, InvokeParams)
+    except BadParams:
+        return False
+    d = c.host.catalog.get(c.host.resolve_name(p.tool))
+    return d is not None and not d.annotations.readOnly
 
 
 SYNC_METHODS: dict[str, SyncMethod] = {

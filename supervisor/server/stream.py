@@ -83,11 +83,12 @@ class StreamConnection(QueuedTransport):
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                self._scope = nursery.cancel_scope
                 self.session.attach(nursery)
                 nursery.start_soon(self._direct.run)
-                await self._reader()
-                nursery.cancel_scope.cancel()  # the client left: cancel its calls
+                with trio.CancelScope() as self._scope:  # disconnect() stops the reading
+                    await self._reader()
+                await self.session.leave(self.close_reason or "the client closed its end")
+                nursery.cancel_scope.cancel()  # the client left: cancel the rest
         finally:
             self.session.close()
             with trio.CancelScope(shield=True):

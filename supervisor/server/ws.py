@@ -101,18 +101,19 @@ class WsConnection(QueuedTransport):
         handle = self.session.handle
         try:
             async with trio.open_nursery() as nursery:
-                self._scope = nursery.cancel_scope
                 self.session.attach(nursery)
                 nursery.start_soon(self._writer)
-                while not self.out.closed:
-                    try:
-                        message = await self.ws.get_message()
-                    except ConnectionClosed:
-                        break
-                    if isinstance(message, str):
-                        handle(message.encode("utf-8"), json_codec)
-                    else:
-                        handle(bytes(message), msgpack_codec)
+                with trio.CancelScope() as self._scope:  # disconnect() stops the reading
+                    while not self.out.closed:
+                        try:
+                            message = await self.ws.get_message()
+                        except ConnectionClosed:
+                            break
+                        if isinstance(message, str):
+                            handle(message.encode("utf-8"), json_codec)
+                        else:
+                            handle(bytes(message), msgpack_codec)
+                await self.session.leave(self.close_reason or "the client closed the connection")
                 nursery.cancel_scope.cancel()
         finally:
             self.session.close()
