@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -151,7 +152,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return func(args)
+    try:
+        return int(func(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # never a traceback for the operator (TOOLHOST_DEBUG=1 shows it)
+        if os.environ.get("TOOLHOST_DEBUG"):
+            raise
+        print(
+            f"toolhost: internal error: {type(exc).__name__}: {exc} "
+            "(set TOOLHOST_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

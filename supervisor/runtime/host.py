@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from supervisor.policy import results
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
+from supervisor.registry.check import every_problem
 from supervisor.registry.discover import add_discovered, scan_all
 from supervisor.registry.load import Registry, load_registry
 from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
@@ -50,6 +52,8 @@ from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
 
 SUBSCRIBER_BUFFER = 256
+
+log = logging.getLogger("toolhost.host")
 
 
 class HostOptions(msgspec.Struct, kw_only=True):
@@ -146,6 +150,8 @@ class Host:
             self.registry.errors += add_discovered(
                 plan, self.registry, self.known, scan_all(self.registry), host_version=self.version
             )
+        for problem in every_problem(self.registry, self.known):
+            log.warning("registry: %s", problem)
         return plan
 
     # lifecycle ---------------------------------------------------------------------------
