@@ -66,6 +66,10 @@ class OutQueue:
         self._on_overflow = on_overflow
         self.closed = False
 
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
     def put(self, frame: bytes, binary: bool) -> None:
         if self.closed:
             return
@@ -144,6 +148,9 @@ class Session:
         self._subscribed = False
         self._direct: set[RequestId] = set()
         self.closed = False
+        # Fairness: past this many calls in flight the transport stops reading this client.
+        self.max_calls = host.registry.host.max_calls_per_client
+        self._room = trio.Event()
 
     def attach(self, nursery: trio.Nursery) -> None:
         """The nursery that owns the session's tasks (cancelled when the client leaves)."""
@@ -170,6 +177,18 @@ class Session:
     def direct_done(self, request_id: RequestId) -> None:
         self._direct.discard(request_id)
         self._inflight.discard(request_id)
+        self._room.set()
+
+    @property
+    def full(self) -> bool:
+        """The client has ``host.maxCallsPerClient`` calls in flight (read no more frames)."""
+        return len(self._inflight) >= self.max_calls
+
+    async def wait_room(self) -> None:
+        """Wait until the client is under its cap again (or the session closed)."""
+        while self.full and not self.closed:
+            self._room = trio.Event()
+            await self._room.wait()
 
     def close(self) -> None:
         """The client is gone: nothing more is sent, and its direct calls are cancelled (the
@@ -217,7 +236,7 @@ class Session:
                 codec,
             )
             return
-        if len(self._inflight) >= MAX_PENDING_REQUESTS:
+        if len(self._inflight) >= MAX_PENDING_REQUESTS:  # transports stop reading long before
             self.send(codec.error(rid, "overloaded", "too many requests in flight"), codec)
             return
         self._inflight.add(rid)
@@ -252,6 +271,7 @@ class Session:
                     await self._run_async(method, call, params)
                 finally:
                     self._inflight.discard(call.rid)
+                    self._room.set()
                 if self._idle >= MAX_IDLE_INVOKERS:
                     return
         finally:
