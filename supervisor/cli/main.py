@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_lazy("supervisor.cli.ops", "restart"))
 
+    p = sub.add_parser("approve", help="grant (or --deny) a call waiting for an operator")
+    p.add_argument("call_id", metavar="CALL_ID", help="the id `toolhost status` lists")
+    p.add_argument("--deny", action="store_true", help="refuse the call instead")
+    p.add_argument("--by", help="who decides (default: $USER)")
+    add_location_args(p)
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "approve"))
+
     p = sub.add_parser("logs", help="a sidecar's stderr tail")
     add_location_args(p)
     p.add_argument("sidecar")

@@ -527,6 +527,8 @@ class Host:
                 env = prep
             else:
                 env = await inv.run(prep, input_raw, on_progress=on_progress, call_key=call_key)
+                if prep.granted is not None:  # an operator approved it (runtime/approvals.py)
+                    approval = prep.granted
         except trio.Cancelled:
             # The client went away mid-call: the call was abandoned; the audit still says so.
             gone = results.failed(tool, "cancelled", "client disconnected")

@@ -33,6 +33,7 @@ from supervisor.contracts.rpc import Approval
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.policy import gate, results, retry
 from supervisor.runtime import limits
+from supervisor.runtime.approvals import OPERATOR_PENDING, Approvals, await_operator
 from supervisor.runtime.audit import AuditApproval
 from supervisor.runtime.quotas import refusal_envelope
 from supervisor.runtime.worker import CallOutcome, CallSlot, LineWorker, ProgressSink
@@ -47,7 +48,7 @@ EnvelopeSink = Callable[[Envelope], None]
 class Prepared:
     """A call that passed the gate: where it goes and until when it may run."""
 
-    __slots__ = ("desc", "manifest", "pool", "t0", "timeout", "tool")
+    __slots__ = ("desc", "granted", "manifest", "operator", "pool", "t0", "timeout", "tool")
 
     def __init__(
         self,
@@ -64,6 +65,10 @@ class Prepared:
         self.timeout = timeout
         self.manifest = manifest
         self.t0 = t0
+        self.operator = False
+        """Approval must come from an operator (``approvals.await_operator``) before it runs."""
+        self.granted: Approval | None = None
+        """The operator's approval once given (what the audit records)."""
 
 
 class CallHandle:
@@ -223,6 +228,7 @@ class Invoker:
         self.host = host
         self.calls: dict[Any, CallHandle | DirectCall] = {}
         self.deadlines = DeadlineQueue()
+        self.approvals = Approvals()
 
     # the gate ------------------------------------------------------------------------------
 
@@ -236,10 +242,16 @@ class Invoker:
         if desc is None:
             return results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
         tp = host.catalog.tool_plan(tool)
+        policy = tp.sandbox if tp is not None else desc.stability.sandbox
+        # Operator approval (runtime/approvals.py): the kernel's own approval is not honoured;
+        # the gate passes the call and the awaiting gear waits for an operator.
+        operator = policy == "approval-required" and (
+            host.registry.host.approval_source == "operator"
+        )
         refusal = gate.refuse(
             desc,
-            tp.sandbox if tp is not None else desc.stability.sandbox,
-            approval,
+            policy,
+            OPERATOR_PENDING if operator else approval,
             lambda: host.quotas.retry_after(desc.sidecar, tool),
         )
         if refusal is not None:
@@ -250,7 +262,9 @@ class Invoker:
                 tool, "unavailable", f"{tool}: sidecar {desc.sidecar} is not running"
             )
         timeout = timeout_ms or desc.annotations.timeoutMs or pool.config.timeout_ms
-        return Prepared(tool, desc, pool, timeout, tp.manifest if tp is not None else None, t0)
+        prep = Prepared(tool, desc, pool, timeout, tp.manifest if tp is not None else None, t0)
+        prep.operator = operator
+        return prep
 
     # the direct gear -----------------------------------------------------------------------
 
@@ -276,7 +290,7 @@ class Invoker:
             self.record(client, tool, input_raw, prep, approval)
             on_done(prep)
             return True
-        if prep.manifest is not None and prep.manifest.retry is not None:
+        if prep.operator or (prep.manifest is not None and prep.manifest.retry is not None):
             return False
         worker = prep.pool.direct_worker()
         if worker is None:
@@ -310,6 +324,11 @@ class Invoker:
         """Run a prepared call to its envelope, awaiting a worker and retrying as configured."""
         host = self.host
         pool, tool, timeout = prep.pool, prep.tool, prep.timeout
+        if prep.operator:
+            decided = await await_operator(self, prep, input_raw, call_key)
+            if isinstance(decided, Envelope):
+                return decided
+            prep.granted = decided
         ticket = host.quotas.admit(prep.desc.sidecar, tool)
         if not isinstance(ticket, tuple):
             return refusal_envelope(tool, prep.desc.sidecar, ticket)

@@ -30,7 +30,7 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.packages.errors import PackageError
 from supervisor.runtime.host import Host
-from supervisor.server.codec import Codec
+from supervisor.server.codec import BadParams, Codec
 from supervisor.server.formats import render
 
 
@@ -166,6 +166,38 @@ def sidecar_logs(c: Call, raw: msgspec.Raw) -> Any:
     return {"sidecar": p.sidecar, "stderr": pool.stderr_tail(max(1, min(p.bytes, 64 * 1024)))}
 
 
+class DecideParams(msgspec.Struct, kw_only=True):
+    callId: str
+    token: str
+    by: str
+    granted: bool = True
+
+
+def approvals_list(c: Call, raw: msgspec.Raw) -> Any:
+    """Extension (docs/security.md): calls waiting for an operator's approval."""
+    c.params(raw, EmptyParams)
+    return {
+        "approvalSource": c.host.registry.host.approval_source,
+        "pending": c.host.invoker.approvals.pending(),
+    }
+
+
+def approvals_decide(c: Call, raw: msgspec.Raw) -> Any:
+    """Extension (docs/security.md): an operator grants or denies a waiting call."""
+    p = c.params(raw, DecideParams)
+    approvals = c.host.invoker.approvals
+    if not p.by.strip():
+        raise BadParams("params.by: name who decides")
+    if not approvals.check_token(p.token):
+        raise RpcFailure(
+            "unauthorized",
+            "params.token: not the operator token (operator.token next to the socket)",
+        )
+    if not approvals.decide(p.callId, granted=p.granted, by=p.by):
+        raise RpcFailure("not-found", f"no call {p.callId!r} is waiting for approval")
+    return {"callId": p.callId, "granted": p.granted}
+
+
 def tools_invoke_direct(c: Call, raw: msgspec.Raw) -> bool:
     """Start ``tools.invoke`` without an invoker task when a worker has room now; the response
     is sent from the worker's answer. False: use :func:`tools_invoke` (streaming calls always
@@ -235,9 +267,12 @@ async def sidecar_restart(c: Call, raw: msgspec.Raw) -> Any:
             "restarting fails them, so it is an operator decision: send force: true",
             {"inflight": pool.inflight},
         )
+    replaced = [w.pid for w in pool.workers if w.pid is not None]
     with trio.move_on_after(30):
         await c.host.restart_sidecar(p.sidecar)
-    return {"restarted": True}
+    now = c.host.pools.get(p.sidecar)
+    workers = [w.pid for w in now.workers if w.pid is not None] if now is not None else []
+    return {"restarted": True, "replaced": replaced, "workers": workers}
 
 
 async def registry_reload(c: Call, raw: msgspec.Raw) -> Any:
@@ -306,6 +341,8 @@ SYNC_METHODS: dict[str, SyncMethod] = {
     "system.health": system_health,
     "system.stats": system_stats,
     "sidecar.logs": sidecar_logs,
+    "approvals.list": approvals_list,
+    "approvals.decide": approvals_decide,
 }
 
 DirectMethod = Callable[[Call, msgspec.Raw], bool]

@@ -110,7 +110,7 @@ async def test_every_method(app, transport):
             logs = (await peer.request(10, "sidecar.logs", {"sidecar": "echo"}))["result"]
             assert logs["sidecar"] == "echo" and isinstance(logs["stderr"], str)
             restarted = (await peer.request(11, "sidecar.restart", {"sidecar": "echo"}))["result"]
-            assert restarted == {"restarted": True}
+            assert restarted["restarted"] is True and len(restarted["replaced"]) == 1
 
 
 async def test_cancel_and_subscribe(app, transport):
