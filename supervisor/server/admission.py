@@ -11,8 +11,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 import resource
+from collections.abc import Callable
 
 import msgspec
 import trio
@@ -20,6 +23,39 @@ import trio
 log = logging.getLogger("toolhost.server")
 
 MIN_CONNECTIONS = 8
+TRIM_AFTER = 256
+"""Connections that must have left (and half of the most there were) before memory is trimmed."""
+TRIM_DELAY_S = 0.5
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MB (0 where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def release_memory() -> None:
+    """Collect the cycles closed connections left (trio tasks, nurseries, tracebacks) and
+    return the freed heap to the system (glibc ``malloc_trim``), so RSS goes back down after a
+    flood of clients or an oversized frame instead of staying at its peak."""
+    gc.collect()
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def effective_cap(configured: int) -> int:
@@ -53,6 +89,12 @@ class ConnectionCount:
         self.live = 0
         self.peak = 0
         self.refused = 0
+        self._high = 0
+        """Most connections since memory was last handed back."""
+        self.trims = 0
+        self.departures = 0
+        self._trim_wanted = trio.Event()
+        self._trimmer = False
 
     def try_enter(self) -> bool:
         """Take a place; False (and counted as refused) when the cap is reached."""
@@ -67,10 +109,45 @@ class ConnectionCount:
             return False
         self.live += 1
         self.peak = max(self.peak, self.live)
+        self._high = max(self._high, self.live)
         return True
 
     def leave(self) -> None:
+        """Give the place back; after many clients left, have their memory handed back too."""
         self.live -= 1
+        self.departures += 1
+        if self._high - self.live >= TRIM_AFTER and self.live * 2 <= self._high:
+            self._trim_wanted.set()
+
+    async def trimmer(self) -> None:
+        """Hand memory back once a crowd of clients has left (a moment later, so the last
+        connections' tasks are gone too); run by the first transport that starts."""
+        if self._trimmer:
+            return
+        self._trimmer = True
+        try:
+            while True:
+                await self._trim_wanted.wait()
+                # Wait until the crowd has finished leaving: a connection still open when the
+                # heap is trimmed pins pages it shares with those that left.
+                seen = -1
+                while seen != self.departures:
+                    seen = self.departures
+                    await trio.sleep(TRIM_DELAY_S)
+                self._trim_wanted = trio.Event()
+                left = self._high - self.live
+                self._high = self.live
+                self.trims += 1
+                before = rss_mb()
+                release_memory()
+                log.info(
+                    "%d clients left: memory handed back, RSS %.1f -> %.1f MB",
+                    left,
+                    before,
+                    rss_mb(),
+                )
+        finally:
+            self._trimmer = False
 
 
 async def refuse_stream(stream: trio.SocketStream, cap: int) -> None:

@@ -98,6 +98,7 @@ async def serve_unix(
 
     try:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(count.trimmer)
             await nursery.start(trio.serve_listeners, handler, [listener])
             task_status.started(path)
     finally:

@@ -185,6 +185,7 @@ async def serve_ws(
             count.leave()
 
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(count.trimmer)
         server = await nursery.start(
             lambda task_status: serve_websocket(
                 handler,
