@@ -151,10 +151,9 @@ def restart(args: argparse.Namespace) -> int:
         if args.force:
             params["force"] = True
         result = await client.request("sidecar.restart", params)
-        old, new = result.get("replaced", []), result.get("workers", [])
-        was = ", ".join(f"pid {pid}" for pid in old) or "none running"
-        now = ", ".join(f"pid {pid}" for pid in new) or "starting"
-        print(f"restarted {args.sidecar}: replaced {was}; now {now}")
+        old = result.get("replaced", [])
+        was = ", ".join(f"pid {pid}" for pid in old) or "no running worker"
+        print(f"restarted {args.sidecar}: replaced {was}")
         return EXIT_OK
 
     return _run(args, body)

@@ -1,13 +1,15 @@
 """Operator approval: ``approval-required`` calls that wait for ``toolhost approve CALL_ID``.
 
 # Strategy: with ``host.approvalSource: "operator"`` the kernel's ``approval`` param is not
-# honoured. The invoker's gate lets such a call through to the awaiting gear (never the direct
-# one), and before the call is admitted to quotas and the pool it waits here, bounded by its own
-# deadline, for an operator's decision. Pending calls are listed (``approvals.list``, shown by
-# ``toolhost status``) with an id, the tool and a preview of the input; ``approvals.decide`` grants
-# or denies one. A decision must carry the operator token, a random secret kept next to the
-# socket in ``operator.token`` (0600): a kernel is given the socket, not that file. With the
-# default ``"kernel"`` source nothing here runs. See docs/security.md.
+# honoured. At the gate, before quota admission and the pool, the invoker hands such a call to
+# :meth:`Approvals.hold` instead of starting it: no task waits; the call is an entry with a
+# deadline timer (its own timeout) on the invoker's timer heap. ``approvals.decide`` (the operator,
+# with the operator token) resumes it, which starts the call for real with the operator's
+# approval, or refuses it; the deadline, ``tools.cancel`` and a client that leaves end it with one
+# envelope. Pending calls are listed (``approvals.list``, ``toolhost status``) with an id, the tool
+# and a preview of the input. The token is a random secret in ``operator.token`` next to the
+# socket (0600): a kernel is given the socket, not that file. With the default ``"kernel"``
+# source nothing here runs. See docs/security.md.
 """
 
 from __future__ import annotations
@@ -18,18 +20,15 @@ import logging
 import os
 import secrets
 import stat
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
-import trio
 
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.rpc import Approval
 from supervisor.policy import results
-
-if TYPE_CHECKING:
-    from supervisor.runtime.invoke import Invoker, Prepared
+from supervisor.runtime.timers import Timer, Timers
 
 log = logging.getLogger("toolhost.approvals")
 
@@ -52,20 +51,23 @@ class PendingApproval(msgspec.Struct, kw_only=True):
     deadlineInMs: int
 
 
-class Decision(msgspec.Struct, kw_only=True):
-    granted: bool
-    by: str
+class _Held:
+    __slots__ = ("info", "key", "refuse", "resume", "started", "timer")
 
-
-class _Waiter:
-    __slots__ = ("deadline", "decision", "event", "info", "started")
-
-    def __init__(self, info: PendingApproval, deadline: float) -> None:
+    def __init__(
+        self,
+        info: PendingApproval,
+        key: Any,
+        resume: Callable[[Approval], None],
+        refuse: Callable[[Envelope], None],
+        started: float,
+    ) -> None:
         self.info = info
-        self.deadline = deadline
-        self.started = trio.current_time()
-        self.event = trio.Event()
-        self.decision: Decision | None = None
+        self.key = key
+        self.resume = resume
+        self.refuse = refuse
+        self.started = started
+        self.timer: Timer | None = None
 
 
 def token_path(socket_path: str) -> str:
@@ -100,134 +102,157 @@ class Approvals:
     """Calls waiting for an operator, and the decisions that release them.
 
     Args:
-        token_file: The operator token's path (created on first use).
+        timers: The invoker's timer heap (deadlines of waiting calls).
+        clock: Seconds, the timers' clock.
     """
 
-    def __init__(self, token_file: str = "") -> None:
-        self.token_file = token_file
-        self._pending: dict[str, _Waiter] = {}
+    def __init__(self, timers: Timers, clock: Callable[[], float]) -> None:
+        self.timers = timers
+        self.clock = clock
+        self.source: Callable[[], str] = lambda: "kernel"
+        """``host.approvalSource`` now (the host installs the real one)."""
+        self.token_file: Callable[[], str] = lambda: ""
+        """Where the operator token is (the host installs the real one)."""
+        self._held: dict[str, _Held] = {}
+        self._by_key: dict[Any, str] = {}
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)
 
+    def operator_decides(self, policy: str) -> bool:
+        """Whether a call under ``policy`` must wait for an operator."""
+        return policy == "approval-required" and self.source() == "operator"
+
     def pending(self) -> list[PendingApproval]:
         """Every call waiting now, oldest first."""
-        now = trio.current_time()
-        out = []
-        for w in self._pending.values():
-            info = msgspec.structs.replace(
-                w.info,
-                waitingMs=int((now - w.started) * 1000),
-                deadlineInMs=max(0, int((w.deadline - now) * 1000)),
+        now = self.clock()
+        return [
+            msgspec.structs.replace(
+                h.info,
+                waitingMs=int((now - h.started) * 1000),
+                deadlineInMs=max(0, int(h.info.deadlineInMs - (now - h.started) * 1000)),
             )
-            out.append(info)
-        return out
+            for h in self._held.values()
+        ]
 
     def check_token(self, token: str) -> bool:
         """Whether ``token`` is the operator token (constant-time)."""
-        if not self.token_file or not token:
+        path = self.token_file()
+        if not path or not token:
             return False
         try:
-            expected = read_or_create_token(self.token_file)
+            expected = read_or_create_token(path)
         except OSError:
             return False
         return hmac.compare_digest(token.encode(), expected.encode())
 
+    def hold(
+        self,
+        *,
+        tool: str,
+        sidecar: str | None,
+        input_raw: msgspec.Raw,
+        timeout_ms: int,
+        key: Any,
+        resume: Callable[[Approval], None],
+        refuse: Callable[[Envelope], None],
+    ) -> str:
+        """Park a call until an operator decides or ``timeout_ms`` passes; returns its id.
+
+        ``resume`` gets the operator's approval (start the call then); ``refuse`` gets the
+        envelope of a denial, a deadline or a cancel. Exactly one of them is called, once.
+        """
+        path = self.token_file()
+        if path:
+            try:
+                read_or_create_token(path)  # so `toolhost approve` finds it
+            except OSError as exc:
+                log.error("operator token %s: %s", path, exc)
+        call_id = f"{self._prefix}-{next(self._ids)}"
+        data = bytes(input_raw)
+        info = PendingApproval(
+            callId=call_id,
+            tool=tool,
+            sidecar=sidecar,
+            input=data[:PREVIEW_BYTES].decode("utf-8", "replace")
+            + ("..." if len(data) > PREVIEW_BYTES else ""),
+            inputBytes=len(data),
+            waitingMs=0,
+            deadlineInMs=timeout_ms,
+        )
+        held = _Held(info, key, resume, refuse, self.clock())
+        self._held[call_id] = held
+        if key is not None:
+            self._by_key[key] = call_id
+        held.timer = self.timers.at(
+            held.started + timeout_ms / 1000.0, lambda: self._expire(call_id)
+        )
+        log.warning(
+            "call %s of %s waits for an operator: `toolhost approve %s`", call_id, tool, call_id
+        )
+        return call_id
+
     def decide(self, call_id: str, *, granted: bool, by: str) -> bool:
         """Grant or deny a waiting call; False when no call waits under ``call_id``."""
-        waiter = self._pending.get(call_id)
-        if waiter is None or waiter.event.is_set():
+        held = self._take(call_id)
+        if held is None:
             return False
-        waiter.decision = Decision(granted=granted, by=by)
-        waiter.event.set()
+        info = held.info
         log.warning(
-            "approval %s for %s (%s) %s by %s",
-            call_id,
-            waiter.info.tool,
-            waiter.info.callId,
-            "granted" if granted else "denied",
-            by,
+            "call %s of %s %s by %s", call_id, info.tool, "granted" if granted else "denied", by
+        )
+        if granted:
+            held.resume(Approval(granted=True, by=f"operator:{by}"))
+        else:
+            held.refuse(
+                results.unavailable(
+                    info.tool,
+                    "approval-required",
+                    f"{info.tool}: the operator ({by}) denied call {call_id}",
+                    details={"callId": call_id, "approvalSource": "operator", "deniedBy": by},
+                    sidecar=info.sidecar,
+                )
+            )
+        return True
+
+    def cancel(self, key: Any, message: str = "") -> bool:
+        """``tools.cancel`` (or a client that left) of a call still waiting; False if none."""
+        call_id = self._by_key.get(key)
+        held = self._take(call_id) if call_id is not None else None
+        if held is None:
+            return False
+        info = held.info
+        held.refuse(
+            results.failed(
+                info.tool,
+                "cancelled",
+                message or f"{info.tool} was cancelled while it waited for approval",
+                sidecar=info.sidecar,
+                duration_ms=round((self.clock() - held.started) * 1000.0, 3),
+            )
         )
         return True
 
-    async def wait(self, prep: Prepared, input_raw: msgspec.Raw) -> Envelope | Approval:
-        """Wait (until the call's deadline) for an operator; the approval, or the refusal."""
-        if self.token_file:
-            try:
-                read_or_create_token(self.token_file)  # so `toolhost approve` can find it
-            except OSError as exc:
-                log.error("operator token %s: %s", self.token_file, exc)
-        call_id = f"{self._prefix}-{next(self._ids)}"
-        data = bytes(input_raw)
-        preview = data[:PREVIEW_BYTES].decode("utf-8", "replace")
-        deadline = trio.current_time() + prep.timeout / 1000.0
-        info = PendingApproval(
-            callId=call_id,
-            tool=prep.tool,
-            sidecar=prep.desc.sidecar,
-            input=preview + ("..." if len(data) > PREVIEW_BYTES else ""),
-            inputBytes=len(data),
-            waitingMs=0,
-            deadlineInMs=prep.timeout,
-        )
-        waiter = self._pending[call_id] = _Waiter(info, deadline)
-        log.warning(
-            "call %s of %s waits for an operator: `toolhost approve %s`",
-            call_id,
-            prep.tool,
-            call_id,
-        )
-        try:
-            with trio.move_on_at(deadline):
-                await waiter.event.wait()
-        finally:
-            del self._pending[call_id]
-        decision = waiter.decision
-        if decision is None:
-            return results.unavailable(
-                prep.tool,
+    def _expire(self, call_id: str) -> None:
+        held = self._take(call_id)
+        if held is None:
+            return
+        info = held.info
+        held.refuse(
+            results.unavailable(
+                info.tool,
                 "approval-required",
-                f"{prep.tool} requires an operator's approval and none came within "
-                f"{prep.timeout} ms (call {call_id}; `toolhost approve {call_id}`)",
+                f"{info.tool} requires an operator's approval and none came within "
+                f"{info.deadlineInMs} ms (call {call_id}; `toolhost approve {call_id}`)",
                 details={"callId": call_id, "approvalSource": "operator"},
-                sidecar=prep.desc.sidecar,
+                sidecar=info.sidecar,
             )
-        if not decision.granted:
-            return results.unavailable(
-                prep.tool,
-                "approval-required",
-                f"{prep.tool}: the operator ({decision.by}) denied call {call_id}",
-                details={"callId": call_id, "approvalSource": "operator", "deniedBy": decision.by},
-                sidecar=prep.desc.sidecar,
-            )
-        return Approval(granted=True, by=f"operator:{decision.by}")
-
-
-async def await_operator(
-    invoker: Invoker, prep: Prepared, input_raw: msgspec.Raw, call_key: Any
-) -> Envelope | Approval:
-    """The invoker's hook: wait for an operator, reachable by ``tools.cancel`` meanwhile."""
-    from supervisor.runtime.invoke import CallHandle
-
-    host = invoker.host
-    invoker.approvals.token_file = token_path(
-        host.endpoints.get("unix") or host.registry.path(host.registry.host.socket)
-    )
-    handle = CallHandle()
-    if call_key is not None:
-        invoker.calls[call_key] = handle
-    t0 = time.monotonic()
-    try:
-        with handle.waiting():
-            got = await invoker.approvals.wait(prep, input_raw)
-    finally:
-        if call_key is not None and invoker.calls.get(call_key) is handle:
-            del invoker.calls[call_key]
-    if handle.cancelled:
-        return results.failed(
-            prep.tool,
-            "cancelled",
-            f"{prep.tool} was cancelled while it waited for approval",
-            sidecar=prep.desc.sidecar,
-            duration_ms=round((time.monotonic() - t0) * 1000.0, 3),
         )
-    return got
+
+    def _take(self, call_id: str) -> _Held | None:
+        held = self._held.pop(call_id, None)
+        if held is None:
+            return None
+        if held.key is not None:
+            self._by_key.pop(held.key, None)
+        self.timers.cancel(held.timer)
+        return held

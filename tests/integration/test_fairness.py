@@ -40,7 +40,7 @@ async def test_a_flooding_non_reading_client_does_not_starve_a_bystander(app):
                             j + 1, "tools.invoke", {"tool": "echo.say", "input": {"text": "b"}}
                         )
                         statuses.append(resp["result"]["status"])
-                        deepest = max(deepest, len(pool.waiters))
+                        deepest = max(deepest, pool.queued)
                 # The hog is paused: the host stopped reading it long before its 3000 calls.
                 sent_then = sent
                 await trio.testing.wait_all_tasks_blocked(0.05)

@@ -19,6 +19,11 @@ SELF_APPROVED = {
 
 
 async def pending_of(peer):
+    with trio.fail_after(10):
+        return await _pending_of(peer)
+
+
+async def _pending_of(peer):
     while True:
         got = (await peer.request("l", "approvals.list"))["result"]
         if got["pending"]:
@@ -77,12 +82,16 @@ async def test_operator_grants_denies_and_deadlines(app):
             assert "none came within 200 ms" in answers[8]["content"]
 
             # tools.cancel reaches a call waiting for approval.
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(call, 9, SELF_APPROVED)
-                await pending_of(operator)
-                cancelled = await kernel.request(10, "tools.cancel", {"id": 9})
-                assert cancelled["result"] == {"cancelled": True}
-            assert answers[9]["error"]["code"] == "cancelled"
+            await kernel.send({"id": 9, "method": "tools.invoke", "params": SELF_APPROVED})
+            await pending_of(operator)
+            await kernel.send({"id": 10, "method": "tools.cancel", "params": {"id": 9}})
+            got = {}
+            with trio.fail_after(10):
+                while len(got) < 2:
+                    msg = await kernel.recv()
+                    got[msg["id"]] = msg["result"]
+            assert got[10] == {"cancelled": True}
+            assert got[9]["error"]["code"] == "cancelled"
             assert (await operator.request(11, "approvals.list"))["result"]["pending"] == []
             assert worker.calls_issued == 1
         host.audit.flush()
