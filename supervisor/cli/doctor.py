@@ -111,10 +111,11 @@ def _report(host: Host) -> Report:
         if not rep.ok:
             all_ok = False
         sidecars.append(rep)
+    registry_problems = [*host.registry.errors, *host.known.errors]
     return Report(
-        ok=all_ok,
+        ok=all_ok and not registry_problems,  # a problem in a file is a failure too
         registry=list(host.registry.files),
-        registry_problems=[*host.registry.errors, *host.known.errors],
+        registry_problems=registry_problems,
         sidecars=sidecars,
         tools=[
             {"name": d.name, "effective": d.stability.effective, "sidecar": d.sidecar}
@@ -143,9 +144,12 @@ def render(report: Report) -> str:
     if missing:
         out.append("not installed (known tools no sidecar serves):")
         out.extend(f"       {t['name']}" for t in missing)
-    out.append(
-        "all configured sidecars are healthy" if report.ok else "some sidecars are unavailable"
-    )
+    if report.ok:
+        out.append("all configured sidecars are healthy")
+    elif report.registry_problems and all(s.ok for s in report.sidecars):
+        out.append("the registry or manifest files have problems (listed with `!` above)")
+    else:
+        out.append("some sidecars are unavailable")
     return "\n".join(out)
 
 

@@ -64,6 +64,15 @@ class HostConfig(_Config):
     """How often the accounting sampler measures worker processes (RSS, CPU)."""
     quota_state: str = ".toolhost/quota-state.json"
     """Where ``callsPerDay`` counts survive host restarts; an empty string keeps them in memory."""
+    max_connections: PositiveInt = 1024
+    """Client connections served at once (Unix socket and WebSocket together); a connection over
+    it gets one ``overloaded`` error line and is closed. Lowered to half the open-file limit."""
+    max_calls_per_client: PositiveInt = 32
+    """Calls one connection may have in flight or queued; past it the host stops reading that
+    client's frames until one ends (well below a pool's default queue of 64)."""
+    approval_source: Literal["kernel", "operator"] = "kernel"
+    """Who grants ``approval-required`` calls: the kernel's ``approval`` param (``kernel``) or
+    only an operator, with ``toolhost approve CALL_ID`` (``operator``)."""
 
 
 class PoolConfig(_Config):

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -38,10 +39,11 @@ def _walk(raw: Any, path: str) -> Any:
 
 
 def _show(value: Any, limit: int = 60) -> str:
+    # json.dumps (not msgspec) so NaN and Infinity show as themselves, not as null.
     try:
-        text = msgspec.json.encode(value).decode()
-    except (TypeError, msgspec.EncodeError):
-        text = repr(value)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a {type(value).__name__}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -35,11 +36,13 @@ from supervisor.contracts.stats import StatsResult
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
+from supervisor.registry.check import every_problem
 from supervisor.registry.discover import add_discovered, scan_all
 from supervisor.registry.load import Registry, load_registry
 from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
 from supervisor.runtime import kinds, limits
+from supervisor.runtime.approvals import token_path
 from supervisor.runtime.audit import AuditLog
 from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
@@ -50,6 +53,8 @@ from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
 
 SUBSCRIBER_BUFFER = 256
+
+log = logging.getLogger("toolhost.host")
 
 
 class HostOptions(msgspec.Struct, kw_only=True):
@@ -120,6 +125,11 @@ class Host:
         self.safeguards = Safeguards(self.catalog, self._changed, lambda: self.pools)
         self.quotas = self.safeguards.quotas
         self.invoker = Invoker(self.catalog, self.pools, self.quotas, self.safeguards.record)
+        # Operator approval (runtime/approvals.py): the setting and the token next to the socket.
+        self.invoker.approvals.source = lambda: self.registry.host.approval_source
+        self.invoker.approvals.token_file = lambda: token_path(
+            self.endpoints.get("unix") or self.registry.path(self.registry.host.socket)
+        )
         self.services = HostServices(
             self.invoker,
             self.app_root,
@@ -158,6 +168,8 @@ class Host:
             self.registry.errors += add_discovered(
                 plan, self.registry, self.known, scan_all(self.registry), host_version=self.version
             )
+        for problem in every_problem(self.registry, self.known):
+            log.warning("registry: %s", problem)
         return plan
 
     # lifecycle ---------------------------------------------------------------------------

@@ -70,6 +70,10 @@ class OutQueue:
         self._on_overflow = on_overflow
         self.closed = False
 
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
     def put(self, frame: bytes, binary: bool) -> None:
         if self.closed:
             return
@@ -152,6 +156,9 @@ class Session:
         self._leaving = False
         self._settled = trio.Event()
         self.closed = False
+        # Fairness: past this many calls in flight the transport stops reading this client.
+        self.max_calls = host.registry.host.max_calls_per_client
+        self._room = trio.Event()
 
     def attach(self, nursery: trio.Nursery) -> None:
         """The nursery that owns the session's tasks (cancelled when the client leaves)."""
@@ -178,6 +185,18 @@ class Session:
     def call_done(self, request_id: RequestId) -> None:
         self._started.pop(request_id, None)
         self._inflight.discard(request_id)
+        self._room.set()
+
+    @property
+    def full(self) -> bool:
+        """The client has ``host.maxCallsPerClient`` calls in flight (read no more frames)."""
+        return len(self._inflight) >= self.max_calls
+
+    async def wait_room(self) -> None:
+        """Wait until the client is under its cap again (or the session closed)."""
+        while self.full and not self.closed:
+            self._room = trio.Event()
+            await self._room.wait()
 
     def close(self) -> None:
         """The client is gone: nothing more is sent, and its started calls still here are
@@ -275,7 +294,7 @@ class Session:
                 codec,
             )
             return
-        if len(self._inflight) >= MAX_PENDING_REQUESTS:
+        if len(self._inflight) >= MAX_PENDING_REQUESTS:  # transports stop reading long before
             self.send(codec.error(rid, "overloaded", "too many requests in flight"), codec)
             return
         self._inflight.add(rid)
@@ -319,6 +338,7 @@ class Session:
                     if not changes_state(call, name, params):
                         self._drop(call.rid, name, "the client left before it ran", "queued")
                         self._inflight.discard(call.rid)
+                        self._room.set()
                         self._check_settled()
                         continue
                     self._keep(call.rid, name, "the client left before it ran")
@@ -329,6 +349,7 @@ class Session:
                     finally:
                         del self._running[call.rid]
                         self._inflight.discard(call.rid)
+                        self._room.set()
                         self._check_settled()
                 if self._idle >= MAX_IDLE_INVOKERS:
                     return
