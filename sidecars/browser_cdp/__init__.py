@@ -154,7 +154,7 @@ async def snapshot(args: TargetInput, ctx: Context) -> Reply:
     deadline = call_deadline(ctx)
     with cdp_errors(endpoint_of(ctx)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
-        page, elements = await BROWSER.snapshot(conn, sid, deadline)
+        page, elements = await BROWSER.snapshot(conn, tid, sid, deadline)
     text = str(page.get("text", ""))
     truncated = len(text) > MAX_TEXT
     text = text[:MAX_TEXT]
@@ -218,7 +218,7 @@ async def click(args: ClickInput, ctx: Context) -> dict[str, Any]:
     deadline = call_deadline(ctx)
     with cdp_errors(endpoint_of(ctx)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
-        node = await BROWSER.element(conn, sid, args.ref, args.selector, deadline)
+        node = await BROWSER.element(conn, tid, sid, args.ref, args.selector, deadline)
         x, y = await BROWSER.center(conn, sid, node, deadline)
         await BROWSER.click(conn, sid, x, y, deadline)
     return {"targetId": tid, "ref": f"e{node}", "x": round(x, 1), "y": round(y, 1)}
@@ -236,7 +236,7 @@ async def type_text(args: TypeInput, ctx: Context) -> dict[str, Any]:
     deadline = call_deadline(ctx)
     with cdp_errors(endpoint_of(ctx)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
-        node = await BROWSER.element(conn, sid, args.ref, args.selector, deadline)
+        node = await BROWSER.element(conn, tid, sid, args.ref, args.selector, deadline)
         await BROWSER.type_text(conn, sid, node, args.text, args.submit, deadline)
     return {"targetId": tid, "ref": f"e{node}", "typed": len(args.text), "submitted": args.submit}
 

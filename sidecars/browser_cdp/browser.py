@@ -172,6 +172,9 @@ class Browser:
         self.conn: Connection | None = None
         self.sessions: dict[str, str] = {}  # targetId -> flattened sessionId
         self.opened: list[str] = []  # targetIds this sidecar opened, oldest first
+        # targetId -> loaderId of the document the last snapshot saw: refs are backend node
+        # ids, which a new document may reuse, so a ref is only honoured on that document.
+        self.snapshot_doc: dict[str, str] = {}
         self._lock: trio.Lock | None = None
 
     # connection ---------------------------------------------------------------------------
@@ -200,6 +203,7 @@ class Browser:
             self.conn = None
             self.sessions.clear()
             self.opened.clear()
+            self.snapshot_doc.clear()
             timeout = max(0.05, min(5.0, deadline - trio.current_time()))
             try:
                 version = await http_get_json(endpoint, "/json/version", within=timeout)
@@ -351,9 +355,15 @@ class Browser:
 
     # elements -----------------------------------------------------------------------------
 
+    async def document_id(self, conn: Connection, sid: str, deadline: float) -> str:
+        """The main frame's ``loaderId``: it changes with every new document."""
+        tree = await conn.send("Page.getFrameTree", session=sid, deadline=deadline)
+        return str(tree["frameTree"]["frame"].get("loaderId", ""))
+
     async def element(
         self,
         conn: Connection,
+        tid: str,
         sid: str,
         ref: str | None,
         selector: str | None,
@@ -375,16 +385,19 @@ class Browser:
                     details={"ref": ref, "reason": "bad-ref"},
                 )
             node_id = int(match.group(1))
+            stale = ToolError(
+                f"ref {ref!r} is not on the page any more; take a new browser.snapshot",
+                code="invalid-input",
+                details={"ref": ref, "reason": "stale-ref"},
+            )
+            if self.snapshot_doc.get(tid) != await self.document_id(conn, sid, deadline):
+                raise stale
             try:
                 await conn.send(
                     "DOM.describeNode", {"backendNodeId": node_id}, session=sid, deadline=deadline
                 )
             except CDPError:
-                raise ToolError(
-                    f"ref {ref!r} is not on the page any more; take a new browser.snapshot",
-                    code="invalid-input",
-                    details={"ref": ref, "reason": "stale-ref"},
-                ) from None
+                raise stale from None
             return node_id
         assert selector is not None
         res = await conn.send(
@@ -465,9 +478,10 @@ class Browser:
     # page content -------------------------------------------------------------------------
 
     async def snapshot(
-        self, conn: Connection, sid: str, deadline: float
+        self, conn: Connection, tid: str, sid: str, deadline: float
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Title, url and visible text, plus the interactive elements with their refs."""
+        self.snapshot_doc[tid] = await self.document_id(conn, sid, deadline)
         page = await self.evaluate(
             conn,
             sid,
