@@ -195,6 +195,8 @@ class Browser:
         Raises:
             ToolError: ``unavailable`` when the endpoint does not answer.
         """
+        if self.conn is not None and self.conn.alive:
+            return self.conn  # the common case, without a checkpoint
         if self._lock is None:
             self._lock = trio.Lock()
         async with self._lock:
