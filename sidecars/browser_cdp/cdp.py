@@ -226,9 +226,11 @@ class Connection:
                             pass
         except ConnectionClosed as exc:
             self._shut(f"DevTools connection closed ({exc.reason})")
-        except BaseException:
-            self._shut("DevTools connection reader stopped")
-            raise
+        except Exception as exc:  # never let a bad frame take the sidecar's loop down
+            self._shut(f"DevTools connection reader failed: {exc!r}")
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await self.ws.aclose()
         finally:
             if self.alive:
                 self._shut("DevTools connection reader stopped")
