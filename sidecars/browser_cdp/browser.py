@@ -31,6 +31,7 @@ from sidecars.browser_cdp.cdp import (
     EndpointDown,
     browser_socket_url,
     http_get_json,
+    is_gone_session,
 )
 from sidecars.sdk import Context, ToolError
 
@@ -131,6 +132,12 @@ def cdp_errors(endpoint: str) -> Iterator[None]:
     try:
         yield
     except CDPError as exc:
+        if is_gone_session(exc):
+            raise ToolError(
+                "the tab is gone (closed or crashed); use a targetId from browser.open",
+                code="invalid-input",
+                details={"reason": "unknown-target", "cdpError": {"message": exc.message}},
+            ) from None
         raise ToolError(
             str(exc),
             code="failed",
@@ -226,8 +233,9 @@ class Browser:
     async def attach(self, conn: Connection, target_id: str, deadline: float) -> str:
         """The flattened session of ``target_id`` (attached and Page-enabled on first use)."""
         sid = self.sessions.get(target_id)
-        if sid is not None:
+        if sid is not None and sid not in conn.detached:
             return sid
+        self.sessions.pop(target_id, None)  # the tab was closed (or never attached)
         try:
             res = await conn.send(
                 "Target.attachToTarget", {"targetId": target_id, "flatten": True}, deadline=deadline

@@ -39,6 +39,11 @@ class CDPError(Exception):
         self.data = data
 
 
+def is_gone_session(exc: CDPError) -> bool:
+    """Whether the browser refused a request because its session's tab is gone."""
+    return "session with given id not found" in exc.message.lower()
+
+
 class BrowserGone(Exception):
     """The DevTools connection closed (or could not be opened) while a request waited."""
 
@@ -166,6 +171,7 @@ class Connection:
         self._next_id = 0
         self._waiting: dict[int, tuple[str, _Waiter]] = {}
         self._subs: dict[tuple[str, str], list[trio.MemorySendChannel[dict[str, Any]]]] = {}
+        self.detached: set[str] = set()  # sessions whose target went away (tab closed)
 
     @classmethod
     async def open(cls, nursery: trio.Nursery, url: str, *, within: float) -> Connection:
@@ -214,6 +220,8 @@ class Connection:
                         waiter.result = msg.get("result", {})
                     waiter.done.set()
                 elif "method" in msg:
+                    if msg["method"] == "Target.detachedFromTarget":
+                        self.detached.add(str((msg.get("params") or {}).get("sessionId")))
                     key = (msg.get("sessionId", ""), msg["method"])
                     for chan in list(self._subs.get(key, ())):
                         try:
@@ -287,6 +295,8 @@ class Connection:
         finally:
             self._waiting.pop(rid, None)
         if waiter.error is not None:
+            if session and isinstance(waiter.error, CDPError) and is_gone_session(waiter.error):
+                self.detached.add(session)
             raise waiter.error
         return waiter.result
 

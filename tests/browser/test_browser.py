@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import socket
+import urllib.request
 
 import trio
 from PIL import Image
@@ -148,6 +149,21 @@ async def test_two_tabs_addressed_by_target_id(app, chromium, pages):
             "browser.navigate", {"targetId": first["targetId"], "url": pages.url("/second")}
         )
         assert env.status == "success" and env.data["title"] == "Second Tab"
+        # Someone closes the first tab behind the sidecar's back (DevTools HTTP /json/close).
+        closed = await trio.to_thread.run_sync(
+            urllib.request.urlopen, f"{chromium.endpoint}/json/close/{first['targetId']}"
+        )
+        closed.close()
+        with trio.fail_after(10):
+            while True:
+                env = await client.invoke("browser.snapshot", {"targetId": first["targetId"]})
+                if env.status != "success":
+                    break
+                await trio.sleep(0.05)
+        assert env.status == "failed" and env.error.code == "invalid-input", env
+        assert env.error.details["reason"] == "unknown-target"
+        env = await evaluate(client, "document.title", targetId=second["targetId"])
+        assert env.data["value"] == "Second Tab"
         env = await client.invoke("browser.snapshot", {"targetId": "NO-SUCH-TARGET"})
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert env.error.details["reason"] == "unknown-target"
