@@ -230,8 +230,8 @@ class Sidecar:
     def health(self, func: HealthFunc) -> HealthFunc:
         """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy).
 
-        An ``async def`` health check runs on the sidecar's Trio loop; the main thread keeps
-        reading the host meanwhile and the ``pong`` goes out when the check returns.
+        An ``async def`` health check runs as a task of the sidecar's Trio loop, which keeps
+        serving calls meanwhile; the ``pong`` goes out when the check returns.
         """
         self._health = func
         return func
