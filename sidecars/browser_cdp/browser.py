@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 import trio
 
 from sidecars.browser_cdp.cdp import (
+    GONE_SESSION,
     BrowserGone,
     CDPError,
     CDPTimeout,
@@ -315,6 +316,8 @@ class Browser:
                         return
                 if scope.cancelled_caught:
                     raise CDPTimeout(f"Page.navigate (waiting for {wait_until})")
+                if conn.alive:  # the stream ended because the tab went away
+                    raise CDPError("Page.navigate", -32001, GONE_SESSION)
                 raise BrowserGone(f"Page.navigate: {conn.close_reason}")
         except BaseException as exc:
             if conn.alive and not isinstance(exc, ToolError):
