@@ -61,11 +61,15 @@ class ServiceError(Struct, kw_only=True, omit_defaults=True):
     message: str
 
 
+ABSENT = Raw(b"")
+"""An absent Raw field (a Raw cannot be Optional); omitted when encoded."""
+
+
 class Response(_Msg, tag="response", kw_only=True):
     """The host's answer to a worker's ``request`` (exactly one of ``result``/``error``)."""
 
     id: str | int | None = None
-    result: Raw | None = None
+    result: Raw = ABSENT
     error: ServiceError | None = None
 
 
