@@ -51,12 +51,16 @@ async def test_sync_and_async_tools_use_every_service(app):
 
 
 async def test_compare_and_set_from_two_sdk_workers(app):
-    async with running_host(app, entries(pool={"min": 2, "max": 2}, env={"SVC_CONCURRENCY": "1"})) as host:
+    async with running_host(
+        app, entries(pool={"min": 2, "max": 2}, env={"SVC_CONCURRENCY": "1"})
+    ) as host:
         await wait_for(host, lambda: len(ready_pids(host, "svc")) == 2 and ready_pids(host, "echo"))
         results = []
 
         async def one():
-            results.append(data(await host.invoke("sdksvc.sync", raw({"increments": 200}), timeout_ms=120_000)))
+            results.append(
+                data(await host.invoke("sdksvc.sync", raw({"increments": 200}), timeout_ms=120_000))
+            )
 
         async with trio.open_nursery() as n:
             n.start_soon(one)
