@@ -61,15 +61,12 @@ class ServiceError(Struct, kw_only=True, omit_defaults=True):
     message: str
 
 
-ABSENT = Raw(b"")
-"""An absent Raw field (a Raw cannot be Optional); omitted when encoded."""
-
-
 class Response(_Msg, tag="response", kw_only=True):
     """The host's answer to a worker's ``request`` (exactly one of ``result``/``error``)."""
 
     id: str | int | None = None
-    result: Raw = ABSENT
+    result: Raw | msgspec.UnsetType = msgspec.UNSET
+    """Absent on an error response (a Raw cannot be Optional in msgspec: UNSET is omitted)."""
     error: ServiceError | None = None
 
 
