@@ -167,7 +167,7 @@ def _unwrap(method: str, response: wire.Response | None) -> Any:
         raise ServiceError(method, "host-gone", "no response")
     if response.error is not None:
         raise ServiceError(method, response.error.code, response.error.message)
-    raw = response.result if bytes(response.result) else wire.NULL
+    raw = response.result if isinstance(response.result, msgspec.Raw) else wire.NULL
     return msgspec.json.decode(raw)
 
 
