@@ -26,5 +26,15 @@ Flyflor oneshot request (PROTOCOL 3.2).
 """
 
 from sidecars.sdk.app import Context, Reply, Sidecar, ToolError, ToolSpec
+from sidecars.sdk.services import Invocation, ServiceError, State
 
-__all__ = ["Context", "Reply", "Sidecar", "ToolError", "ToolSpec"]
+__all__ = [
+    "Context",
+    "Invocation",
+    "Reply",
+    "ServiceError",
+    "Sidecar",
+    "State",
+    "ToolError",
+    "ToolSpec",
+]

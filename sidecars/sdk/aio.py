@@ -78,9 +78,12 @@ async def serve(app: Sidecar, reader: LineReader) -> None:
                     nursery.start_soon(_pong, app, msg.id)
                 elif isinstance(msg, wire.Cancel):
                     app._cancel(msg.id)
+                elif isinstance(msg, wire.Response):
+                    app._requests.resolve(msg)
                 elif isinstance(msg, wire.Shutdown):
                     break
         finally:
+            app._requests.fail_all("the host closed the connection")
             app._answer_pending("sidecar shutting down")
             nursery.cancel_scope.cancel()
             await stream.aclose()

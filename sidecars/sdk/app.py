@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any, cast, get_type_hints
 
 import msgspec
 
+from sidecars.sdk import services
 from sidecars.sdk.lines import LineReader
 from supervisor.contracts import wire
 
@@ -112,6 +113,22 @@ class Context:
         if self.call_id is not None and not self.cancelled.is_set():
             self.app._send(wire.Progress(id=self.call_id, data=msgspec.Raw(_json_encode(data))))
 
+    # host services (PROTOCOL 3.5; docs/host-services.md) ---------------------------------
+
+    def invoke(self, tool: str, input: Any, timeout_ms: int | None = None) -> Any:
+        """Run another tool through the host (every gate of a kernel call applies); returns
+        its envelope as an :class:`~sidecars.sdk.services.Invocation`. In an async tool,
+        ``await ctx.invoke(...)``."""
+        return services.invoke(self, tool, input, timeout_ms)
+
+    def state(self, name: str) -> services.State:
+        """The declared store ``name``: ``get``/``set``/``delete``/``list``."""
+        return services.State(self, name)
+
+    def vault(self, key: str) -> Any:
+        """The operator's secret ``key`` (declared in the sidecar's ``vault``)."""
+        return services.vault(self, key)
+
     def check_cancelled(self) -> None:
         """Raise :class:`ToolError` with code ``cancelled`` if the host cancelled the call.
 
@@ -183,6 +200,7 @@ class Sidecar:
         self._answered_lock = threading.Lock()
         self._pending: dict[int, threading.Event] = {}
         self._scopes: dict[int, trio.CancelScope] = {}  # async calls in flight (aio.serve)
+        self._requests = services.Requests(self)
 
     # registration ------------------------------------------------------------------------
 
@@ -325,9 +343,12 @@ class Sidecar:
                     self._send(self._pong(msg.id))
                 elif isinstance(msg, wire.Cancel):
                     self._cancel(msg.id)
+                elif isinstance(msg, wire.Response):
+                    self._requests.resolve(msg)
                 elif isinstance(msg, wire.Shutdown):
                     break
         finally:
+            self._requests.fail_all("the host closed the connection")
             self._answer_pending("sidecar shutting down")
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -491,6 +512,14 @@ class Sidecar:
 
 def _error_result(exc: Exception) -> wire.Result:
     """The wire answer for an exception a tool raised (ToolError keeps its code)."""
+    if isinstance(exc, services.ServiceError):
+        return wire.Result(
+            id=0,
+            ok=False,
+            code="failed",
+            error=str(exc),
+            details={"service": exc.method, "serviceCode": exc.code},
+        )
     if isinstance(exc, ToolError):
         data = msgspec.Raw(_json_encode(exc.data)) if exc.data is not None else wire.NULL
         return wire.Result(
