@@ -294,7 +294,9 @@ def _become_worker(
     importlib.invalidate_caches()
     # 7. A fresh __main__ module, a fresh random state, GC as the interpreter starts it.
     main_mod = types.ModuleType("__main__")
-    main_mod.__dict__["__builtins__"] = __builtins__
+    import builtins
+
+    main_mod.__dict__["__builtins__"] = builtins
     main_mod.__annotations__ = {}
     sys.modules["__main__"] = main_mod
     random.seed()
@@ -318,4 +320,19 @@ def run_worker(req: dict[str, Any]) -> None:
     if req["module"]:
         runpy._run_module_as_main(req["module"], alter_argv=True)  # type: ignore[attr-defined]
     else:
-        runpy.run_path(req["argv"][1], run_name="__main__")
+        # What the interpreter does for ``python script``: compile the file and run it in the
+        # real ``__main__`` module.
+        from importlib.machinery import SourceFileLoader
+
+        path = req["argv"][1]
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+        main = sys.modules["__main__"].__dict__
+        main.update(
+            __file__=path,
+            __cached__=None,
+            __loader__=SourceFileLoader("__main__", path),
+            __package__=None,
+            __spec__=None,
+        )
+        exec(code, main)
