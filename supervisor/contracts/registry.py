@@ -46,7 +46,7 @@ class ZygoteConfig(_Config):
     )
     """Modules imported in the zygote before it forks, after the SDK (``sidecars.sdk``); only
     modules that start no thread, event loop or socket when imported."""
-    reply_timeout_ms: Annotated[int, Meta(ge=1, le=1000)] = 50
+    reply_timeout_ms: Annotated[int, Meta(ge=1, le=1000)] = 100
     """How long a start waits for the zygote before it execs the worker instead."""
 
 

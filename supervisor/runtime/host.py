@@ -204,7 +204,10 @@ class Host:
         if not zcfg.enabled or zygote.forced_exec() or zygote.active() is not None:
             return
         self.zygote = zygote.Zygote(
-            zcfg.preload, reply_timeout_s=zcfg.reply_timeout_ms / 1000.0, app_root=self.app_root
+            zcfg.preload,
+            reply_timeout_s=zcfg.reply_timeout_ms / 1000.0,
+            app_root=self.app_root,
+            on_change=self._notify,
         )
         await nursery.start(self.zygote.run)
         zygote.activate(self.zygote)

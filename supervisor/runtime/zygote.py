@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,16 +196,24 @@ class Zygote:
         preload: Modules imported before forking (the SDK is always first).
         reply_timeout_s: How long a spawn waits for the zygote's answer before it execs.
         app_root: The zygote's cwd.
+        on_change: Called whenever :attr:`state` changes.
     """
 
     def __init__(
-        self, preload: Sequence[str] = (), *, reply_timeout_s: float = 0.05, app_root: str = "."
+        self,
+        preload: Sequence[str] = (),
+        *,
+        reply_timeout_s: float = 0.1,
+        app_root: str = ".",
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.preload = preload_list(preload)
         self.reply_timeout_s = reply_timeout_s
         self.app_root = app_root
-        self.state = "starting"
+        self._state = "starting"
+        self._on_change = on_change
         self.reason: str | None = None
+        self.last_fallback: str | None = None
         self.forks = 0
         self.fallbacks = 0
         self.restarts = 0
@@ -220,6 +228,18 @@ class Zygote:
         self._replace = trio.Event()
         self._rng = random.Random()
         self._restart_state = restart.RestartState()
+
+    @property
+    def state(self) -> str:
+        """``starting``, ``ready``, ``restarting``, ``unavailable`` or ``off``."""
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        if value != self._state:
+            self._state = value
+            if self._on_change is not None:
+                self._on_change()
 
     # status --------------------------------------------------------------------------------
 
@@ -243,7 +263,7 @@ class Zygote:
             fallbacks=self.fallbacks,
             restarts=self.restarts,
             preloaded=list(self.hello.get("preloaded", [])),
-            reason=self.reason,
+            reason=self.reason or self.last_fallback,
         )
 
     # qualification ---------------------------------------------------------------------------
@@ -399,6 +419,8 @@ class Zygote:
         if rid not in self._pending:
             return
         self._pending.discard(rid)
+        if self._on_change is not None:
+            self._on_change()
         pid = msg.get("pid")
         if isinstance(pid, int):
             with contextlib.suppress(OSError):
@@ -432,12 +454,16 @@ class Zygote:
     def fell_back(self, why: str) -> None:
         """Count (and log once per start) a worker exec'd although its sidecar allows forking."""
         self.fallbacks += 1
+        self.last_fallback = f"last fallback to exec: {why}"
         log.info("zygote: worker exec'd instead: %s", why)
 
     # supervision -------------------------------------------------------------------------------
 
     def replace(self) -> None:
-        """Start a fresh zygote (a reload; preloaded code changed on disk)."""
+        """Start a fresh zygote (a reload; preloaded code changed on disk); until it is ready,
+        workers are exec'd, so none starts from stale preloaded code."""
+        if self.state == "ready":
+            self.state, self.reason = "restarting", "being replaced"
         self._replace.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -569,7 +595,7 @@ class Zygote:
                 reap_orphans()
                 if _mtimes(self._mtimes) != self._mtimes:
                     log.info("zygote: preloaded code changed on disk; starting a fresh zygote")
-                    self._replace.set()
+                    self.replace()
         finally:
             os.close(pidfd)
 
