@@ -130,6 +130,8 @@ class ZygoteStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
     fallbacks: int = 0
     restarts: int = 0
     preloaded: list[str] = msgspec.field(default_factory=list)
+    preloadFailed: list[str] = msgspec.field(default_factory=list)
+    """``module: error`` of every preload that could not be imported."""
     reason: str | None = None
     """Why it is not ready, or the last fallback's reason."""
 

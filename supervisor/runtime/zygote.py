@@ -263,6 +263,7 @@ class Zygote:
             fallbacks=self.fallbacks,
             restarts=self.restarts,
             preloaded=list(self.hello.get("preloaded", [])),
+            preloadFailed=[f"{b['module']}: {b['error']}" for b in self.hello.get("failed", [])],
             reason=self.reason or self.last_fallback,
         )
 
