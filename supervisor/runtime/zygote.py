@@ -43,6 +43,8 @@ ZYGOTE_FD = 3
 DEFAULT_PRELOAD = ("sidecars.sdk",)
 STARTUP_PYTHON = ("python", "python3")
 CHECK_INTERVAL_S = 1.0
+STALL_S = 5.0
+"""A zygote that leaves a request unanswered this long is killed and started afresh."""
 RESTART = RestartConfig(backoff_ms=100, max_backoff_ms=5000, intensity=5, period_ms=60_000)
 INTERPRETER_ENV = ("LANG", "LC_", "HOME", "PYTHON", "TZ")
 """Variables a Python interpreter reads while starting: a worker whose values differ from the
@@ -223,6 +225,7 @@ class Zygote:
         self._env: dict[str, str] = {}
         self._next_id = 0
         self._pending: set[int] = set()
+        self._stalled = 0
         self._mtimes: dict[str, float] = {}
         self._shadow_cache: dict[str, str | None] = {}
         self._replace = trio.Event()
@@ -319,11 +322,12 @@ class Zygote:
         if why is not None:
             return None, why
         self._collect_late()
+        if self._pending:
+            return None, "the zygote has not answered an earlier request yet"
         self._next_id += 1
         rid = self._next_id
         module = argv[2] if argv[1] == "-m" else None
-        mask = os.umask(0)
-        os.umask(mask)
+        mask = _host_umask()
         rl = dict(((w, (s, h)) for w, (s, h) in _host_rlimits().items()))
         for which, soft, hard in limits:
             rl[which] = (soft, hard)
@@ -502,6 +506,9 @@ class Zygote:
         finally:
             self._stop_process()
             self.state = "off"
+            if process._PRCTL is not None:  # the workers are gone; stop adopting orphans
+                process._PRCTL(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+            reap_orphans()
 
     async def _start(self) -> None:
         self.state = "starting"
@@ -557,7 +564,9 @@ class Zygote:
         finally:
             child_end.close()
         w.watch(self._popen.pid)
+        host_end.setblocking(False)  # a full buffer (a hung zygote) must not block the host
         self._sock = host_end
+        self._stalled = 0
         return host_end
 
     async def _serve(self) -> None:
@@ -593,6 +602,13 @@ class Zygote:
                 msg = self._recv()
                 if msg:
                     self._late(msg)
+                if self._pending:
+                    self._stalled += 1
+                    if self._stalled * CHECK_INTERVAL_S >= STALL_S:
+                        self._lost(f"no answer for {STALL_S:.0f} s")
+                        return
+                else:
+                    self._stalled = 0
                 reap_orphans()
                 if _mtimes(self._mtimes) != self._mtimes:
                     log.info("zygote: preloaded code changed on disk; starting a fresh zygote")
@@ -623,6 +639,20 @@ def _mtimes(files: Any) -> dict[str, float]:
         except OSError:
             out[path] = -1.0
     return out
+
+
+def _host_umask() -> int:
+    """The host's umask, read without changing it (threads may be creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o22)  # pragma: no cover - kernels before 4.7
+    os.umask(mask)
+    return mask
 
 
 def _host_rlimits() -> dict[int, tuple[int, int]]:
