@@ -59,8 +59,8 @@ class _Running:
             HostOptions(app_root=str(root), use_global=False, manifest_dirs=[], audit=False)
         )
 
-    async def wait(self, pred: Any, timeout: float = 120) -> None:
-        with trio.fail_after(timeout):
+    async def wait(self, pred: Any, limit_s: float = 120) -> None:
+        with trio.fail_after(limit_s):
             while not pred():
                 await self.host.wait_change()
 
@@ -151,7 +151,7 @@ async def many_sidecars(root: Path, spawn: str, n: int) -> dict[str, Any]:
                     return False
             return True
 
-        await run.wait(available, timeout=300)
+        await run.wait(available, limit_s=300)
         result["allAvailableS"] = time.perf_counter() - t0
         await trio.sleep(1.0)  # let the workers go idle before measuring memory
         pids = [w.pid for s in host.catalog_snapshot().sidecars for w in s.workers]
@@ -165,9 +165,7 @@ async def many_sidecars(root: Path, spawn: str, n: int) -> dict[str, Any]:
             hostPssKb=pss_kb(os.getpid()),
             zygotePssKb=pss_kb(zpid) if zpid and spawn == "auto" else 0,
         )
-        result["totalPssKb"] = (
-            result["hostPssKb"] + result["zygotePssKb"] + sum(worker_pss)
-        )
+        result["totalPssKb"] = result["hostPssKb"] + result["zygotePssKb"] + sum(worker_pss)
         host.stop()
         with trio.move_on_after(60):
             await host.wait_stopped()
@@ -198,48 +196,42 @@ async def replacement(root: Path, spawn: str, rounds: int) -> list[dict[str, flo
     )
 
     async def body(run: _Running) -> list[dict[str, float]]:
-        from supervisor.runtime.calls import Call  # noqa: F401 - the runtime is loaded
-
-        host = run.host
-        out = []
-        payload = msgspec.Raw(b'{"payload": "x"}')
-        for _ in range(rounds):
-            await run.wait(lambda: any(w.state == "ready" for w in _workers(host, "e")))
-            victim = _workers(host, "e")[0].pid
-            answered: list[tuple[float, int | None]] = []
-
-            async def call() -> None:
-                env = await host.invoke("bench.echo", payload, timeout_ms=10_000)
-                if env.status == "success":
-                    answered.append((trio.current_time(), env.meta.pid))
-
-            async with trio.open_nursery() as n:
-                for _ in range(64):
-                    n.start_soon(call)
-                await trio.sleep(0)
-                t_kill = trio.current_time()
-                os.kill(victim, signal.SIGKILL)
-                pool = host.pools["e"]
-                await run.wait(lambda: pool.last_exit is not None and victim not in
-                               [w.pid for w in pool.workers])
-                first: list[float] = []
-
-                async def after() -> None:
-                    env = await host.invoke("bench.echo", payload, timeout_ms=10_000)
-                    if env.status == "success" and env.meta.pid != victim:
-                        first.append(trio.current_time())
-
-                n.start_soon(after)
-            new = next(w for w in pool.workers if w.pid != victim)
-            out.append(
-                {
-                    "killToAnswerMs": (first[0] - t_kill) * 1000.0 if first else -1.0,
-                    "afterBackoffMs": (first[0] - new.started_at) * 1000.0 if first else -1.0,
-                }
-            )
-        return out
+        return [await _one_replacement(run) for _ in range(rounds)]
 
     return await _with_host(root, body)
+
+
+async def _one_replacement(run: _Running) -> dict[str, float]:
+    host = run.host
+    payload = msgspec.Raw(b'{"payload": "x"}')
+    await run.wait(lambda: any(w.state == "ready" for w in _workers(host, "e")))
+    victim = _workers(host, "e")[0].pid
+    pool = host.pools["e"]
+    first: list[float] = []
+
+    async def call() -> None:
+        await host.invoke("bench.echo", payload, timeout_ms=10_000)
+
+    async def after() -> None:
+        env = await host.invoke("bench.echo", payload, timeout_ms=10_000)
+        if env.status == "success" and env.meta.pid != victim:
+            first.append(trio.current_time())
+
+    async with trio.open_nursery() as n:
+        for _ in range(64):
+            n.start_soon(call)
+        await trio.lowlevel.checkpoint()
+        t_kill = trio.current_time()
+        os.kill(victim, signal.SIGKILL)
+        await run.wait(
+            lambda: pool.last_exit is not None and victim not in [w.pid for w in pool.workers]
+        )
+        n.start_soon(after)
+    new = next(w for w in pool.workers if w.pid != victim)
+    return {
+        "killToAnswerMs": (first[0] - t_kill) * 1000.0 if first else -1.0,
+        "afterBackoffMs": (first[0] - new.started_at) * 1000.0 if first else -1.0,
+    }
 
 
 def _median(xs: list[float]) -> float:

@@ -165,10 +165,10 @@ class ZygoteChild(process.ChildProcess):
         try:
             pid, status = os.waitpid(self.pid, flags)
         except ChildProcessError:
-            return -int(signal.SIGKILL)  # not ours any more: treat as killed
+            pid, status = self.pid, -1  # not ours any more: treat as killed
         if pid == 0:
             return None
-        return os.waitstatus_to_exitcode(status)
+        return os.waitstatus_to_exitcode(status) if status != -1 else -int(signal.SIGKILL)
 
     async def wait(self) -> int:
         if self.returncode is not None:
@@ -181,6 +181,20 @@ class ZygoteChild(process.ChildProcess):
         self.returncode = rc if rc is not None else -int(signal.SIGKILL)
         self._close_pidfd()
         return self.returncode
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the worker's group; for the microseconds between its report and its
+        ``setsid`` the group does not exist yet: then to the worker alone."""
+        if self.returncode is not None:
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, sig)
+        except PermissionError:  # pragma: no cover
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, sig)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -359,26 +373,26 @@ class Zygote:
             return None, f"zygote request failed: {exc}"
         for fd in (in_r, out_w, err_w):
             os.close(fd)
+        self._pending.add(rid)
         reply = self._await_reply(rid)
+        if reply is not None:
+            self._pending.discard(rid)
         if reply is None or "pid" not in reply:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
             if reply is None:
-                self._pending.add(rid)
                 return None, f"zygote did not answer within {self.reply_timeout_s * 1000:.0f} ms"
             return None, f"zygote refused: {reply.get('error')}"
         pid = int(reply["pid"])
         process.warden().watch(pid)
         self.forks += 1
-        return (
-            ZygoteChild(
-                pid,
-                trio.lowlevel.FdStream(in_w),
-                trio.lowlevel.FdStream(out_r),
-                trio.lowlevel.FdStream(err_r),
-            ),
-            "",
+        child = ZygoteChild(
+            pid,
+            trio.lowlevel.FdStream(in_w),
+            trio.lowlevel.FdStream(out_r),
+            trio.lowlevel.FdStream(err_r),
         )
+        return child, ""
 
     def _await_reply(self, rid: int) -> dict[str, Any] | None:
         sock = self._sock
@@ -617,9 +631,26 @@ class Zygote:
             os.close(pidfd)
 
     def _stop_process(self) -> None:
-        sock, self._sock = self._sock, None
+        sock = self._sock
         if sock is not None:
+            # No worker may report after this (its send fails and it exits before it is a
+            # worker); the reports already queued are late answers: kill those workers.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)
+            while self._pending:
+                try:
+                    data = sock.recv(1 << 20, socket.MSG_DONTWAIT)
+                except OSError:
+                    break
+                if not data:
+                    break
+                with contextlib.suppress(ValueError):
+                    msg = json.loads(data)
+                    if isinstance(msg, dict):
+                        self._late(msg)
+            self._sock = None
             sock.close()
+        self._pending.clear()
         popen, self._popen = self._popen, None
         if popen is None:
             return

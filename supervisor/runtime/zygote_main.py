@@ -8,8 +8,9 @@
 # stderr ends by SCM_RIGHTS. Each request is a double fork: the intermediate child forks the
 # worker and exits at once, so the worker is adopted by the host (a child subreaper) and the
 # host, not this process, reaps it; killing the zygote leaves its workers alone. The worker waits
-# to be adopted, sets PDEATHSIG against the host, starts its own session, takes its three fds as
-# 0/1/2, closes every other fd, and makes argv, environment, cwd, umask, rlimits, signal
+# to be adopted, sets PDEATHSIG against the host, reports its own pid to the host on the socket
+# (so no worker exists that the host was not told of), starts its own session, takes its three
+# fds as 0/1/2, closes every other fd, and makes argv, environment, cwd, umask, rlimits, signal
 # dispositions and mask, ``sys.path`` and ``random`` what an exec'd ``python -m mod`` or
 # ``python script`` would have; then :func:`main` *returns* the request and the bootstrap runs
 # the module or script as ``__main__`` with no zygote frame left on the stack.
@@ -188,45 +189,34 @@ def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
 def _fork_worker(
     sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int, prctl: Any
 ) -> dict[str, Any] | None:
-    """Double fork; returns the request in the worker, None in the zygote (after replying)."""
+    """Double fork; returns the request in the worker, None in the zygote.
+
+    The worker itself reports its pid to the host once it is the host's child, so a zygote that
+    dies mid-request cannot lose a worker: one that cannot report exits before it is a worker.
+    The zygote answers only when the fork failed.
+    """
     rid = req["id"]
-    rd, wr = os.pipe()
     try:
         mid = os.fork()
     except OSError as exc:
-        os.close(rd)
-        os.close(wr)
         for fd in fds:
             os.close(fd)
         _send(sock, {"id": rid, "error": f"fork failed: {exc}"})
         return None
-    if mid == 0:  # the intermediate: fork the worker, report its pid, exit (-> adoption)
+    if mid == 0:  # the intermediate: fork the worker and exit at once (-> adoption by the host)
         code = 0
         try:
-            os.close(rd)
             pid = os.fork()
             if pid == 0:
-                os.close(wr)
                 _become_worker(sock, fds, req, host_pid, prctl)
                 return req
-            os.write(wr, str(pid).encode())
         except BaseException:  # whatever happens, the intermediate exits
             code = 1
         os._exit(code)
-    os.close(wr)
     for fd in fds:
         os.close(fd)
-    data = b""
-    while True:
-        chunk = os.read(rd, 64)
-        if not chunk:
-            break
-        data += chunk
-    os.close(rd)
     _pid, status = os.waitpid(mid, 0)
-    if data:
-        _send(sock, {"id": rid, "pid": int(data)})
-    else:
+    if status != 0:
         _send(sock, {"id": rid, "error": f"intermediate fork failed (status {status})"})
     return None
 
@@ -247,16 +237,23 @@ def _become_worker(
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != host_pid:
         os._exit(1)
-    # 2. A new session and process group, like start_new_session=True.
+    # 2. Tell the host who we are. If it no longer listens (it gave up on this request and
+    #    restarted the zygote), leave now, before the new session: the host reaps us as an
+    #    adopted orphan.
+    try:
+        sock.send(json.dumps({"id": req["id"], "pid": os.getpid()}).encode())
+    except OSError:
+        os._exit(1)
+    # 3. A new session and process group, like start_new_session=True.
     os.setsid()
-    # 3. stdio on 0/1/2, every other fd closed. The zygote's socket object gives up its fd first
+    # 4. stdio on 0/1/2, every other fd closed. The zygote's socket object gives up its fd first
     #    so that no finaliser closes a number the worker reuses.
     sock.detach()
     for target, fd in enumerate(fds):
         if fd != target:
             os.dup2(fd, target)
     os.closerange(3, _fd_ceiling())
-    # 4. Signal dispositions of a fresh interpreter, empty mask, no wakeup fd.
+    # 5. Signal dispositions of a fresh interpreter, empty mask, no wakeup fd.
     signal.set_wakeup_fd(-1)
     for sig, handler in _FRESH_SIGNALS.items():
         try:
@@ -264,7 +261,7 @@ def _become_worker(
         except (OSError, ValueError, TypeError):
             continue
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    # 5. Environment (os.environ and the C environ), cwd, umask, rlimits.
+    # 6. Environment (os.environ and the C environ), cwd, umask, rlimits.
     env = req["env"]
     os.environ.clear()
     os.environ.update(env)
@@ -280,7 +277,7 @@ def _become_worker(
             resource.setrlimit(which, (soft, hard))
         except (ValueError, OSError):
             pass
-    # 6. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
+    # 7. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
     argv = req["argv"]
     sys.orig_argv = list(argv)
     if req["module"]:
@@ -292,7 +289,7 @@ def _become_worker(
         sys.path[:] = [os.path.dirname(os.path.realpath(script)), *_FRESH_PATH]
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
-    # 7. A fresh __main__ module, a fresh random state, GC as the interpreter starts it.
+    # 8. A fresh __main__ module, a fresh random state, GC as the interpreter starts it.
     main_mod = types.ModuleType("__main__")
     import builtins
 

@@ -294,3 +294,51 @@ async def test_preloaded_code_changed_on_disk_replaces_the_zygote(app):
         os.utime(mod, (st.st_atime + 5, st.st_mtime + 5))
         await wait_for(host, lambda: z.state == "ready" and z.pid not in (None, old), timeout=20)
         assert old is not None and not pid_alive(old)
+
+
+ZDIE = '''"""Test preload: the zygote dies right after forking a worker while die.flag exists."""
+import os
+
+from supervisor.runtime import zygote_main
+
+_orig = zygote_main._fork_worker
+
+
+def _fork_then_die(sock, fds, req, host_pid, prctl):
+    out = _orig(sock, fds, req, host_pid, prctl)
+    if out is None and os.path.exists("die.flag"):
+        os._exit(9)
+    return out
+
+
+zygote_main._fork_worker = _fork_then_die
+'''
+
+
+async def test_a_zygote_dying_mid_request_loses_no_worker(app):
+    (app / "zdie.py").write_text(ZDIE)
+    reg = {"zy": viewer()}
+    async with running_host(
+        app, reg, host={"zygote": {"preload": ["zdie"], **PATIENT["zygote"]}}
+    ) as host:
+        await wait_available(host, "view.report")
+        z = host.zygote
+        assert z is not None and z.pid is not None
+        old_zpid = z.pid
+        first = workers(host, "zy")[0].pid
+        (app / "die.flag").write_text("")
+        os.kill(first, signal.SIGKILL)
+        pool = host.pools["zy"]
+        await wait_for(host, lambda: pool.last_exit is not None)
+        seen = await view(host, "view.report")
+        assert seen["pid"] != first
+        (app / "die.flag").unlink()
+        # The worker reported itself to the host, so the zygote's death cost nothing; the
+        # zygote is restarted.
+        await wait_for(host, lambda: z.state == "ready" and z.pid != old_zpid, timeout=20)
+        ws = workers(host, "zy")
+        assert len(ws) == 1 and ws[0].pid == seen["pid"]
+        assert not pid_alive(old_zpid)
+        assert z.restarts >= 1
+    assert not _zombie_children()
+    assert not _strays(app)
