@@ -46,9 +46,12 @@ CHECK_INTERVAL_S = 1.0
 STALL_S = 5.0
 """A zygote that leaves a request unanswered this long is killed and started afresh."""
 RESTART = RestartConfig(backoff_ms=100, max_backoff_ms=5000, intensity=5, period_ms=60_000)
-INTERPRETER_ENV = ("LANG", "LC_", "HOME", "PYTHON", "TZ")
-"""Variables a Python interpreter reads while starting: a worker whose values differ from the
-zygote's is exec'd (the zygote's interpreter already started with its own)."""
+INTERPRETER_ENV = frozenset(("LANG", "HOME"))
+INTERPRETER_ENV_PREFIXES = ("LC_", "PYTHON")
+"""Variables a Python interpreter reads while starting (locale and stdio encoding, the user
+site folder, every ``PYTHON*`` setting): a worker whose values differ from the zygote's is
+exec'd, since the zygote's interpreter already started with its own. ``TZ`` is applied in the
+worker (``time.tzset``)."""
 
 ROOT = str(Path(__file__).resolve().parents[2])
 """The folder holding the ``supervisor`` package (put first on the zygote's path to boot)."""
@@ -300,7 +303,8 @@ class Zygote:
             script = argv[1] if os.path.isabs(argv[1]) else os.path.join(cwd, argv[1])
             path0 = os.path.dirname(os.path.realpath(script))
         for key in set(env) | set(self._env):
-            if key.startswith(INTERPRETER_ENV) and env.get(key) != self._env.get(key):
+            startup = key in INTERPRETER_ENV or key.startswith(INTERPRETER_ENV_PREFIXES)
+            if startup and env.get(key) != self._env.get(key):
                 return f"environment variable {key} differs from the zygote's"
         return self._shadowed(path0)
 

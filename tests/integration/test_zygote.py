@@ -342,3 +342,19 @@ async def test_a_zygote_dying_mid_request_loses_no_worker(app):
         assert z.restarts >= 1
     assert not _zombie_children()
     assert not _strays(app)
+
+
+async def test_a_worker_whose_env_changes_interpreter_startup_is_exec(app):
+    sidecars = {
+        "py": {**viewer(), "env": {"PYTHONDONTWRITEBYTECODE": "1"}},
+        "tz": {**viewer(), "tools": ["view.tz"], "env": {"TZ": "UTC", "VIEWER_TOOL": "view.tz"}},
+    }
+    async with running_host(app, sidecars, host=PATIENT) as host:
+        await wait_available(host, "view.report", "view.tz")
+        assert [w.startedBy for w in workers(host, "py")] == ["exec"]
+        assert [w.startedBy for w in workers(host, "tz")] == ["zygote"]
+        z = host.zygote
+        assert z is not None and z.fallbacks == 1
+        assert "PYTHONDONTWRITEBYTECODE" in (z.status().reason or "")
+        assert (await view(host, "view.report"))["flags"][4] == 1  # dont_write_bytecode
+        assert (await view(host, "view.tz"))["env"]["TZ"] == "UTC"
