@@ -34,6 +34,7 @@ import trio
 from supervisor.contracts.registry import RestartConfig
 from supervisor.contracts.snapshot import ZygoteStatus
 from supervisor.policy import restart
+from supervisor.policy.spawn import eligible, startup_env_difference
 from supervisor.runtime import process
 
 log = logging.getLogger("toolhost.zygote")
@@ -41,17 +42,10 @@ log = logging.getLogger("toolhost.zygote")
 PR_SET_CHILD_SUBREAPER = 36
 ZYGOTE_FD = 3
 DEFAULT_PRELOAD = ("sidecars.sdk",)
-STARTUP_PYTHON = ("python", "python3")
 CHECK_INTERVAL_S = 1.0
 STALL_S = 5.0
 """A zygote that leaves a request unanswered this long is killed and started afresh."""
 RESTART = RestartConfig(backoff_ms=100, max_backoff_ms=5000, intensity=5, period_ms=60_000)
-INTERPRETER_ENV = frozenset(("LANG", "HOME"))
-INTERPRETER_ENV_PREFIXES = ("LC_", "PYTHON")
-"""Variables a Python interpreter reads while starting (locale and stdio encoding, the user
-site folder, every ``PYTHON*`` setting): a worker whose values differ from the zygote's is
-exec'd, since the zygote's interpreter already started with its own. ``TZ`` is applied in the
-worker (``time.tzset``)."""
 
 ROOT = str(Path(__file__).resolve().parents[2])
 """The folder holding the ``supervisor`` package (put first on the zygote's path to boot)."""
@@ -65,18 +59,6 @@ _BOOT = (
     "    del main, fresh\n"
     "    run_worker(req)\n"
 )
-
-
-def eligible(protocol: str, mode: str, spawn: str, command: str, args: Sequence[str]) -> bool:
-    """PROTOCOL 1 ``spawn: auto``: a persistent process-json worker run by the host's python
-    (``python``/``python3``) with ``-m <module>`` or a script and no interpreter flags."""
-    if spawn != "auto" or protocol != "process-json" or mode != "persistent":
-        return False
-    if command not in STARTUP_PYTHON or not args:
-        return False
-    if args[0] == "-m":
-        return len(args) >= 2 and not args[1].startswith("-")
-    return not args[0].startswith("-")
 
 
 def preload_list(extra: Sequence[str]) -> list[str]:
@@ -302,10 +284,9 @@ class Zygote:
         else:
             script = argv[1] if os.path.isabs(argv[1]) else os.path.join(cwd, argv[1])
             path0 = os.path.dirname(os.path.realpath(script))
-        for key in set(env) | set(self._env):
-            startup = key in INTERPRETER_ENV or key.startswith(INTERPRETER_ENV_PREFIXES)
-            if startup and env.get(key) != self._env.get(key):
-                return f"environment variable {key} differs from the zygote's"
+        key = startup_env_difference(env, self._env)
+        if key is not None:
+            return f"environment variable {key} differs from the zygote's"
         return self._shadowed(path0)
 
     def _shadowed(self, path0: str) -> str | None:
@@ -697,6 +678,8 @@ def _host_rlimits() -> dict[int, tuple[int, int]]:
 
     return {which: resource.getrlimit(which) for which in MANAGED}
 
+
+__all__ = ["Zygote", "ZygoteChild", "activate", "active", "eligible", "forced_exec"]
 
 _ACTIVE: Zygote | None = None
 
