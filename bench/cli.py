@@ -11,6 +11,7 @@ payload     1 KB, 64 KB, 1 MB payloads vs the direct pipe's MB/s
 cold_start  toolhost serve on the bundled registry until every sidecar is ready
 recovery    SIGKILL a worker while calls run: calls failed, time until served again
 footprint   host RSS idle and under load, RSS per worker
+services    host services from a worker: child tools.invoke, state.get/set
 ==========  ==================================================================================
 """
 
@@ -33,6 +34,7 @@ SCENARIOS = [
     "cold_start",
     "recovery",
     "footprint",
+    "services",
 ]
 ORDER = [
     "cold_start",  # before the shared host exists: nothing else runs meanwhile
@@ -42,6 +44,7 @@ ORDER = [
     "foreign",
     "payload",
     "footprint",
+    "services",
     "recovery",  # last: it kills workers
 ]
 DEPENDS = {"e2e": ["floors"], "foreign": ["e2e"]}
@@ -84,7 +87,7 @@ def selected(only: list[str] | None) -> list[str]:
 
 
 def _functions() -> dict[str, Callable[..., None]]:
-    from bench import foreign, latency, lifecycle, throughput
+    from bench import foreign, latency, lifecycle, services, throughput
 
     return {
         "floors": latency.floors,
@@ -95,6 +98,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "cold_start": lifecycle.cold_start,
         "recovery": lifecycle.recovery,
         "footprint": lifecycle.footprint,
+        "services": services.services,
     }
 
 

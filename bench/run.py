@@ -92,6 +92,13 @@ SIDECAR_ENTRIES: dict[str, dict[str, Any]] = {
     # The SDK default: workers of concurrency 1 (what most real sidecars are).
     "c1w1": echo_sidecar("bench.echo.c1w1"),
     "c1w2": echo_sidecar("bench.echo.c1w2", workers=2),
+    "svc": {
+        "command": "python",
+        "args": [str(SIDECARS / "services_worker.py")],
+        "tools": ["bench.services"],
+        "state": [{"name": "bench"}],
+        "timeoutMs": 600000,
+    },
     "oneshot": {
         "command": "python",
         "args": [str(ECHO)],
@@ -135,6 +142,7 @@ SCENARIO_SIDECARS: dict[str, list[str]] = {
     "cold_start": [],
     "recovery": ["victim"],
     "footprint": ["echo", "tp2"],
+    "services": ["echo", "svc"],
 }
 
 

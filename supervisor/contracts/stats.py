@@ -72,6 +72,8 @@ class SidecarStats(CallCounts, kw_only=True):
     """Attempts handed to a worker (retries included)."""
     retries: int = 0
     overloaded: int = 0
+    hostRequests: int = 0
+    """Host-service requests (PROTOCOL 3.5) its workers made."""
     starts: int = 0
     cpuSeconds: float = 0.0
     """CPU of every worker process (and its children) since the host started, sampled."""

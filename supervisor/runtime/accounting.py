@@ -149,6 +149,8 @@ class Accounting:
         self.sidecars: dict[str, Counts] = {}
         self.workers: dict[Worker, WorkerUsage] = {}
         self.usage: dict[str, SidecarUsage] = {}
+        self.requests: Counter[str] = Counter()
+        """Host-service requests by sidecar (PROTOCOL 3.5)."""
         self.samples = 0
         self.host_rss = 0
         self.host_cpu = 0.0
@@ -183,6 +185,10 @@ class Accounting:
         if meta.cpuMs is not None:
             counts.cpu_reported += meta.cpuMs / 1000.0
             counts.cpu_reported_calls += 1
+
+    def count_request(self, sidecar: str) -> None:
+        """Count one host-service request of a sidecar's worker."""
+        self.requests[sidecar] += 1
 
     # the sampler's side ------------------------------------------------------------------
 
@@ -231,6 +237,7 @@ class Accounting:
                 counts.fill(st)
                 st.attempts, st.retries = counts.attempts, counts.retries
                 st.overloaded = counts.overloaded
+            st.hostRequests = self.requests.get(sid, 0)
             usage = self.usage.get(sid)
             if usage is not None:
                 st.cpuSeconds = round(usage.cpu, 3)

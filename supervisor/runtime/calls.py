@@ -102,6 +102,9 @@ class CallEngine:
         """Calls with a key (``tools.cancel`` finds them here)."""
         self.backoff: set[Call] = set()
         """Calls waiting to be tried again (the only calls no pool holds)."""
+        self.seq = 0
+        self.redact: Callable[[Envelope], Envelope] | None = None
+        """Set once a secret was handed to a sidecar: every envelope passes through it."""
 
     def begin(self, call: Call) -> None:
         """Start the machine: arm the deadline and give the call to its pool."""
@@ -132,10 +135,13 @@ class Call:
         "_timer",
         "approval",
         "attempts",
+        "child_names",
+        "children",
         "client",
         "deadline",
         "dispatch",
         "engine",
+        "id",
         "input_raw",
         "key",
         "last",
@@ -143,7 +149,11 @@ class Call:
         "max_output",
         "on_done",
         "on_progress",
+        "outstanding",
+        "parent",
         "pid",
+        "requests",
+        "session",
         "sidecar",
         "slot",
         "state",
@@ -171,7 +181,12 @@ class Call:
         approval: Approval | None = None,
         client: str = "",
         key: Any = None,
+        parent: Call | None = None,
+        session: str | None = None,
     ) -> None:
+        engine.seq += 1
+        self.id = engine.seq
+        """Host-unique (audit lines name a parent as ``<tool>#<id>``)."""
         self.engine = engine
         self.dispatch = dispatch
         self.sidecar = dispatch.sidecar
@@ -197,6 +212,16 @@ class Call:
         self.last: CallOutcome | None = None
         self._timer: Timer | None = None
         self._backoff: Timer | None = None
+        self.parent = parent
+        self.session = session
+        self.children: list[Call] | None = None
+        """Child calls this call's worker made through ``tools.invoke`` (PROTOCOL 3.5)."""
+        self.child_names: list[str] | None = None
+        """``<tool>#<id>`` of every child, refused ones included (for the audit line)."""
+        self.requests = 0
+        """Host-service requests its worker made for it."""
+        self.outstanding = 0
+        """Of those, not answered yet."""
 
     def __repr__(self) -> str:
         return f"<Call {self.tool} {self.state} attempts={self.attempts}>"
@@ -302,7 +327,14 @@ class Call:
         engine.release(self.ticket)
         if self.key is not None:
             engine.calls.pop(self.key, None)
+        children = self.children
+        if children:
+            for child in children:
+                if child.state != "done":
+                    child.cancel(f"its parent {self.tool}#{self.id} ended")
         env = self._envelope(outcome, message, engine.clock())
+        if engine.redact is not None:
+            env = engine.redact(env)
         engine.record(self, env)
         self.on_done(env)
 

@@ -20,6 +20,7 @@ import trio
 import supervisor
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.registry import SidecarConfig
 from supervisor.contracts.rpc import (
     Approval,
@@ -44,6 +45,7 @@ from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
 from supervisor.runtime.safeguards import Safeguards
+from supervisor.runtime.services import HostServices
 from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
 
@@ -118,6 +120,13 @@ class Host:
         self.safeguards = Safeguards(self.catalog, self._changed, lambda: self.pools)
         self.quotas = self.safeguards.quotas
         self.invoker = Invoker(self.catalog, self.pools, self.quotas, self.safeguards.record)
+        self.services = HostServices(
+            self.invoker,
+            self.app_root,
+            sidecar_config=self._running_config,
+            manifest=self._manifest_of,
+            count_request=self.safeguards.accounting.count_request,
+        )
         self.zygote: zygote.Zygote | None = None
 
     @property
@@ -177,6 +186,7 @@ class Host:
                 if self.audit is not None:
                     await nursery.start(self.audit.run)
                 await nursery.start(self.invoker.run_timers)
+                await nursery.start(self.services.run)
                 await self.safeguards.start(nursery)
                 await self._start_zygote(nursery)
                 for sp in self.plan.sidecars.values():
@@ -333,9 +343,22 @@ class Host:
             notify=self._notify,
             guard=self.safeguards.guard,
         )
+        pool.services = self.services
+        pool.redact = self.services.redactor.text
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)
+
+    def _running_config(self, sidecar: str) -> SidecarConfig | None:
+        pool = self.pools.get(sidecar)
+        if pool is not None:
+            return pool.config
+        sp = self.plan.sidecars.get(sidecar)
+        return sp.config if sp is not None else None
+
+    def _manifest_of(self, tool: str) -> ToolManifest | None:
+        tp = self.catalog.tool_plan(tool)
+        return tp.manifest if tp is not None else None
 
     def launch_spec(self, sp: SidecarPlan) -> LaunchSpec:
         """The spawn recipe for one worker of ``sp``."""
@@ -532,6 +555,7 @@ class Host:
         on_progress: ProgressSink | None = None,
         call_key: Any = None,
         client: str = "",
+        session: str | None = None,
     ) -> Envelope:
         """Run one tool call to exactly one envelope (in-process callers; the server uses
         :meth:`start_invoke`). Cancelling the caller cancels the call.
@@ -562,6 +586,7 @@ class Host:
             call_key=key,
             client=client,
             on_done=on_done,
+            session=session,
         )
         try:
             await done.wait()
@@ -581,6 +606,7 @@ class Host:
         call_key: Any,
         client: str,
         on_done: Callable[[Envelope], None],
+        session: str | None = None,
     ) -> None:
         """Start one tool call without awaiting it; ``on_done`` gets its one envelope (see
         :mod:`supervisor.runtime.invoke`)."""
@@ -593,6 +619,7 @@ class Host:
             call_key=call_key,
             client=client,
             on_done=on_done,
+            session=session,
         )
 
     def resolve_name(self, name: str) -> str:

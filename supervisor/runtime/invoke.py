@@ -22,7 +22,7 @@ from supervisor.contracts.rpc import Approval
 from supervisor.policy import gate, results
 from supervisor.registry.catalog import Catalog
 from supervisor.runtime import limits
-from supervisor.runtime.audit import AuditApproval, AuditLog
+from supervisor.runtime.audit import AuditApproval, AuditLinks, AuditLog
 from supervisor.runtime.calls import Call, CallEngine, EnvelopeSink, ProgressSink
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.quotas import Quotas, refusal_envelope
@@ -72,16 +72,23 @@ class Invoker:
         on_progress: ProgressSink | None = None,
         call_key: Any = None,
         client: str = "",
-    ) -> None:
+        session: str | None = None,
+        parent: Call | None = None,
+    ) -> Call | None:
         """Start one call; ``on_done`` gets its envelope, exactly once (maybe before this
-        returns)."""
+        returns). Returns the call when it reached a pool (None: refused at the gate).
+
+        A child call (``parent`` set: a worker's ``tools.invoke``, PROTOCOL 3.5) passes the same
+        gates; its deadline never outlives its parent's, and it is cancelled when its parent
+        ends.
+        """
         t0 = self.clock()
         catalog = self.catalog
         desc = catalog.get(tool)
         if desc is None:
             env = results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
-            self._refused(client, tool, input_raw, env, approval, on_done)
-            return
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            return None
         tp = catalog.tool_plan(tool)
         sidecar = desc.sidecar
         refusal = gate.refuse(
@@ -91,28 +98,31 @@ class Invoker:
             lambda: self.quotas.retry_after(sidecar, tool),
         )
         if refusal is not None:
-            self._refused(client, tool, input_raw, refusal, approval, on_done)
-            return
+            self._refused(client, tool, input_raw, refusal, approval, on_done, parent)
+            return None
         pool = self.pools.get(sidecar or "")
         if pool is None:
             env = results.unavailable(
                 tool, "unavailable", f"{tool}: sidecar {sidecar} is not running"
             )
-            self._refused(client, tool, input_raw, env, approval, on_done)
-            return
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            return None
         ticket = self.quotas.admit(sidecar, tool)
         if not isinstance(ticket, tuple):
             env = refusal_envelope(tool, sidecar, ticket)
-            self._refused(client, tool, input_raw, env, approval, on_done)
-            return
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            return None
         config = pool.config
+        timeout = timeout_ms or desc.annotations.timeoutMs or config.timeout_ms
+        if parent is not None:
+            timeout = min(timeout, parent.remaining_ms(t0))
         call = Call(
             self.engine,
             pool.dispatch,
             tool,
             input_raw,
             t0=t0,
-            timeout_ms=timeout_ms or desc.annotations.timeoutMs or config.timeout_ms,
+            timeout_ms=timeout,
             manifest=tp.manifest if tp is not None else None,
             max_output=limits.output_limit(config, tool, desc.annotations.resultLimit),
             ticket=ticket,
@@ -121,8 +131,16 @@ class Invoker:
             approval=approval,
             client=client,
             key=call_key,
+            parent=parent,
+            session=session,
         )
+        if parent is not None:
+            if parent.children is None:
+                parent.children = []
+            parent.children.append(call)
+            _adopt(parent, f"{tool}#{call.id}")
         self.engine.begin(call)
+        return call
 
     def cancel(self, call_key: Any, message: str = "") -> bool:
         """Cancel the call registered under ``call_key``; False when there is none."""
@@ -137,20 +155,20 @@ class Invoker:
     ) -> None:
         """Fire deadlines and retry backoffs on time (one task per host)."""
         timers = self.timers
-        wakeup = trio.Event()
+        scope = trio.CancelScope()
 
-        def wake() -> None:
-            wakeup.set()
+        def rearm(when: float) -> None:
+            scope.deadline = when  # trio wakes this task then; nothing is woken now
 
-        timers.wake = wake
+        timers.rearm = rearm
         task_status.started()
         while True:
             timers.fire(trio.current_time())
             until = timers.next_due()
             timers.sleeping_until = until
-            wakeup = trio.Event()
-            with trio.move_on_at(until):
-                await wakeup.wait()
+            scope = trio.CancelScope(deadline=until)
+            with scope:
+                await trio.sleep_forever()
 
     # the end of every call -----------------------------------------------------------------
 
@@ -162,12 +180,28 @@ class Invoker:
         env: Envelope,
         approval: Approval | None,
         on_done: EnvelopeSink,
+        parent: Call | None = None,
     ) -> None:
-        self.record(client, tool, input_raw, env, approval)
+        links = None
+        if parent is not None:
+            engine = self.engine
+            engine.seq += 1
+            links = AuditLinks(call_id=engine.seq, via=f"{parent.tool}#{parent.id}")
+            _adopt(parent, f"{tool}#{engine.seq}")
+        self.record(client, tool, input_raw, env, approval, links)
         on_done(env)
 
     def _finished(self, call: Call, env: Envelope) -> None:
-        self.record(call.client, call.tool, call.input_raw, env, call.approval)
+        links = None
+        if call.parent is not None or call.child_names or call.requests:
+            parent = call.parent
+            links = AuditLinks(
+                call_id=call.id,
+                via=f"{parent.tool}#{parent.id}" if parent is not None else None,
+                children=call.child_names,
+                requests=call.requests,
+            )
+        self.record(call.client, call.tool, call.input_raw, env, call.approval, links)
 
     def record(
         self,
@@ -176,6 +210,7 @@ class Invoker:
         input_raw: msgspec.Raw,
         env: Envelope,
         approval: Approval | None,
+        links: AuditLinks | None = None,
     ) -> None:
         """Audit and account one finished call."""
         audit = self.audit
@@ -195,5 +230,12 @@ class Invoker:
                     if approval is not None
                     else None
                 ),
+                links=links,
             )
         self.account(tool, input_raw, env)
+
+
+def _adopt(parent: Call, name: str) -> None:
+    if parent.child_names is None:
+        parent.child_names = []
+    parent.child_names.append(name)

@@ -18,7 +18,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -33,7 +33,7 @@ from supervisor.contracts.snapshot import (
 )
 from supervisor.policy import restart as restart_policy
 from supervisor.policy.pool_facts import PoolState, sidecar_facts
-from supervisor.runtime.calls import CallOutcome, Dispatch
+from supervisor.runtime.calls import Call, CallOutcome, Dispatch
 from supervisor.runtime.guard import HostGuard
 from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.worker import (
@@ -44,6 +44,16 @@ from supervisor.runtime.worker import (
 )
 
 WorkerFactory = Callable[[LaunchSpec, WorkerHooks, int], Worker]
+
+
+class Services(Protocol):
+    """What a pool hands workers' host-service requests to."""
+
+    def handle(
+        self, call: Call, req: wire.Request, reply: Callable[[wire.Response], None]
+    ) -> None: ...
+
+
 Publish = Callable[[str, SidecarFacts], None]
 
 
@@ -117,6 +127,10 @@ class Pool:
         self._announced: dict[str, wire.ToolInfo] | None = None
         self._last_facts: SidecarFacts | None = None
         self._kick = trio.Event()
+        self.services: Services | None = None
+        """Answers workers' host-service requests (set by the host)."""
+        self.redact: Callable[[str], str] | None = None
+        """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -285,6 +299,26 @@ class Pool:
             self._announced = {t.name: t for t in worker.ready_msg.tools}
             self._publish()
 
+    def on_request(
+        self,
+        worker: Worker,
+        call: Call,
+        request: wire.Request,
+        reply: Callable[[wire.Response], None],
+    ) -> None:
+        services = self.services
+        if services is None:
+            reply(
+                wire.Response(
+                    id=request.id,
+                    error=wire.ServiceError(
+                        code="unknown-method", message="this host offers no services"
+                    ),
+                )
+            )
+            return
+        services.handle(call, request, reply)
+
     def on_pong(self, worker: Worker, pong: wire.Pong | None) -> None:
         if pong is None:
             return
@@ -432,7 +466,7 @@ class Pool:
             exit_reason=ex.reason if ex else None,
             exit_message=ex.message if ex else None,
             exit_code=ex.exit_code if ex else None,
-            stderr_tail=(self.last_stderr[-1024:] or None) if ex else None,
+            stderr_tail=(self._masked(self.last_stderr[-1024:]) or None) if ex else None,
             restarts=self.restart_state.total,
             next_restart_ms=round(max(0.0, nxt - _ms()), 1) if nxt is not None else None,
             probed=self.config.probe.interval_ms > 0,
@@ -442,6 +476,9 @@ class Pool:
             announced=self._announced,
             declared_tools=tuple(self.declared_tools),
         )
+
+    def _masked(self, text: str) -> str:
+        return self.redact(text) if self.redact is not None else text
 
     def facts(self) -> SidecarFacts:
         """What the catalog should know about this sidecar now."""
@@ -496,8 +533,11 @@ class Pool:
         )
 
     def stderr_tail(self, limit: int = 64 * 1024) -> str:
-        """The freshest stderr: a live worker's ring, else the last exited worker's tail."""
+        """The freshest stderr: a live worker's ring, else the last exited worker's tail (with
+        every secret handed out masked)."""
+        tail = self.last_stderr[-limit:]
         for w in reversed(self.workers):
             if w.stderr.total:
-                return w.stderr.tail(limit)
-        return self.last_stderr[-limit:]
+                tail = w.stderr.tail(limit)
+                break
+        return self.redact(tail) if self.redact is not None else tail

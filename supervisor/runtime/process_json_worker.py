@@ -99,3 +99,35 @@ class ProcessWorker(LineWorker):
             self._ready_or_dead.set()
         elif type(msg) is wire.Log:
             self.stderr.write(f"[{msg.level}] {msg.message}\n".encode("utf-8", "replace"))
+        elif type(msg) is wire.Request:
+            self._request(msg)
+
+    def _request(self, req: wire.Request) -> None:
+        """A host-service request (PROTOCOL 3.5): checked here, answered by the pool's
+        services; a bad one gets an error response, never a protocol break."""
+        slot = self.slots.get(req.callId) if type(req.callId) is int else None
+        if req.id is None or req.method is None or req.callId is None:
+            self._respond(
+                wire.Response(
+                    id=req.id,
+                    error=wire.ServiceError(
+                        code="invalid-request", message="a request needs id, callId and method"
+                    ),
+                )
+            )
+        elif slot is None or slot.abandoned:
+            self._respond(
+                wire.Response(
+                    id=req.id,
+                    error=wire.ServiceError(
+                        code="unknown-call",
+                        message=f"call {req.callId} is not in flight on this worker",
+                    ),
+                )
+            )
+        else:
+            self.hooks.on_request(self, slot.call, req, self._respond)
+
+    def _respond(self, response: wire.Response) -> None:
+        if self._alive:
+            self._write(self.conn.respond(response))

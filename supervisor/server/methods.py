@@ -200,6 +200,7 @@ def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
         call_key=session.call_key(rid),
         client=session.client_name,
         on_done=done,
+        session=p.session,
     )
 
 

@@ -20,7 +20,6 @@ from tests.conftest import (
 from tests.kernel import served
 
 CALLS = 64
-SEED = 1
 
 
 async def test_kill_a_worker_under_64_calls_in_flight(app):
@@ -85,7 +84,7 @@ async def test_calls_made_in_the_window_wait_for_the_replacement(app):
             restart={"backoffMs": 300, "maxBackoffMs": 300},
         )
     }
-    async with running_host(app, sidecars, seed=0) as host:
+    async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say")
         first = ready_pids(host, "echo")[0]
         env = await host.invoke("echo.crash", raw({}))
@@ -128,14 +127,14 @@ async def test_past_the_intensity_the_queue_is_refused_and_the_tool_leaves(app):
 
 
 async def test_restart_takes_effect_during_a_long_backoff(app):
-    # SEED draws a backoff of about 17 s from the 30 s ceiling (the draw is deterministic)
+    # the test host is seeded: its backoff draw from the 30 s ceiling is about 17 s
     sidecars = {
         "echo": echo(
             tools=["echo.say", "echo.crash"],
             restart={"backoffMs": 30_000, "maxBackoffMs": 30_000},
         )
     }
-    async with running_host(app, sidecars, seed=SEED) as host:
+    async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say")
         first = ready_pids(host, "echo")[0]
         await host.invoke("echo.crash", raw({}))
