@@ -182,11 +182,12 @@ async def test_killing_the_zygote_leaves_its_workers_and_their_exit_statuses(app
 
 
 async def test_a_hung_zygote_means_exec_and_the_call_is_answered(app):
-    fast = {"zygote": {"replyTimeoutMs": 50}}
-    async with running_host(app, {"zy": viewer()}, host=fast) as host:
+    async with running_host(app, {"zy": viewer()}, host=PATIENT) as host:
         await wait_available(host, "view.report")
         z = host.zygote
         assert z is not None and z.pid is not None
+        assert [w.startedBy for w in workers(host, "zy")] == ["zygote"]
+        z.reply_timeout_s = 0.05  # from now on: a hang costs the start 50 ms, then exec
         zpid = z.pid
         first = workers(host, "zy")[0].pid
         os.kill(zpid, signal.SIGSTOP)
@@ -198,6 +199,7 @@ async def test_a_hung_zygote_means_exec_and_the_call_is_answered(app):
             assert seen["pid"] != first
             assert [w.startedBy for w in workers(host, "zy")] == ["exec"]
             assert z.fallbacks == 1 and z._pending
+            assert "did not answer within 50 ms" in (z.status().reason or "")
         finally:
             os.kill(zpid, signal.SIGCONT)
         # The zygote wakes up and forks the worker nobody waits for any more: it is killed
