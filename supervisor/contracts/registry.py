@@ -41,6 +41,19 @@ class WsConfig(_Config):
     token_file: str = ".toolhost/ws.token"
 
 
+class ZygoteConfig(_Config):
+    """``host.zygote``: the preforked interpreter Python workers start from (docs/zygote.md)."""
+
+    enabled: bool = True
+    preload: list[Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = msgspec.field(
+        default_factory=list
+    )
+    """Modules imported in the zygote before it forks, after the SDK (``sidecars.sdk``); only
+    modules that start no thread, event loop or socket when imported."""
+    reply_timeout_ms: Annotated[int, Meta(ge=1, le=1000)] = 100
+    """How long a start waits for the zygote before it execs the worker instead."""
+
+
 class HostConfig(_Config):
     """``host``: where the host listens and which folders anchor paths."""
 
@@ -62,6 +75,8 @@ class HostConfig(_Config):
     """Restarts allowed at once before ``maxRestartsPerSecond`` paces them."""
     stats_interval_ms: Annotated[int, Meta(ge=50)] = 1000
     """How often the accounting sampler measures worker processes (RSS, CPU)."""
+    zygote: ZygoteConfig = msgspec.field(default_factory=ZygoteConfig)
+    """The zygote (``enabled: false``: every worker is exec'd)."""
     quota_state: str = ".toolhost/quota-state.json"
     """Where ``callsPerDay`` counts survive host restarts; an empty string keeps them in memory."""
     max_connections: PositiveInt = 1024
@@ -194,6 +209,9 @@ class SidecarConfig(_Config):
     sandbox: SandboxValue | dict[str, SandboxValue] | None = None
     state: list[StateDecl] = msgspec.field(default_factory=list)
     vault: list[VaultDecl] = msgspec.field(default_factory=list)
+    spawn: Literal["auto", "exec"] = "auto"
+    """How workers start: ``auto`` forks eligible Python workers from the zygote, ``exec``
+    always starts a fresh process (PROTOCOL 1)."""
 
 
 class AutodiscoverConfig(_Config):
