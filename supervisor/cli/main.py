@@ -130,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=Path, help="py-spy profile of the host (.svg/.json/.txt)")
     p.set_defaults(func=_lazy("bench.cli"))
 
+    p = sub.add_parser("health", help="liveness/readiness probe: exit code and one JSON line")
+    add_location_args(p)
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--live", action="store_true", help="the host answers (default)")
+    kind.add_argument(
+        "--ready", action="store_true", help="live, and every critical sidecar available"
+    )
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
+    p.set_defaults(func=_lazy("supervisor.cli.health"))
+
     p = sub.add_parser("mcp", help="serve the host's tools as an MCP server (stdio or HTTP)")
     add_location_args(p)
     p.add_argument(

@@ -17,8 +17,11 @@ import sys
 import trio
 
 from supervisor.cli.common import EXIT_FAILED, app_root, die, socket_path
+from supervisor.client import open_client
 from supervisor.runtime.host import Host, HostOptions
+from supervisor.server.health import http_answer
 from supervisor.server.mcp_face import Connect, embedded_connector, unix_connector
+from supervisor.server.mcp_http import HealthHook
 
 log = logging.getLogger("toolhost.mcp")
 
@@ -43,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> int:
     if not args.embedded:
         path = socket_path(args)
-        if not os.path.exists(path):  # noqa: ASYNC240 - once, before anything runs
+        # Over HTTP the host may come later (sessions get 503 until it listens); on stdio a
+        # front-end wants a clear message at once.
+        if args.http is None and not os.path.exists(path):  # noqa: ASYNC240 - once, at start
             return die(f"no host listening on {path}: start `toolhost serve`, or use --embedded")
-        return await _serve(args, unix_connector(path), None)
+        return await _serve(args, unix_connector(path), _socket_health(path))
     host = Host(
         HostOptions(
             app_root=app_root(args), registry_path=args.registry, use_global=not args.no_global
@@ -56,7 +61,7 @@ async def _main(args: argparse.Namespace) -> int:
         with trio.move_on_after(args.settle):
             await _settled(host)
         try:
-            code = await _serve(args, embedded_connector(host, nursery), host)
+            code = await _serve(args, embedded_connector(host, nursery), _host_health(host))
         finally:
             host.stop()
             with trio.move_on_after(10):
@@ -71,7 +76,28 @@ async def _settled(host: Host) -> None:
         await host.wait_change()
 
 
-async def _serve(args: argparse.Namespace, connect: Connect, host: object | None) -> int:
+def _host_health(host: Host) -> HealthHook:
+    async def answer(path: str) -> tuple[int, bytes]:
+        return http_answer(path, host.health())
+
+    return answer
+
+
+def _socket_health(sock: str) -> HealthHook:
+    async def answer(path: str) -> tuple[int, bytes]:
+        health = None
+        with trio.move_on_after(5):
+            try:
+                async with open_client(sock, name="toolhost-mcp-health") as client:
+                    health = await client.health()
+            except Exception as exc:  # no host, lost connection: not live
+                log.debug("health: %s", exc)
+        return http_answer(path, health)
+
+    return answer
+
+
+async def _serve(args: argparse.Namespace, connect: Connect, health: HealthHook) -> int:
     if args.http is None:
         from supervisor.server.mcp_stdio import serve_mcp_stdio
 
@@ -90,7 +116,9 @@ async def _serve(args: argparse.Namespace, connect: Connect, host: object | None
         )
     except (OSError, ValueError) as exc:
         return die(str(exc), EXIT_FAILED)
-    server = McpHttpServer(connect, token, allowed_origins=set(args.allow_origin or []))
+    server = McpHttpServer(
+        connect, token, allowed_origins=set(args.allow_origin or []), health=health
+    )
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve, args.http)
         bind, _ = parse_listen(args.http)

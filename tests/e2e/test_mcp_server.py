@@ -206,6 +206,9 @@ def test_mcp_streamable_http_embedded(app):
                 await _scenario(session, watcher, app)
 
             async with httpx2.AsyncClient(timeout=30) as http:
+                # Probes need no token.
+                r = await http.get(url.replace("/mcp", "/readyz"))
+                assert r.status_code == 200 and r.json()["ready"] is True
                 init = {
                     "jsonrpc": "2.0",
                     "id": 1,
