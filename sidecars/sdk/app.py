@@ -24,7 +24,7 @@ from typing import IO, Any, cast, get_type_hints
 import msgspec
 import trio
 
-from sidecars.sdk import aio
+from sidecars.sdk import aio, mcp
 from sidecars.sdk.aio import LineReader, run_with_nursery
 from supervisor.contracts import wire
 
@@ -262,7 +262,14 @@ class Sidecar:
     # running -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serve stdin/stdout until shutdown or EOF; exits the process when done."""
+        """Serve stdin/stdout until shutdown or EOF; exits the process when done.
+
+        With ``--mcp`` on the command line the sidecar is an MCP stdio server instead
+        (:mod:`sidecars.sdk.mcp`).
+        """
+        if mcp.wants_mcp(sys.argv):
+            mcp.run_mcp(self)
+            return
         self._out = _claim_stdout()
         reader = LineReader(sys.stdin.fileno())
         first = reader.readline()
