@@ -33,6 +33,7 @@ SCENARIOS = [
     "cold_start",
     "recovery",
     "footprint",
+    "mcp_server",
 ]
 ORDER = [
     "cold_start",  # before the shared host exists: nothing else runs meanwhile
@@ -42,6 +43,7 @@ ORDER = [
     "foreign",
     "payload",
     "footprint",
+    "mcp_server",
     "recovery",  # last: it kills workers
 ]
 DEPENDS = {"e2e": ["floors"], "foreign": ["e2e"]}
@@ -84,7 +86,7 @@ def selected(only: list[str] | None) -> list[str]:
 
 
 def _functions() -> dict[str, Callable[..., None]]:
-    from bench import foreign, latency, lifecycle, throughput
+    from bench import foreign, latency, lifecycle, mcp_server, throughput
 
     return {
         "floors": latency.floors,
@@ -95,6 +97,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "cold_start": lifecycle.cold_start,
         "recovery": lifecycle.recovery,
         "footprint": lifecycle.footprint,
+        "mcp_server": mcp_server.mcp_server,
     }
 
 
