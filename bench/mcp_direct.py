@@ -7,7 +7,7 @@
 anyio's default (asyncio) backend, never inside trio.
 
 ``--via toolhost --app-root R --tool T`` drives ``toolhost mcp`` (stdio, a kernel client of the
-host running on R) instead, and ``--via http --url U --token-file F --tool T`` a
+host running on R) instead, ``--via embedded`` ``toolhost mcp --embedded`` (its own host on R), and ``--via http --url U --token-file F --tool T`` a
 ``toolhost mcp --http`` endpoint, with the same client and the same loop (``bench.mcp_server``).
 """
 
@@ -39,8 +39,10 @@ async def _transport(a: argparse.Namespace) -> AsyncIterator[tuple[Any, Any]]:
         ):
             yield streams[0], streams[1]
         return
-    if a.via == "toolhost":
+    if a.via in ("toolhost", "embedded"):
         args = ["-m", "supervisor", "mcp", "--app-root", a.app_root, "--no-global"]
+        if a.via == "embedded":
+            args.append("--embedded")
     else:
         args = [str(SIDECARS / "echo_mcp.py")]
     params = StdioServerParameters(command=sys.executable, args=args)
@@ -78,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--payload-bytes", type=int, default=64)
-    p.add_argument("--via", choices=["direct", "toolhost", "http"], default="direct")
+    p.add_argument("--via", choices=["direct", "toolhost", "embedded", "http"], default="direct")
     p.add_argument("--tool", default="bench_echo_mcp")
-    p.add_argument("--app-root", help="--via toolhost: the running host's app root")
+    p.add_argument("--app-root", help="--via toolhost|embedded: the app root")
     p.add_argument("--url", help="--via http: the MCP endpoint")
     p.add_argument("--token-file", help="--via http: the bearer token file")
     a = p.parse_args(argv)

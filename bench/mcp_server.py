@@ -8,6 +8,8 @@ Three rows, all driven by the official ``mcp`` SDK client in its own process
   client of the bench's running ``toolhost serve``, calling the SDK echo sidecar ``bench.echo``;
   its ratio to the direct row is the issue's target (at most 0.7x: the SDK client dominates, our
   server side must not add to it);
+- ``mcp: SDK client -> toolhost mcp --embedded``: the host in the MCP server's process (one
+  process hop fewer), its own echo worker;
 - ``mcp: SDK client -> toolhost mcp --http``: the same over Streamable HTTP, reported next to the
   kernel socket's NDJSON p50 measured in this scenario (``mcp: kernel socket ndjson``).
 """
@@ -27,6 +29,7 @@ from bench.stats import Target, latency_row, timed
 
 DIRECT = "mcp: SDK client -> SDK server (direct)"
 STDIO = "mcp: SDK client -> toolhost mcp (stdio)"
+EMBEDDED = "mcp: SDK client -> toolhost mcp --embedded"
 HTTP = "mcp: SDK client -> toolhost mcp --http"
 KERNEL = "mcp: kernel socket ndjson"
 MCP_CMD = [sys.executable, "-m", "supervisor", "mcp"]
@@ -80,6 +83,9 @@ def mcp_server(b: Bench) -> None:
     row = latency_row("mcp_server", STDIO, samples, baseline=DIRECT, startS=start)
     row.target = Target("toolhost mcp p50 <= 0.7x the SDK server's", 0.7, "le")
     b.results.add(row)
+
+    samples, start = _drive(b, "--via", "embedded", "--app-root", root, "--tool", "bench.echo")
+    b.results.add(latency_row("mcp_server", EMBEDDED, samples, baseline=DIRECT, startS=start))
 
     proc = subprocess.Popen(
         [*MCP_CMD, "--app-root", root, "--no-global", "--http", "127.0.0.1:0"],

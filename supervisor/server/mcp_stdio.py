@@ -3,14 +3,13 @@
 # Strategy: a reader task feeds stdin to the sans-IO :class:`McpServerConnection`; lifecycle
 # answers are written at once, ``tools/list`` and ``tools/call`` each run in their own task on the
 # session's kernel connection (:class:`McpFace`), so calls overlap and a cancel can overtake the
-# call it cancels. Every line goes out through one writer task (lines are never interleaved).
+# call it cancels. Lines are written through (``DirectWriter``, whole lines, in order).
 # stdin EOF ends the session: the kernel connection closes, which cancels what is still running.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Callable
 
@@ -27,6 +26,7 @@ from supervisor.protocols.mcp_server import (
     McpServerConnection,
     Reply,
 )
+from supervisor.runtime.direct_write import DirectWriter
 from supervisor.server.mcp_face import Connect, McpFace
 
 log = logging.getLogger("toolhost.mcp")
@@ -40,43 +40,31 @@ async def serve_mcp_stdio(connect: Connect, *, stdin_fd: int = 0, stdout_fd: int
     """
     conn = McpServerConnection(server_version=supervisor.__version__)
     stream = await connect()
-    send, recv = trio.open_memory_channel[bytes](math.inf)
     stdin = trio.lowlevel.FdStream(os.dup(stdin_fd))
-    stdout = trio.lowlevel.FdStream(os.dup(stdout_fd))
-
-    async def writer() -> None:
-        async with recv:
-            async for data in recv:
-                batch = [data]
-                while True:
-                    try:
-                        batch.append(recv.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                try:
-                    await stdout.send_all(b"".join(batch))
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    return
+    stdout_fd = os.dup(stdout_fd)
+    os.set_blocking(stdout_fd, False)
+    # Write-through: answers go out on the answering task; the drain task only writes what the
+    # pipe could not take (the front-end reads slowly).
+    out = DirectWriter(stdout_fd)
 
     def write(data: bytes) -> None:
-        try:
-            send.send_nowait(data)
-        except trio.ClosedResourceError:
-            pass
+        out.write(data)
 
-    async with (
-        stdin,
-        stdout,
-        client_on_stream(stream, name="mcp-stdio") as kernel,
-        trio.open_nursery() as outer,
-    ):
-        outer.start_soon(writer)  # ends once ``send`` is closed and everything is written
-        async with trio.open_nursery() as nursery:
-            face = McpFace(conn, kernel, nursery)
-            nursery.start_soon(face.watch_catalog, write)
-            await _read(stdin, conn, face, nursery, write)
-            nursery.cancel_scope.cancel()  # stdin closed: the session is over
-        send.close()
+    try:
+        async with (
+            stdin,
+            client_on_stream(stream, name="mcp-stdio") as kernel,
+            trio.open_nursery() as outer,
+        ):
+            outer.start_soon(out.run)  # ends once closed and everything is written
+            async with trio.open_nursery() as nursery:
+                face = McpFace(conn, kernel, nursery)
+                nursery.start_soon(face.watch_catalog, write)
+                await _read(stdin, conn, face, nursery, write)
+                nursery.cancel_scope.cancel()  # stdin closed: the session is over
+            out.close_when_drained()
+    finally:
+        os.close(stdout_fd)
 
 
 async def _read(
