@@ -7,8 +7,9 @@
 anyio's default (asyncio) backend, never inside trio.
 
 ``--via toolhost --app-root R --tool T`` drives ``toolhost mcp`` (stdio, a kernel client of the
-host running on R) instead, ``--via embedded`` ``toolhost mcp --embedded`` (its own host on R), and ``--via http --url U --token-file F --tool T`` a
-``toolhost mcp --http`` endpoint, with the same client and the same loop (``bench.mcp_server``).
+host running on R) instead, ``--via embedded`` ``toolhost mcp --embedded`` (its own host on R),
+and ``--via http --url U --token-file F --tool T`` a ``toolhost mcp --http`` endpoint, with the
+same client and the same loop (``bench.mcp_server``).
 """
 
 from __future__ import annotations
