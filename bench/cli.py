@@ -11,6 +11,7 @@ payload     1 KB, 64 KB, 1 MB payloads vs the direct pipe's MB/s
 cold_start  toolhost serve on the bundled registry until every sidecar is ready
 recovery    SIGKILL a worker while calls run: calls failed, time until served again
 footprint   host RSS idle and under load, RSS per worker
+services    host services from a worker: child tools.invoke, state.get/set
 ==========  ==================================================================================
 """
 
@@ -34,6 +35,7 @@ SCENARIOS = [
     "recovery",
     "footprint",
     "mcp_server",
+    "services",
 ]
 ORDER = [
     "cold_start",  # before the shared host exists: nothing else runs meanwhile
@@ -44,6 +46,7 @@ ORDER = [
     "payload",
     "footprint",
     "mcp_server",
+    "services",
     "recovery",  # last: it kills workers
 ]
 DEPENDS = {"e2e": ["floors"], "foreign": ["e2e"]}
@@ -86,7 +89,7 @@ def selected(only: list[str] | None) -> list[str]:
 
 
 def _functions() -> dict[str, Callable[..., None]]:
-    from bench import foreign, latency, lifecycle, mcp_server, throughput
+    from bench import foreign, latency, lifecycle, mcp_server, services, throughput
 
     return {
         "floors": latency.floors,
@@ -98,6 +101,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "recovery": lifecycle.recovery,
         "footprint": lifecycle.footprint,
         "mcp_server": mcp_server.mcp_server,
+        "services": services.services,
     }
 
 
