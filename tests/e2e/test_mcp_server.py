@@ -249,3 +249,41 @@ def test_mcp_streamable_http_embedded(app):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_mcp_http_waits_for_its_host(app):
+    """Without --embedded the HTTP face starts before the host (a pod's two containers): 503 and
+    a failing /healthz until ``toolhost serve`` listens, then sessions work."""
+    _registry(app)
+    proc, url = _start_http(app)
+    try:
+        token = (app / ".toolhost" / "mcp.token").read_text().strip()
+        auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}},
+        }
+
+        async def before() -> None:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                r = await http.post(url, json=init, headers=auth)
+                assert r.status_code == 503
+                r = await http.get(url.replace("/mcp", "/healthz"))
+                assert r.status_code == 503 and r.json()["live"] is False
+
+        anyio.run(before)
+        with serve(app):
+
+            async def after() -> None:
+                watcher = Watcher()
+                async with http_session(url, token, watcher) as session:
+                    await _wait_listed(session, "echo.say", True, watcher)
+                    result = await session.call_tool("echo.say", {"text": "late host"})
+                    assert text_of(result) == "late host"
+
+            anyio.run(after)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
