@@ -25,7 +25,7 @@ from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.runtime.calls import Call, CallOutcome, ProgressSink
-from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, uncork
+from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
 from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 
@@ -566,11 +566,11 @@ class LineWorker(Worker):
 
     async def _read_loop(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        stream = self.proc.stdout
+        fd = self.proc.stdout.fileno()  # non-blocking (trio's FdStream set it so)
         receive = self._receive
         try:
             while True:
-                data = await stream.receive_some(READ_CHUNK)
+                data = await read_ready(fd, READ_CHUNK)
                 if not data:
                     break
                 cork()

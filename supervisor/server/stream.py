@@ -12,7 +12,7 @@ import trio
 
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
-from supervisor.runtime.direct_write import DirectWriter, cork, uncork
+from supervisor.runtime.direct_write import DirectWriter, cork, read_ready, uncork
 from supervisor.runtime.host import Host
 from supervisor.server.codec import Codec, Encoding
 from supervisor.server.session import QueuedTransport
@@ -97,11 +97,11 @@ class StreamConnection(QueuedTransport):
                     pass
 
     async def _reader(self) -> None:
-        stream = self.stream
+        fd = self.stream.socket.fileno()
         handle = self.session.handle
         while not self.out.closed:
             try:
-                data = await stream.receive_some(RECV_CHUNK)
+                data = await read_ready(fd, RECV_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return
             if not data:
