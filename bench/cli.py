@@ -34,8 +34,13 @@ SCENARIOS = [
     "cold_start",
     "recovery",
     "footprint",
+    "mcp_server",
     "services",
 ]
+OPT_IN = frozenset({"mcp_server"})
+"""Run only when named in ``--only``: ``mcp_server`` drives four official-SDK client processes
+(seconds of imports each) and measures the MCP face, not the host's own latency."""
+DEFAULT_SCENARIOS = [s for s in SCENARIOS if s not in OPT_IN]
 ORDER = [
     "cold_start",  # before the shared host exists: nothing else runs meanwhile
     "floors",
@@ -44,6 +49,7 @@ ORDER = [
     "foreign",
     "payload",
     "footprint",
+    "mcp_server",
     "services",
     "recovery",  # last: it kills workers
 ]
@@ -69,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def selected(only: list[str] | None) -> list[str]:
     """The scenarios to run, with their baselines' scenarios, in run order."""
-    wanted = set(only or SCENARIOS)
+    wanted = set(only or DEFAULT_SCENARIOS)
     unknown = wanted - set(SCENARIOS)
     if unknown:
         raise ValueError(
@@ -87,7 +93,7 @@ def selected(only: list[str] | None) -> list[str]:
 
 
 def _functions() -> dict[str, Callable[..., None]]:
-    from bench import foreign, latency, lifecycle, services, throughput
+    from bench import foreign, latency, lifecycle, mcp_server, services, throughput
 
     return {
         "floors": latency.floors,
@@ -98,6 +104,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "cold_start": lifecycle.cold_start,
         "recovery": lifecycle.recovery,
         "footprint": lifecycle.footprint,
+        "mcp_server": mcp_server.mcp_server,
         "services": services.services,
     }
 
@@ -157,7 +164,17 @@ def run(args: argparse.Namespace) -> int:
         "settings": {k: v for k, v in asdict(settings).items() if k != "payload_calls"}
         | {"payload_calls": {str(k): v for k, v in settings.payload_calls.items()}},
     }
-    write_json(out, sanitize(record(results, scenarios=keys, all_scenarios=SCENARIOS, meta=meta)))
+    write_json(
+        out,
+        sanitize(
+            record(
+                results,
+                scenarios=keys,
+                all_scenarios=DEFAULT_SCENARIOS + [k for k in keys if k in OPT_IN],
+                meta=meta,
+            )
+        ),
+    )
     print(f"\nrecord: {out} ({duration:.1f} s)")
     if plot_path is not None:
         plot(results, plot_path)

@@ -144,6 +144,7 @@ SCENARIO_SIDECARS: dict[str, list[str]] = {
     "cold_start": [],
     "recovery": ["victim"],
     "footprint": ["echo", "tp2"],
+    "mcp_server": ["echo"],
     "services": ["echo", "svc"],
 }
 

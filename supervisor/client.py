@@ -331,6 +331,19 @@ async def open_client(
 ) -> AsyncIterator[Client]:
     """Connect to a host's Unix socket (and say hello) for the duration of the block."""
     stream = await trio.open_unix_socket(os.fspath(path))
+    async with client_on_stream(stream, encoding=encoding, name=name, hello=hello) as client:
+        yield client
+
+
+@asynccontextmanager
+async def client_on_stream(
+    stream: trio.abc.Stream,
+    *,
+    encoding: str = "json",
+    name: str = "toolhost-client",
+    hello: bool = True,
+) -> AsyncIterator[Client]:
+    """A client on an already connected stream (closed at the end of the block)."""
     client = Client(stream)
     try:
         async with stream, trio.open_nursery() as nursery:

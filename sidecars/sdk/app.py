@@ -284,7 +284,16 @@ class Sidecar:
     # running -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serve stdin/stdout until shutdown or EOF; exits the process when done."""
+        """Serve stdin/stdout until shutdown or EOF; exits the process when done.
+
+        With ``--mcp`` on the command line the sidecar is an MCP stdio server instead
+        (:mod:`sidecars.sdk.mcp`).
+        """
+        if "--mcp" in sys.argv[1:]:
+            from sidecars.sdk import mcp  # imports trio: only for the MCP server mode
+
+            mcp.run_mcp(self)
+            return
         self._out = _claim_stdout()
         reader = LineReader(sys.stdin.fileno())
         first = reader.readline()

@@ -176,6 +176,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=Path, help="py-spy profile of the host (.svg/.json/.txt)")
     p.set_defaults(func=_lazy("bench.cli"))
 
+    p = sub.add_parser("health", help="liveness/readiness probe: exit code and one JSON line")
+    add_location_args(p)
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--live", action="store_true", help="the host answers (default)")
+    kind.add_argument(
+        "--ready", action="store_true", help="live, and every critical sidecar available"
+    )
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
+    p.set_defaults(func=_lazy("supervisor.cli.health"))
+
+    p = sub.add_parser("mcp", help="serve the host's tools as an MCP server (stdio or HTTP)")
+    add_location_args(p)
+    p.add_argument(
+        "--embedded", action="store_true", help="run the host in-process instead of connecting"
+    )
+    p.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP on HOST:PORT")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="--embedded: wait up to S seconds for sidecars to finish starting (default 10)",
+    )
+    p.add_argument(
+        "--token-file",
+        help="bearer token file for --http (default <app-root>/.toolhost/mcp.token, created 0600)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="accept this Origin besides loopback ones (repeatable)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    p.set_defaults(func=_lazy("supervisor.cli.mcp"))
+
     p = sub.add_parser("dev", help="developer tasks: generated files")
     dev = p.add_subparsers(dest="dev_command", metavar="TASK")
     for name, helptext in (

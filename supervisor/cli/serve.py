@@ -14,6 +14,7 @@ from supervisor.registry.load import load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.runtime.process import warden
 from supervisor.server.stream import ConnectionLimits
+from supervisor.server.systemd import Notifier
 from supervisor.server.unix import SocketInUse, check_free, serve_unix
 from supervisor.server.ws import load_or_create_token, parse_listen, serve_ws
 
@@ -89,7 +90,11 @@ async def _serve(args: argparse.Namespace) -> int:
             path,
             ", ".join(reg.files) or "none",
         )
-        nursery.start_soon(_watch_signals, host, nursery.cancel_scope)
+        notifier = Notifier()
+        notifier.ready(_status_line(host))
+        nursery.start_soon(notifier.watchdog)
+        nursery.start_soon(notifier.follow_status, lambda: _status_line(host), host.wait_change)
+        nursery.start_soon(_watch_signals, host, nursery.cancel_scope, notifier)
         # host.run returns once every pool has drained and stopped; then close the socket.
         await host.wait_stopped()
         server_scope.cancel()
@@ -98,7 +103,14 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _watch_signals(host: Host, scope: trio.CancelScope) -> None:
+def _status_line(host: Host) -> str:
+    """systemd's STATUS=: how many tools are available (and whether the host is ready)."""
+    health = host.health()
+    ready = "" if health.ready else "; not ready (a critical sidecar is down)"
+    return f"{health.tools.available} tools available{ready}"
+
+
+async def _watch_signals(host: Host, scope: trio.CancelScope, notifier: Notifier) -> None:
     """SIGHUP reloads; the first SIGINT/SIGTERM stops gracefully, a second one at once."""
     stopping = False
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
@@ -112,5 +124,6 @@ async def _watch_signals(host: Host, scope: trio.CancelScope) -> None:
                 scope.cancel()
                 return
             stopping = True
+            notifier.notify("STOPPING=1")
             log.info("stopping (%s): draining calls", signal.Signals(signum).name)
             host.stop()

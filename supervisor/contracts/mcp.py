@@ -1,8 +1,9 @@
 """Model Context Protocol messages over stdio (PROTOCOL 3.4): JSON-RPC 2.0, one object per line.
 
-Only what the host needs as an MCP *client* is modelled: the lifecycle (``initialize``,
-``notifications/initialized``), ``tools/list``, ``tools/call``, ``ping``, progress, cancellation
-and ``notifications/tools/list_changed``. Every struct is tolerant (unknown fields ignored) so a
+Only what the host needs as an MCP *client* (hosting MCP servers) and as an MCP *server*
+(``toolhost mcp``) is modelled: the lifecycle (``initialize``, ``notifications/initialized``),
+``tools/list``, ``tools/call``, ``ping``, progress, cancellation and
+``notifications/tools/list_changed``. Every struct is tolerant (unknown fields ignored) so a
 newer server stays readable; payloads the host only forwards (``arguments``,
 ``structuredContent``, content blocks) stay :class:`msgspec.Raw`.
 """
@@ -16,6 +17,10 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 PROTOCOL_VERSION = "2025-11-25"
 """The revision the host asks for; it accepts whatever revision the server answers."""
+
+SERVER_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+"""The revisions ``toolhost mcp`` speaks, newest first; a client asking for another one gets the
+newest (the client then decides whether it can go on)."""
 
 RequestId = int | str
 
@@ -179,6 +184,47 @@ class LoggingParams(Struct, kw_only=True):
     level: str = "info"
     logger: str | None = None
     data: Any = None
+
+
+# client -> server (what ``toolhost mcp`` reads) ---------------------------------------------
+
+
+class InitializeRequestParams(Struct, kw_only=True):
+    """``initialize`` params as a server reads them (tolerant: everything but the version)."""
+
+    protocolVersion: str = ""
+    capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
+    clientInfo: Implementation = msgspec.field(default_factory=Implementation)
+
+
+class CallToolRequestParams(Struct, kw_only=True):
+    """``tools/call`` params as a server reads them; ``arguments`` stays raw."""
+
+    name: str
+    arguments: Raw = msgspec.field(default_factory=lambda: Raw(b"null"))
+    meta: RequestMeta | None = msgspec.field(default=None, name="_meta")
+
+
+class ServerToolsCapability(Struct, kw_only=True):
+    listChanged: bool = True
+
+
+class ServerCaps(Struct, kw_only=True):
+    tools: ServerToolsCapability = msgspec.field(default_factory=ServerToolsCapability)
+
+
+class ServerInitializeResult(Struct, kw_only=True, omit_defaults=True):
+    protocolVersion: str
+    capabilities: ServerCaps
+    serverInfo: Implementation
+    instructions: str | None = None
+
+
+class OutProgressParams(Struct, kw_only=True, omit_defaults=True):
+    progressToken: RequestId
+    progress: float
+    total: float | None = None
+    message: str | None = None
 
 
 encoder = msgspec.json.Encoder()

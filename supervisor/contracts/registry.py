@@ -193,6 +193,8 @@ class SidecarConfig(_Config):
     mode: Mode = "persistent"
     tools: list[ToolName] = msgspec.field(default_factory=list)
     enabled: bool = True
+    critical: bool = False
+    """Readiness (``toolhost health --ready``, ``/readyz``) needs this sidecar available."""
     config: dict[str, Any] = msgspec.field(default_factory=dict)
     timeout_ms: PositiveInt = 30_000
     max_output_bytes: PositiveInt = DEFAULT_MAX_OUTPUT_BYTES

@@ -151,6 +151,10 @@ class HealthResult(Struct, kw_only=True):
     uptimeMs: float
     sidecars: HealthCounts
     tools: HealthCounts = msgspec.field(default_factory=HealthCounts)
+    ready: bool = True
+    """Extension (docs/deploy.md): every ``critical: true`` sidecar is available."""
+    critical: dict[str, str] = msgspec.field(default_factory=dict)
+    """Extension: each critical sidecar's state (available, degraded, unavailable, disabled)."""
 
 
 class CatalogChanged(Struct, kw_only=True):

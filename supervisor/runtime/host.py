@@ -525,6 +525,7 @@ class Host:
         counts = HealthCounts()
         tools = HealthCounts()
         by_sidecar: dict[str, list[str]] = {}
+        critical: dict[str, str] = {}
         for d in self.catalog.tools():
             eff = d.stability.effective
             setattr(tools, eff, getattr(tools, eff) + 1)
@@ -546,6 +547,8 @@ class Host:
             else:
                 state = "degraded"
             setattr(counts, state, getattr(counts, state) + 1)
+            if cfg is not None and cfg.critical:
+                critical[sid] = state
         status: Literal["ok", "degraded"] = (
             "ok" if counts.unavailable == 0 and counts.degraded == 0 else "degraded"
         )
@@ -554,6 +557,8 @@ class Host:
             uptimeMs=round((trio.current_time() - self.started_at) * 1000.0, 1),
             sidecars=counts,
             tools=tools,
+            ready=all(state == "available" for state in critical.values()),
+            critical=critical,
         )
 
     # invoking ----------------------------------------------------------------------------

@@ -37,5 +37,27 @@ def render(descriptors: list[Descriptor], fmt: str) -> list[Any]:
                 }
             )
         else:  # mcp
-            out.append({"name": d.name, "description": d.description, "inputSchema": d.inputSchema})
+            out.append(mcp_tool(d))
     return out
+
+
+_DESTRUCTIVE = {None, "write", "execute", "computer"}
+
+
+def mcp_tool(d: Descriptor) -> dict[str, Any]:
+    """One descriptor as an MCP ``Tool``: schemas, and ``readOnlyHint``/``destructiveHint`` from
+    the manifest (a tool not marked read-only is destructive when its permission is write,
+    execute, computer or unknown)."""
+    a = d.annotations
+    tool: dict[str, Any] = {
+        "name": d.name,
+        "description": d.description,
+        "inputSchema": d.inputSchema,
+        "annotations": {
+            "readOnlyHint": a.readOnly,
+            "destructiveHint": (not a.readOnly) and a.permission in _DESTRUCTIVE,
+        },
+    }
+    if a.outputSchema is not None:
+        tool["outputSchema"] = a.outputSchema
+    return tool

@@ -17,11 +17,13 @@ import secrets
 import stat
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
 from supervisor.runtime.host import Host
 from supervisor.server.admission import overloaded_line
 from supervisor.server.codec import Codec
+from supervisor.server.gateway_http import Route, connection_handler
+from supervisor.server.health import http_answer
 from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
 
@@ -61,8 +63,11 @@ def load_or_create_token(path: str) -> str:
     except FileExistsError:
         st = os.stat(path)
         if stat.S_IMODE(st.st_mode) & 0o077:
-            log.warning("%s was readable by others; tightening it to 0600", path)
-            os.chmod(path, 0o600)
+            try:
+                os.chmod(path, 0o600)
+                log.warning("%s was readable by others; tightened it to 0600", path)
+            except OSError as exc:  # a read-only mount (a Kubernetes Secret): use it as it is
+                log.warning("%s is readable by others and cannot be tightened: %s", path, exc)
         with open(path, encoding="utf-8") as f:
             token = f.read().strip()
         if not token:
@@ -149,7 +154,11 @@ async def serve_ws(
     limits: ConnectionLimits | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the kernel protocol over WebSocket until cancelled; ``started`` gets the port."""
+    """Serve the kernel protocol over WebSocket until cancelled; ``started`` gets the port.
+
+    ``GET /healthz`` and ``GET /readyz`` on the same port answer liveness and readiness
+    (:mod:`supervisor.server.health`), without a token, for probes.
+    """
     limits = limits or ConnectionLimits()
     count = limits.connections()
     bind, port = parse_listen(listen)
@@ -185,17 +194,14 @@ async def serve_ws(
         finally:
             count.leave()
 
+    async def health_route(path: str) -> tuple[int, bytes]:
+        return http_answer(path, host.health())
+
+    # Plain HTTP routes share the port with the WebSocket handshake (docs/deploy.md).
+    routes: dict[str, Route] = {"/healthz": health_route, "/readyz": health_route}
+    listeners = await trio.open_tcp_listeners(port, host=bind)
+    handle = connection_handler(handler, routes, max_message_size=limits.max_frame)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(count.trimmer)
-        server = await nursery.start(
-            lambda task_status: serve_websocket(
-                handler,
-                bind,
-                port,
-                None,
-                max_message_size=limits.max_frame,
-                message_queue_size=64,
-                task_status=task_status,
-            )
-        )
-        task_status.started(server.port)
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(handle, listeners)

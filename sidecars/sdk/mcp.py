@@ -1,0 +1,189 @@
+"""``--mcp``: an SDK sidecar as an MCP stdio server (same tools, same schemas).
+
+# Strategy: with ``--mcp`` on the command line, :meth:`Sidecar.run` hands the process to
+# :func:`run_mcp`: one Trio loop reads stdin into the sans-IO MCP server connection the host
+# itself uses for ``toolhost mcp`` (``supervisor.protocols.mcp_server``), lists the registered
+# tools with their schemas and hints, and runs each ``tools/call`` through the same
+# :meth:`Sidecar.execute_async` as the process-json loop: ``async def`` tools on the loop, sync
+# tools in worker threads bounded by the sidecar's concurrency. ``ctx.progress`` becomes
+# ``notifications/progress`` when the caller sent a progress token; ``notifications/cancelled``
+# is a real ``trio.Cancelled`` for async tools and sets ``ctx.cancelled`` for sync ones, and the
+# cancelled request gets no answer, as MCP asks. There is no host here: ``ctx.config`` is
+# ``$TOOLHOST_CONFIG`` (a JSON object) when set, and the anchors are the working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from supervisor.contracts import wire
+from supervisor.contracts.mcp import INVALID_REQUEST, RequestId
+from supervisor.protocols.errors import LineTooLong
+from supervisor.protocols.mcp_server import (
+    CallTool,
+    Cancelled,
+    ListTools,
+    McpServerConnection,
+    Reply,
+    call_result,
+    progress_fields,
+)
+
+if TYPE_CHECKING:
+    from sidecars.sdk.app import Context, Sidecar, ToolSpec
+
+READ_CHUNK = 1 << 16
+_DESTRUCTIVE = {None, "write", "execute", "computer"}
+
+
+def wants_mcp(argv: list[str]) -> bool:
+    """True when the command line asks for the MCP server mode."""
+    return "--mcp" in argv[1:]
+
+
+def mcp_tool(spec: ToolSpec) -> dict[str, Any]:
+    """One registered tool as an MCP ``Tool`` (the hints follow ``toolhost mcp``'s rule)."""
+    tool: dict[str, Any] = {
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": spec.input_schema(),
+        "annotations": {
+            "readOnlyHint": spec.read_only,
+            "destructiveHint": (not spec.read_only) and spec.permission in _DESTRUCTIVE,
+        },
+    }
+    output = spec.output_schema()
+    if output is not None:
+        tool["outputSchema"] = output
+    return tool
+
+
+def result_envelope(result: wire.Result) -> dict[str, Any]:
+    """A sidecar result in the envelope shape :func:`call_result` maps to MCP."""
+    data = msgspec.json.decode(result.data) if result.data is not None else None
+    if result.ok:
+        content = result.content
+        if content is None:
+            content = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+        return {"status": "success", "content": content, "data": data}
+    error: dict[str, Any] = {"code": result.code or "failed", "message": result.error or ""}
+    if result.details:
+        error["details"] = result.details
+    return {"status": "failed", "content": result.error or "failed", "data": data, "error": error}
+
+
+class _Server:
+    def __init__(self, app: Sidecar) -> None:
+        from sidecars.sdk.app import Context
+
+        self.app = app
+        self.conn = McpServerConnection(server_name=app.name, server_version=app.version)
+        self.limiter = trio.CapacityLimiter(app.concurrency)
+        self.calls: dict[RequestId, tuple[trio.CancelScope, threading.Event]] = {}
+        self._context = Context
+
+    def write(self, data: bytes) -> None:
+        self.app._write(data)
+
+    def context(self, ev: CallTool, flag: threading.Event, nursery: trio.Nursery) -> Context:
+        ctx = self._context(self.app, None, 0, flag)
+        ctx.nursery = nursery
+        token = ev.progress_token
+        if token is not None:
+            seq = 0
+            lock = threading.Lock()
+
+            def progress(data: Any) -> None:  # called from the loop or a worker thread
+                nonlocal seq
+                if flag.is_set():
+                    return
+                with lock:
+                    seq += 1
+                    value, total, message = progress_fields(data, seq)
+                self.write(self.conn.progress(token, value, total, message))
+
+            ctx.progress = progress  # type: ignore[method-assign]
+        return ctx
+
+    async def call(self, ev: CallTool, nursery: trio.Nursery) -> None:
+        if ev.id in self.calls:
+            self.write(self.conn.error(ev.id, INVALID_REQUEST, f"request {ev.id!r} in flight"))
+            return
+        flag = threading.Event()
+        scope = trio.CancelScope()
+        self.calls[ev.id] = (scope, flag)
+        result: wire.Result | None = None
+        try:
+            with scope:
+                ctx = self.context(ev, flag, nursery)
+                spec = self.app.tools.get(ev.name)
+                if spec is not None and not spec.is_async:
+                    async with self.limiter:
+                        result = await self.app.execute_async(ev.name, ev.arguments, ctx)
+                else:
+                    result = await self.app.execute_async(ev.name, ev.arguments, ctx)
+        finally:
+            self.calls.pop(ev.id, None)
+        if result is None or flag.is_set():
+            return  # cancelled: MCP wants no answer
+        self.write(self.conn.result(ev.id, call_result(result_envelope(result))))
+
+    def cancel(self, ev: Cancelled) -> None:
+        entry = self.calls.get(ev.id)
+        if entry is not None:
+            scope, flag = entry
+            flag.set()
+            scope.cancel()
+
+    async def serve(self) -> None:
+        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+        tools = [mcp_tool(spec) for spec in self.app.tools.values()]
+        async with stdin, trio.open_nursery() as nursery:
+            while True:
+                data = await stdin.receive_some(READ_CHUNK)
+                if not data:
+                    break
+                try:
+                    events = self.conn.feed(data)
+                except LineTooLong as exc:
+                    self.write(self.conn.error(None, INVALID_REQUEST, exc.message))
+                    break
+                for ev in events:
+                    if isinstance(ev, Reply):
+                        self.write(ev.data)
+                    elif isinstance(ev, ListTools):
+                        self.write(self.conn.result(ev.id, {"tools": tools}))
+                    elif isinstance(ev, CallTool):
+                        nursery.start_soon(self.call, ev, nursery)
+                    elif isinstance(ev, Cancelled):
+                        self.cancel(ev)
+            for scope, flag in list(self.calls.values()):
+                flag.set()
+                scope.cancel()
+            nursery.cancel_scope.cancel()
+
+
+def run_mcp(app: Sidecar) -> None:
+    """Serve ``app``'s tools as an MCP stdio server until stdin closes."""
+    from sidecars.sdk.app import _claim_stdout
+
+    app._out = _claim_stdout()
+    raw = os.environ.get("TOOLHOST_CONFIG")
+    if raw:
+        try:
+            config = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            app._fatal(f"TOOLHOST_CONFIG is not JSON: {exc}")
+            return
+        if not isinstance(config, dict):
+            app._fatal("TOOLHOST_CONFIG must be a JSON object")
+            return
+        app.config = config
+    trio.run(_Server(app).serve)

@@ -1,0 +1,163 @@
+"""The MCP face of the host: one MCP session driven through one kernel-protocol connection.
+
+# Strategy: ``toolhost mcp`` is a *client of the kernel protocol*, not a second invoke path.
+# Every MCP session owns one kernel connection (the host's Unix socket, or a socketpair into an
+# in-process host with ``--embedded``), so a ``tools/call`` is a ``tools.invoke`` and passes every
+# gate a kernel call passes (visibility, sandbox and approval, quotas, deadlines, audit,
+# accounting). ``tools/list`` is ``tools.list`` in the ``mcp`` format (only model-visible tools);
+# ``notifications/cancelled`` is ``tools.cancel``; a progress token turns on ``stream`` and every
+# ``tool.progress`` event becomes ``notifications/progress``; a ``catalog.changed`` subscription
+# sends ``notifications/tools/list_changed`` when the *visible* list really changed. The wire
+# side (framing, lifecycle, result shapes) is :mod:`supervisor.protocols.mcp_server`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import trio
+
+from supervisor.client import Client, ConnectionLost, RpcError
+from supervisor.contracts import mcp
+from supervisor.protocols.mcp_server import (
+    CallTool,
+    Cancelled,
+    McpServerConnection,
+    call_result,
+    progress_fields,
+)
+
+log = logging.getLogger("toolhost.mcp")
+
+Notify = Callable[[bytes], None]
+Connect = Callable[[], Awaitable[trio.SocketStream]]
+"""Opens a fresh kernel connection (one per MCP session)."""
+
+_RPC_TO_MCP = {"invalid-params": mcp.INVALID_PARAMS, "invalid-request": mcp.INVALID_REQUEST}
+
+
+def unix_connector(path: str) -> Connect:
+    """Kernel connections to a running host's socket."""
+
+    async def connect() -> trio.SocketStream:
+        return await trio.open_unix_socket(path)
+
+    return connect
+
+
+def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
+    """Kernel connections into an in-process host: a socketpair whose far end is served by the
+    same :class:`~supervisor.server.stream.StreamConnection` the Unix socket uses."""
+    from supervisor.server.stream import ConnectionLimits, StreamConnection
+
+    limits = ConnectionLimits(max_frame=host.registry.host.max_frame_bytes)
+
+    async def connect() -> trio.SocketStream:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        server = StreamConnection(
+            host,
+            trio.SocketStream(trio.socket.from_stdlib_socket(theirs)),
+            limits=limits,
+            name="mcp-embedded",
+        )
+        nursery.start_soon(server.run)
+        return trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+
+    return connect
+
+
+def _fingerprint(tools: list[Any]) -> bytes:
+    return msgspec.json.encode(sorted(tools, key=lambda t: str(t.get("name"))))
+
+
+class McpFace:
+    """One MCP session's calls, made on ``kernel``; tasks (cancels) go to ``nursery``."""
+
+    def __init__(self, conn: McpServerConnection, kernel: Client, nursery: trio.Nursery) -> None:
+        self.conn = conn
+        self.kernel = kernel
+        self._nursery = nursery
+        self._calls: dict[mcp.RequestId, int] = {}
+        self._cancelled: set[mcp.RequestId] = set()
+        self._visible: bytes | None = None
+
+    async def list_tools(self, rid: mcp.RequestId) -> bytes:
+        """The ``tools/list`` answer: the model-visible tools, as MCP tools."""
+        try:
+            tools = await self.kernel.tools("mcp")
+        except (RpcError, ConnectionLost) as exc:
+            return self.conn.error(rid, mcp.INTERNAL_ERROR, f"toolhost: {exc}")
+        self._visible = _fingerprint(tools)
+        return self.conn.result(rid, {"tools": tools})
+
+    async def call_tool(self, ev: CallTool, notify: Notify) -> bytes | None:
+        """Run ``tools/call`` as ``tools.invoke``; the answer, or None if the client cancelled
+        it (MCP: no response to a cancelled request). Progress goes to ``notify``."""
+        conn = self.conn
+        if ev.id in self._calls:
+            return conn.error(ev.id, mcp.INVALID_REQUEST, f"request id {ev.id!r} is in flight")
+        krid = self.kernel.new_id()
+        self._calls[ev.id] = krid
+        params: dict[str, Any] = {"tool": ev.name, "input": ev.arguments}
+        on_event = None
+        token = ev.progress_token
+        if token is not None:
+            params["stream"] = True
+            seq = 0
+
+            def on_event(name: str, data: Any) -> None:
+                nonlocal seq
+                if name == "tool.progress":
+                    seq += 1
+                    progress, total, message = progress_fields(data, seq)
+                    notify(conn.progress(token, progress, total, message))
+
+        try:
+            envelope = await self.kernel.request(
+                "tools.invoke", params, request_id=krid, on_event=on_event
+            )
+        except RpcError as exc:
+            code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
+            return conn.error(ev.id, code, exc.message, {"code": exc.code})
+        except ConnectionLost:
+            return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
+        finally:
+            self._calls.pop(ev.id, None)
+        if ev.id in self._cancelled:
+            self._cancelled.discard(ev.id)
+            return None
+        return conn.result(ev.id, call_result(envelope))
+
+    def cancel(self, ev: Cancelled) -> None:
+        """``notifications/cancelled``: cancel the kernel call (a no-op when it already ended)."""
+        krid = self._calls.get(ev.id)
+        if krid is None:
+            return
+        self._cancelled.add(ev.id)
+        self._nursery.start_soon(self._cancel, krid)
+
+    async def _cancel(self, krid: int) -> None:
+        try:
+            await self.kernel.cancel(krid)
+        except (RpcError, ConnectionLost) as exc:
+            log.warning("could not cancel kernel call %s: %s", krid, exc)
+
+    async def watch_catalog(self, notify: Notify) -> None:
+        """Send ``notifications/tools/list_changed`` whenever the visible tools change; returns
+        when the kernel connection closes."""
+        try:
+            await self.kernel.subscribe()
+            self._visible = _fingerprint(await self.kernel.tools("mcp"))
+            async for event in self.kernel.events:
+                if event.get("event") != "catalog.changed":
+                    continue
+                fingerprint = _fingerprint(await self.kernel.tools("mcp"))
+                if fingerprint != self._visible:
+                    self._visible = fingerprint
+                    notify(self.conn.tools_changed())
+        except (RpcError, ConnectionLost) as exc:
+            log.warning("catalog watch ended: %s", exc)
