@@ -21,6 +21,12 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         "utility",
         "bundled: `toolhost init` registers it as sidecar `utility` (python -m sidecars.utility)",
     ),
+    "media": (
+        "sidecars.media",
+        "media",
+        "bundled: `toolhost init --add media` registers it with the delegates whose engines are "
+        "installed (tesseract-ocr, espeak-ng, pip extra `media`), or set config.providerUrl",
+    ),
 }
 
 
