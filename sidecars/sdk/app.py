@@ -5,6 +5,8 @@
 # thread pool sized to the advertised concurrency. Every write to the protocol stream goes
 # through one lock. At start the real stdout is moved to a private descriptor and fd 1 is
 # pointed at stderr, so a stray print (or a child process) can never corrupt the protocol.
+# ``async def`` tools run on one Trio event loop in its own thread (``sidecars.sdk.aio``); the
+# main thread hands them over and cancels them there.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any, get_type_hints
+from typing import IO, Any, cast, get_type_hints
 
 import msgspec
+import trio
 
+from sidecars.sdk.aio import AsyncRunner, run_with_nursery
 from supervisor.contracts import wire
 
 _json_encode = msgspec.json.Encoder().encode
@@ -60,7 +64,11 @@ class Reply(msgspec.Struct, kw_only=True):
 
 
 class Context:
-    """What a tool call can see: config, anchors, cancellation and progress."""
+    """What a tool call can see: config, anchors, cancellation and progress.
+
+    For ``async def`` tools, :attr:`nursery` is the sidecar loop's long-lived nursery (tasks and
+    connections started there outlive the call); it is ``None`` for sync tools.
+    """
 
     def __init__(
         self,
@@ -74,6 +82,13 @@ class Context:
         self.deadline_ms = deadline_ms
         self.cancelled = cancelled
         self.started = time.monotonic()
+        self.nursery: trio.Nursery | None = None
+
+    def time_left(self) -> float | None:
+        """Seconds left before the call's deadline (``None`` when the call has none)."""
+        if self.deadline_ms <= 0:
+            return None
+        return max(0.0, self.deadline_ms / 1000.0 - (time.monotonic() - self.started))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -93,7 +108,10 @@ class Context:
             self.app._send(wire.Progress(id=self.call_id, data=msgspec.Raw(_json_encode(data))))
 
     def check_cancelled(self) -> None:
-        """Raise :class:`ToolError` with code ``cancelled`` if the host cancelled the call."""
+        """Raise :class:`ToolError` with code ``cancelled`` if the host cancelled the call.
+
+        Sync tools poll this; async tools need not (a cancel is a real ``trio.Cancelled``).
+        """
         if self.cancelled.is_set():
             raise ToolError("call cancelled", code="cancelled")
 
@@ -111,6 +129,7 @@ class ToolSpec(msgspec.Struct, kw_only=True):
     sandbox: str | None = None
     timeout_ms: int | None = None
     output_type: Any = None
+    is_async: bool = False
 
     def input_schema(self) -> dict[str, Any]:
         return struct_schema(self.input_type)
@@ -135,7 +154,9 @@ def struct_schema(tp: Any) -> dict[str, Any]:
     return schema
 
 
-HealthFunc = Callable[["Sidecar"], dict[str, wire.ToolHealth]]
+HealthMap = dict[str, wire.ToolHealth]
+# ``def check(app) -> HealthMap`` or ``async def check(app) -> HealthMap``.
+HealthFunc = Callable[["Sidecar"], HealthMap | Awaitable[HealthMap]]
 
 
 class Sidecar:
@@ -156,6 +177,7 @@ class Sidecar:
         self._write_lock = threading.Lock()
         self._answered_lock = threading.Lock()
         self._pending: dict[int, threading.Event] = {}
+        self._runner = AsyncRunner(name)
 
     # registration ------------------------------------------------------------------------
 
@@ -170,7 +192,11 @@ class Sidecar:
         sandbox: str | None = None,
         timeout_ms: int | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator registering ``func(args: InputStruct, ctx: Context)`` as tool ``name``."""
+        """Decorator registering ``func(args: InputStruct, ctx: Context)`` as tool ``name``.
+
+        ``func`` may be ``async def``: it then runs on the sidecar's Trio loop (see
+        ``docs/sidecars.md``), and a host ``cancel`` cancels it for real.
+        """
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             hints = get_type_hints(func)
@@ -194,15 +220,27 @@ class Sidecar:
                 sandbox=sandbox,
                 timeout_ms=timeout_ms,
                 output_type=output_type,
+                is_async=inspect.iscoroutinefunction(func),
             )
             return func
 
         return register
 
     def health(self, func: HealthFunc) -> HealthFunc:
-        """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy)."""
+        """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy).
+
+        An ``async def`` health check runs on the sidecar's Trio loop; the main thread keeps
+        reading the host meanwhile and the ``pong`` goes out when the check returns.
+        """
         self._health = func
         return func
+
+    @property
+    def uses_async(self) -> bool:
+        """Whether any tool or the health check is ``async def``."""
+        return any(s.is_async for s in self.tools.values()) or inspect.iscoroutinefunction(
+            self._health
+        )
 
     def ready_message(self) -> wire.Ready:
         return wire.Ready(
@@ -255,6 +293,8 @@ class Sidecar:
         self.sidecar_id = init.sidecar
 
     def _serve(self, stdin: IO[bytes]) -> None:
+        if self.uses_async:
+            self._runner.start()
         self._send(self.ready_message())
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="call")
         decode = wire.host_decoder.decode
@@ -269,9 +309,16 @@ class Sidecar:
                     flag = threading.Event()
                     with self._answered_lock:
                         self._pending[msg.id] = flag
-                    pool.submit(self._run_call, msg, flag)
+                    spec = self.tools.get(msg.tool)
+                    if spec is not None and spec.is_async:
+                        self._submit_async(msg, flag)
+                    else:
+                        pool.submit(self._run_call, msg, flag)
                 elif isinstance(msg, wire.Ping):
-                    self._send(self._pong(msg.id))
+                    if inspect.iscoroutinefunction(self._health):
+                        self._runner.submit(self._async_pong_job(msg.id))
+                    else:
+                        self._send(self._pong(msg.id))
                 elif isinstance(msg, wire.Cancel):
                     self._cancel(msg.id)
                 elif isinstance(msg, wire.Shutdown):
@@ -287,6 +334,7 @@ class Sidecar:
                         id=call_id, ok=False, code="cancelled", error="sidecar shutting down"
                     )
                 )
+            self._runner.stop()
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _pong(self, ping_id: str) -> wire.Pong:
@@ -294,11 +342,27 @@ class Sidecar:
         status: wire.HealthStatus = "healthy"
         if self._health is not None:
             try:
-                tools = self._health(self)
+                tools = cast(HealthMap, self._health(self))
             except Exception as exc:
                 status = "degraded"
                 self._log("error", f"health check raised: {exc!r}")
         return wire.Pong(id=ping_id, status=status, tools=tools)
+
+    def _async_pong_job(self, ping_id: str) -> Any:
+        check = self._health
+        assert check is not None
+
+        async def job(_nursery: trio.Nursery) -> None:
+            tools: dict[str, wire.ToolHealth] = {}
+            status: wire.HealthStatus = "healthy"
+            try:
+                tools = await cast(Awaitable[HealthMap], check(self))
+            except Exception as exc:
+                status = "degraded"
+                self._log("error", f"health check raised: {exc!r}")
+            self._send(wire.Pong(id=ping_id, status=status, tools=tools))
+
+        return job
 
     def _cancel(self, call_id: int) -> None:
         with self._answered_lock:
@@ -306,7 +370,26 @@ class Sidecar:
         if flag is None:
             return  # already answered: the host ignores anything later
         flag.set()
+        self._runner.cancel(call_id)  # no-op unless an async call runs under that id
         self._send(wire.Result(id=call_id, ok=False, code="cancelled", error="call cancelled"))
+
+    def _submit_async(self, call: wire.Call, cancelled: threading.Event) -> None:
+        async def job(nursery: trio.Nursery) -> None:
+            ctx = Context(self, call.id, call.deadlineMs, cancelled)
+            ctx.nursery = nursery
+            result = await self.execute_async(call.tool, call.input, ctx)
+            result.id = call.id
+            with self._answered_lock:
+                if self._pending.pop(call.id, None) is None:
+                    return  # cancelled meanwhile; that answer already went out
+            self._send(result)
+
+        try:
+            self._runner.submit(job, key=call.id)
+        except RuntimeError as exc:
+            with self._answered_lock:
+                self._pending.pop(call.id, None)
+            self._send(wire.Result(id=call.id, ok=False, code="failed", error=str(exc)))
 
     def _run_call(self, call: wire.Call, cancelled: threading.Event) -> None:
         if cancelled.is_set():
@@ -323,33 +406,60 @@ class Sidecar:
         self._send(result)
 
     def execute(self, tool: str, raw_input: bytes | msgspec.Raw, ctx: Context) -> wire.Result:
-        """Run one tool on raw JSON input and return the wire result (id left 0)."""
+        """Run one tool on raw JSON input and return the wire result (id left 0).
+
+        An async tool runs in a fresh ``trio.run`` here (oneshot mode, in-process tests); inside
+        a running Trio loop use :meth:`execute_async` instead.
+        """
+        spec, args = self._prepare(tool, raw_input)
+        if isinstance(args, wire.Result):
+            return args
+        assert spec is not None
+        if spec.is_async:
+
+            async def main(nursery: trio.Nursery) -> wire.Result:
+                ctx.nursery = nursery
+                return await self.execute_async(tool, raw_input, ctx)
+
+            result: wire.Result = trio.run(run_with_nursery, main)
+            return result
+        try:
+            out = spec.func(args, ctx)
+        except Exception as exc:
+            return _error_result(exc)
+        return _ok_result(out)
+
+    async def execute_async(
+        self, tool: str, raw_input: bytes | msgspec.Raw, ctx: Context
+    ) -> wire.Result:
+        """Like :meth:`execute`, awaited inside a Trio loop (sync tools go to a worker thread).
+
+        ``trio.Cancelled`` propagates: a cancelled call has no result of its own.
+        """
+        spec, args = self._prepare(tool, raw_input)
+        if isinstance(args, wire.Result):
+            return args
+        assert spec is not None
+        try:
+            if spec.is_async:
+                out = await spec.func(args, ctx)
+            else:
+                out = await trio.to_thread.run_sync(spec.func, args, ctx)
+        except Exception as exc:
+            return _error_result(exc)
+        return _ok_result(out)
+
+    def _prepare(self, tool: str, raw_input: bytes | msgspec.Raw) -> tuple[ToolSpec | None, Any]:
+        """The tool's spec and decoded input, or ``(spec, Result)`` answering a bad request."""
         spec = self.tools.get(tool)
         if spec is None:
-            return wire.Result(
+            return None, wire.Result(
                 id=0, ok=False, code="unsupported", error=f"{self.name} does not serve {tool}"
             )
         try:
-            args = msgspec.json.decode(raw_input, type=spec.input_type)
-        except msgspec.ValidationError as exc:
-            return wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
-        except msgspec.DecodeError as exc:
-            return wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
-        try:
-            out = spec.func(args, ctx)
-        except ToolError as exc:
-            data = msgspec.Raw(_json_encode(exc.data)) if exc.data is not None else wire.NULL
-            return wire.Result(
-                id=0, ok=False, code=exc.code, error=exc.message, details=exc.details, data=data
-            )
-        except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            return wire.Result(id=0, ok=False, code="failed", error=f"{type(exc).__name__}: {exc}")
-        if isinstance(out, Reply):
-            return wire.Result(
-                id=0, ok=True, data=msgspec.Raw(_json_encode(out.data)), content=out.content
-            )
-        return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out)))
+            return spec, msgspec.json.decode(raw_input, type=spec.input_type)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return spec, wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
 
     def _oneshot(self, request: dict[str, Any]) -> None:
         """Answer one Flyflor request (PROTOCOL 3.2) and return; exit status 0 unless failed."""
@@ -402,6 +512,26 @@ class Sidecar:
     def _fatal(self, message: str) -> None:
         self._log("error", message)
         sys.exit(2)
+
+
+def _error_result(exc: Exception) -> wire.Result:
+    """The wire answer for an exception a tool raised (ToolError keeps its code)."""
+    if isinstance(exc, ToolError):
+        data = msgspec.Raw(_json_encode(exc.data)) if exc.data is not None else wire.NULL
+        return wire.Result(
+            id=0, ok=False, code=exc.code, error=exc.message, details=exc.details, data=data
+        )
+    traceback.print_exception(exc, file=sys.stderr)
+    return wire.Result(id=0, ok=False, code="failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _ok_result(out: Any) -> wire.Result:
+    """The wire answer for a tool's return value (a :class:`Reply` adds ``content``)."""
+    if isinstance(out, Reply):
+        return wire.Result(
+            id=0, ok=True, data=msgspec.Raw(_json_encode(out.data)), content=out.content
+        )
+    return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out)))
 
 
 def _claim_stdout() -> IO[bytes]:
