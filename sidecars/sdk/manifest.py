@@ -21,6 +21,12 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         "utility",
         "bundled: `toolhost init` registers it as sidecar `utility` (python -m sidecars.utility)",
     ),
+    "web": (
+        "sidecars.web",
+        "web",
+        "bundled: `toolhost init --add web` registers it (pip extra `web`: httpx, trafilatura); "
+        "web.search needs config.providers",
+    ),
     "media": (
         "sidecars.media",
         "media",
