@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_location_args(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing registry")
     p.add_argument("--stdout", action="store_true", help="print instead of writing")
+    p.add_argument(
+        "--add",
+        action="append",
+        metavar="FAMILY",
+        help="add an opt-in bundled family (web, media) to the registry; repeatable",
+    )
     p.set_defaults(func=_lazy("supervisor.cli.init"))
 
     p = sub.add_parser("invoke", help="invoke a tool and print the result envelope")
