@@ -29,6 +29,7 @@ ENV_ALLOW = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")
 STDERR_TAIL = 4096
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_OUTPUT_CAP = 1 << 20
+CANCEL_POLL_S = 0.05
 MARGIN_MS = 150
 """A delegate is stopped this long before the host's deadline, so the sidecar still answers."""
 
@@ -113,22 +114,28 @@ def budget_ms(ctx: Context, config: Mapping[str, Any]) -> float:
 class _Reader(threading.Thread):
     """Drain one pipe: keep the first ``cap`` bytes (or the last ``cap`` with ``tail``)."""
 
-    def __init__(self, pipe: Any, cap: int, *, tail: bool) -> None:
+    def __init__(self, pipe: Any, cap: int, *, tail: bool, wake: threading.Event | None) -> None:
         super().__init__(daemon=True)
-        self.pipe, self.cap, self.tail = pipe, cap, tail
+        self.pipe, self.cap, self.tail, self.wake = pipe, cap, tail, wake
         self.buf = bytearray()
         self.overflow = False
 
     def run(self) -> None:
-        while chunk := self.pipe.read1(65536):
-            self.buf += chunk
-            if len(self.buf) > self.cap:
-                if self.tail:
-                    del self.buf[: len(self.buf) - self.cap]
-                else:
-                    self.overflow = True
-                    del self.buf[self.cap :]
-        self.pipe.close()
+        try:
+            while chunk := self.pipe.read1(65536):
+                self.buf += chunk
+                if len(self.buf) > self.cap:
+                    if self.tail:
+                        del self.buf[: len(self.buf) - self.cap]
+                    else:
+                        self.overflow = True
+                        del self.buf[self.cap :]
+                        if self.wake is not None:
+                            self.wake.set()
+        finally:
+            self.pipe.close()
+            if self.wake is not None:
+                self.wake.set()  # EOF: the delegate closed stdout (it exited, as a rule)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -188,8 +195,9 @@ def run_delegate(
             code="unavailable",
             details={**base, "reason": "spawn-failed"},
         ) from None
-    out = _Reader(proc.stdout, cap, tail=False)
-    err = _Reader(proc.stderr, STDERR_TAIL, tail=True)
+    wake = threading.Event()
+    out = _Reader(proc.stdout, cap, tail=False, wake=wake)
+    err = _Reader(proc.stderr, STDERR_TAIL, tail=True, wake=None)
     out.start()
     err.start()
     assert proc.stdin is not None
@@ -198,22 +206,30 @@ def run_delegate(
         proc.stdin.close()
     except BrokenPipeError:
         pass
-    started = time.monotonic()
+    # Wait on the stdout reader's event (set at EOF or overflow), not on Popen.wait(timeout),
+    # which polls with sleeps of up to 50 ms; cancellation is looked at every CANCEL_POLL_S.
+    deadline = time.monotonic() + limit_s
     reason = None
-    while proc.poll() is None:
-        if ctx.cancelled.is_set():
-            reason = "cancelled"
-        elif out.overflow:
+    while True:
+        left = deadline - time.monotonic()
+        woke = left > 0 and wake.wait(min(left, CANCEL_POLL_S))
+        if out.overflow:
             reason = "output-too-large"
-        elif time.monotonic() - started > limit_s:
+        elif woke:
+            break
+        elif ctx.cancelled.is_set():
+            reason = "cancelled"
+        elif time.monotonic() >= deadline:
             reason = "timeout"
         if reason is not None:
             _kill_group(proc)
             break
-        try:
-            proc.wait(timeout=0.02)
+    if reason is None:
+        try:  # stdout closed: the delegate is exiting (or closed it early and lingers)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            continue
+            reason = "timeout"
+            _kill_group(proc)
     status = proc.wait()
     _kill_group(proc)  # grandchildren left behind by the delegate die with it
     out.join(timeout=2)

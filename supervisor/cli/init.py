@@ -68,10 +68,8 @@ def add_families(args: argparse.Namespace) -> int:
 
     entries = bundled_entries()
     target = Path(app_root(args)) / REGISTRY_RELPATH
-    if target.exists():
-        doc = json5.loads(target.read_text(encoding="utf-8"))
-    else:
-        doc = bundled_registry()
+    exists = target.exists()
+    doc = json5.loads(target.read_text(encoding="utf-8")) if exists else bundled_registry()
     for family in args.add:
         if family not in entries:
             known = ", ".join(sorted(entries))

@@ -29,7 +29,7 @@ def test_plain_init_is_utility_only_and_add_appends_families(tmp_path):
     delegates = doc["sidecars"]["media"]["config"]["localCommands"]
     # Registered exactly for the engines found here; each skipped one is reported with a hint.
     assert ("vision.ocr" in delegates) == (shutil.which("tesseract") is not None)
-    for tool, entry in delegates.items():
+    for entry in delegates.values():
         assert entry["command"] == "python" and entry["args"][1].startswith("sidecars.media.")
     if "vision.ocr" not in delegates:
         assert "install: Debian package tesseract-ocr" in out.stdout

@@ -6,6 +6,7 @@ under a real host."""
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import threading
 import time
 from collections.abc import Iterator
@@ -20,8 +21,6 @@ from sidecars.web import app
 from sidecars.web.policy import classify, policy_from_config
 from supervisor.contracts import wire
 from tests.sidecars.webserver import MAIN_WORDS, web_server
-
-import ipaddress  # noqa: E402  (stdlib, used by the pure policy tests)
 
 
 @pytest.fixture
