@@ -14,6 +14,7 @@ Rounds alternate toolhost and baseline so drift on the shared machine hits both 
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import subprocess
 import sys
@@ -85,21 +86,21 @@ def media_direct(project: Path) -> dict[str, list[str]]:
     """The engine run directly, outside toolhost, on the same files."""
     py = sys.executable
     sphinx = (
-        "import wave; from pocketsphinx import Decoder; w = wave.open(%r); "
+        "import sys, wave; from pocketsphinx import Decoder; w = wave.open(sys.argv[1]); "
         "d = Decoder(samprate=w.getframerate(), loglevel='FATAL'); d.start_utt(); "
         "d.process_raw(w.readframes(w.getnframes()), full_utt=True); d.end_utt(); "
-        "print(d.hyp().hypstr)" % str(project / "phrase.wav")
+        "print(d.hyp().hypstr)"
     )
     pillow = (
-        "from PIL import Image; im = Image.open(%r); im.getexif(); t = im.convert('RGB'); "
-        "t.thumbnail((256, 256)); q = t.quantize(colors=8); print(q.getcolors(8))"
-        % str(project / "sign.png")
+        "import sys; from PIL import Image; im = Image.open(sys.argv[1]); im.getexif(); "
+        "t = im.convert('RGB'); t.thumbnail((256, 256)); q = t.quantize(colors=8); "
+        "print(q.getcolors(8))"
     )
     return {
         "vision.ocr": ["tesseract", str(project / "sign.png"), "stdout", "-l", "eng"],
         "audio.speak": ["espeak-ng", "-w", str(project / "direct.wav"), "one two three four"],
-        "audio.transcribe": [py, "-c", sphinx],
-        "vision.analyze": [py, "-c", pillow],
+        "audio.transcribe": [py, "-c", sphinx, str(project / "phrase.wav")],
+        "vision.analyze": [py, "-c", pillow, str(project / "sign.png")],
     }
 
 
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         image.save(project / "sign.png")
         invoke(host, "audio.speak", {"text": "one two three four", "path": "phrase.wav"})
         direct = media_direct(project)
-        inputs = {
+        inputs: dict[str, dict[str, Any]] = {
             "vision.ocr": {"path": "sign.png"},
             "audio.speak": {"text": "one two three four", "path": "out.wav", "overwrite": True},
             "audio.transcribe": {"path": "phrase.wav"},
@@ -168,14 +169,11 @@ def main(argv: list[str] | None = None) -> int:
             if shutil.which(direct[tool][0]) is None and not direct[tool][0].startswith("/"):
                 print(f"skip {tool}: {direct[tool][0]} not installed", file=sys.stderr)
                 continue
-            argv_direct = direct[tool]
             compare(
                 rows,
                 f"{tool} (vs the engine directly)",
-                lambda tool=tool, payload=payload: invoke(host, tool, payload),
-                lambda argv_direct=argv_direct: subprocess.run(
-                    argv_direct, check=True, capture_output=True
-                ),
+                functools.partial(invoke, host, tool, payload),
+                functools.partial(subprocess.run, direct[tool], check=True, capture_output=True),
                 args.media_rounds,
                 1.2,
             )

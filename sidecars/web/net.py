@@ -222,7 +222,7 @@ async def stream(
                         },
                     )
                 seen.add(str(target))
-                current = target
+                current, params = target, None  # the Location URL is complete as given
                 if response.status_code == 303 or (
                     response.status_code in (301, 302) and method == "POST"
                 ):

@@ -270,7 +270,7 @@ async def web_download(args: DownloadInput, ctx: Context) -> Reply:
                         "reason": "http-error",
                     },
                 )
-            os.fsync(fd)
+            await trio.to_thread.run_sync(os.fsync, fd)
         finally:
             os.close(fd)
     shown = project_relative(ctx.project_dir, target)

@@ -241,6 +241,17 @@ def test_search_through_a_provider(base: str) -> None:
     }
 
 
+def test_search_by_post_with_headers(base: str) -> None:
+    post = {"name": "p", "url": f"{base}/search-post", "method": "POST", "headers": {"X-Key": "k1"}}
+    app.config = {"providers": [provider(base), post]}
+    data = ok("web.search", {"query": "moon", "limit": 2, "provider": "p"})
+    assert data["provider"] == "p" and [r["title"] for r in data["results"]] == ["moon", "moon"]
+    app.config = {"providers": [{**post, "headers": {}}]}
+    result = refused("web.search", {"query": "moon"}, "http-error")
+    assert (result.details or {})["status"] == 403
+    refused("web.search", {"query": "x", "provider": "nope"}, "unknown-provider", "invalid-input")
+
+
 def test_search_provider_errors(base: str) -> None:
     app.config = {"providers": [provider(base, "/search-500")]}
     result = refused("web.search", {"query": "x"}, "http-error")

@@ -65,6 +65,14 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/search-post" and self.headers.get("X-Key") == "k1":
+            items = [{"title": body["query"], "url": "https://p.example/", "snippet": ""}]
+            self._send(200, json.dumps(items * body["limit"]).encode(), "application/json")
+        else:
+            self._send(403, b"forbidden", "text/plain")
+
     def do_GET(self) -> None:
         url = urlparse(self.path)
         query = parse_qs(url.query)
