@@ -17,6 +17,10 @@ Example::
     if __name__ == "__main__":
         app.run()
 
+Tools may also be ``async def`` (``await`` inside; ``ctx.nursery`` for state kept across
+calls): a sidecar with any async tool is served by one Trio loop, and a host ``cancel`` is a
+real ``trio.Cancelled`` in the tool (``docs/sidecars.md``, "Async tools").
+
 The same program answers the persistent process-json protocol (PROTOCOL 3.1) and a single
 Flyflor oneshot request (PROTOCOL 3.2).
 """

@@ -1,144 +1,178 @@
-"""Async tools: one Trio event loop per sidecar process, in its own thread.
+"""Async tools: a sidecar with any ``async def`` tool is served by one Trio event loop.
 
-# Strategy: the SDK's main thread keeps reading stdin exactly as for sync tools (so pings and
-# cancels are answered at once whatever the tools do). The first time the sidecar needs async
-# (at ``ready`` when any tool or the health check is ``async def``), :class:`AsyncRunner` starts
-# a daemon thread running ``trio.run``. That loop lives as long as the process: a tool may leave
-# tasks and connections (a WebSocket) in :attr:`AsyncRunner.nursery` (``ctx.nursery``) and find
-# them on its next call. The main thread hands work to the loop with the loop's TrioToken
-# (``run_sync_soon``), and a host ``cancel`` becomes ``CancelScope.cancel()`` on that call's
-# scope: the tool sees a real ``trio.Cancelled`` at its next checkpoint, and its ``async with``
-# blocks close what they opened.
+# Strategy: when a sidecar has an ``async def`` tool (or health check), ``Sidecar.run`` hands the
+# protocol to :func:`serve`, a Trio loop in the main thread that owns the process's lifetime:
+# stdin is read with a ``FdStream`` (no thread hop between a call line and its task), each async
+# call is a task of the loop-wide nursery inside its own ``CancelScope`` (a host ``cancel``
+# cancels that scope: the tool sees ``trio.Cancelled`` and its ``async with`` blocks close what
+# they opened), and sync tools of the same sidecar run in worker threads
+# (``trio.to_thread``, bounded by the advertised concurrency) exactly as in the threaded loop.
+# Tasks a tool starts in ``ctx.nursery`` (the loop-wide nursery) outlive the call, so a
+# connection opened by one call serves the next ones. Sidecars with only sync tools keep the
+# thread-based loop of ``app.py`` unchanged.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import traceback
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
-# A unit of async work: gets the loop-wide nursery, returns when done.
-Job = Callable[[trio.Nursery], Awaitable[None]]
+from supervisor.contracts import wire
+
+if TYPE_CHECKING:
+    from sidecars.sdk.app import Sidecar
+
+READ_CHUNK = 1 << 16
 
 
-class AsyncRunner:
-    """The sidecar's single Trio event loop, running in a daemon thread."""
+class LineReader:
+    """``\\n``-terminated lines from a file descriptor, read with ``os.read`` (no hidden buffer).
 
-    def __init__(self, name: str = "sidecar") -> None:
-        self._name = name
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._nursery: trio.Nursery | None = None
-        self._stop: trio.Event | None = None
-        self._scopes: dict[int, trio.CancelScope] = {}
-        self._lock = threading.Lock()
-        self._startup_error: BaseException | None = None
+    The first (init) line is read with it; what it read beyond that line is handed to the Trio
+    loop with :meth:`take_pending`, so no byte is lost between the two readers.
+    """
 
-    @property
-    def nursery(self) -> trio.Nursery:
-        """The loop-wide nursery: tasks started here outlive the call that started them."""
-        if self._nursery is None:
-            raise RuntimeError("the async runner is not started")
-        return self._nursery
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray()
 
-    @property
-    def running(self) -> bool:
-        return self._token is not None
+    def readline(self) -> bytes:
+        """The next line with its ``\\n`` (the unterminated rest at EOF; ``b""`` after it)."""
+        while True:
+            end = self._buf.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buf[: end + 1])
+                del self._buf[: end + 1]
+                return line
+            chunk = os.read(self.fd, READ_CHUNK)
+            if not chunk:
+                line = bytes(self._buf)
+                self._buf.clear()
+                return line
+            self._buf += chunk
 
-    def start(self) -> None:
-        """Start the loop thread (idempotent) and wait until it accepts work."""
-        with self._lock:
-            if self._thread is not None:
-                self._started.wait()
-                return
-            self._thread = threading.Thread(
-                target=self._thread_main, name=f"{self._name}-trio", daemon=True
-            )
-            self._thread.start()
-        self._started.wait()
-        if self._startup_error is not None:
-            raise RuntimeError("the async runner failed to start") from self._startup_error
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline():
+            yield line
 
-    def _thread_main(self) -> None:
-        try:
-            trio.run(self._main)
-        except BaseException as exc:  # the loop itself died: record it, calls will see it
-            self._startup_error = exc
-            self._token = None
-            self._started.set()
+    def take_pending(self) -> bytes:
+        """Bytes read from the fd but not returned yet (and forget them)."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
 
-    async def _main(self) -> None:
-        self._stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._token = trio.lowlevel.current_trio_token()
-            self._started.set()
-            await self._stop.wait()
-            nursery.cancel_scope.cancel()
-        self._token = None
 
-    def submit(self, job: Job, *, key: int | None = None) -> None:
-        """Run ``job`` on the loop; with ``key`` it can be cancelled with :meth:`cancel`.
-
-        Thread-safe; returns at once. Raises ``RuntimeError`` if the loop is not running.
-        """
-        self.start()
-        token = self._token
-        if token is None:
-            raise RuntimeError("the async runner has stopped")
-        token.run_sync_soon(self._spawn, job, key)
-
-    def _spawn(self, job: Job, key: int | None) -> None:
-        # The scope is registered here, in submission order, so a cancel that follows the
-        # submit at once still finds it (a scope cancelled before it is entered works).
-        scope = trio.CancelScope()
-        if key is not None:
-            with self._lock:
-                self._scopes[key] = scope
-        self.nursery.start_soon(self._guarded, job, key, scope)
-
-    async def _guarded(self, job: Job, key: int | None, scope: trio.CancelScope) -> None:
-        try:
-            with scope:
-                await job(self.nursery)
-        except Exception:  # one broken job must not take the loop (and every call) down
-            traceback.print_exc(file=sys.stderr)
-        finally:
-            if key is not None:
-                with self._lock:
-                    self._scopes.pop(key, None)
-
-    def cancel(self, key: int) -> None:
-        """Cancel the job submitted with ``key`` (no-op when it already ended). Thread-safe."""
-        token = self._token
-        if token is None:
+async def _lines(stream: trio.lowlevel.FdStream, pending: bytes) -> AsyncIterator[bytes]:
+    buf = bytearray(pending)
+    start = 0
+    while True:
+        end = buf.find(b"\n", start)
+        if end >= 0:
+            yield bytes(buf[start : end + 1])
+            start = end + 1
+            continue
+        del buf[:start]
+        start = 0
+        chunk = await stream.receive_some(READ_CHUNK)
+        if not chunk:
+            if buf:
+                yield bytes(buf)
             return
+        buf += chunk
+
+
+async def serve(app: Sidecar, reader: LineReader) -> None:
+    """Serve the persistent protocol on the current Trio loop until shutdown or EOF."""
+    limiter = trio.CapacityLimiter(app.concurrency)
+    decode = wire.host_decoder.decode
+    stream = trio.lowlevel.FdStream(os.dup(reader.fd))
+    async with trio.open_nursery() as nursery:
         try:
-            token.run_sync_soon(self._cancel_in_loop, key)
-        except trio.RunFinishedError:
-            pass
+            async for line in _lines(stream, reader.take_pending()):
+                try:
+                    msg = decode(line)
+                except msgspec.DecodeError as exc:
+                    app._log("error", f"bad message from host: {exc}")
+                    continue
+                if isinstance(msg, wire.Call):
+                    flag = threading.Event()
+                    with app._answered_lock:
+                        app._pending[msg.id] = flag
+                    spec = app.tools.get(msg.tool)
+                    if spec is not None and spec.is_async:
+                        scope = trio.CancelScope()
+                        app._scopes[msg.id] = scope
+                        nursery.start_soon(_async_call, app, msg, flag, scope, nursery)
+                    else:
+                        nursery.start_soon(_sync_call, app, msg, flag, limiter)
+                elif isinstance(msg, wire.Ping):
+                    nursery.start_soon(_pong, app, msg.id)
+                elif isinstance(msg, wire.Cancel):
+                    app._cancel(msg.id)
+                elif isinstance(msg, wire.Shutdown):
+                    break
+        finally:
+            app._answer_pending("sidecar shutting down")
+            nursery.cancel_scope.cancel()
+            await stream.aclose()
 
-    def _cancel_in_loop(self, key: int) -> None:
-        with self._lock:
-            scope = self._scopes.get(key)
-        if scope is not None:
-            scope.cancel()
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """Cancel every task (calls and long-lived state) and wait for the loop thread to end."""
-        token, stop, thread = self._token, self._stop, self._thread
-        if token is not None and stop is not None:
-            try:
-                token.run_sync_soon(stop.set)
-            except trio.RunFinishedError:
-                pass
-        if thread is not None:
-            thread.join(timeout)
+async def _async_call(
+    app: Sidecar,
+    call: wire.Call,
+    flag: threading.Event,
+    scope: trio.CancelScope,
+    nursery: trio.Nursery,
+) -> None:
+    from sidecars.sdk.app import Context
+
+    try:
+        with scope:
+            ctx = Context(app, call.id, call.deadlineMs, flag)
+            ctx.nursery = nursery
+            result = await app.execute_async(call.tool, call.input, ctx)
+            result.id = call.id
+            with app._answered_lock:
+                if app._pending.pop(call.id, None) is None:
+                    return  # cancelled meanwhile; that answer already went out
+            app._send(result)
+    except Exception:  # one broken call must not take the loop (and every call) down
+        traceback.print_exc(file=sys.stderr)
+    finally:
+        app._scopes.pop(call.id, None)
+
+
+async def _sync_call(
+    app: Sidecar, call: wire.Call, flag: threading.Event, limiter: trio.CapacityLimiter
+) -> None:
+    # A cancel answers at once and sets ``flag``; the thread finishes on its own. At shutdown
+    # the loop does not wait for it.
+    await trio.to_thread.run_sync(
+        app._run_call, call, flag, limiter=limiter, abandon_on_cancel=True
+    )
+
+
+async def _pong(app: Sidecar, ping_id: str) -> None:
+    tools: dict[str, wire.ToolHealth] = {}
+    status: wire.HealthStatus = "healthy"
+    check = app._health
+    if check is not None:
+        try:
+            answer = check(app)
+            if isinstance(answer, Awaitable):
+                answer = await answer
+            tools = answer
+        except Exception as exc:
+            status = "degraded"
+            app._log("error", f"health check raised: {exc!r}")
+    app._send(wire.Pong(id=ping_id, status=status, tools=tools))
 
 
 async def run_with_nursery(fn: Callable[[trio.Nursery], Awaitable[Any]]) -> Any:

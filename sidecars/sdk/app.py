@@ -5,8 +5,8 @@
 # thread pool sized to the advertised concurrency. Every write to the protocol stream goes
 # through one lock. At start the real stdout is moved to a private descriptor and fd 1 is
 # pointed at stderr, so a stray print (or a child process) can never corrupt the protocol.
-# ``async def`` tools run on one Trio event loop in its own thread (``sidecars.sdk.aio``); the
-# main thread hands them over and cancels them there.
+# A sidecar with any ``async def`` tool is served by one Trio loop instead (``sidecars.sdk.aio``):
+# async calls are tasks cancelled through their scope, sync tools still run in threads.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, cast, get_type_hints
 
 import msgspec
 import trio
 
-from sidecars.sdk.aio import AsyncRunner, run_with_nursery
+from sidecars.sdk import aio
+from sidecars.sdk.aio import LineReader, run_with_nursery
 from supervisor.contracts import wire
 
 _json_encode = msgspec.json.Encoder().encode
@@ -177,7 +178,7 @@ class Sidecar:
         self._write_lock = threading.Lock()
         self._answered_lock = threading.Lock()
         self._pending: dict[int, threading.Event] = {}
-        self._runner = AsyncRunner(name)
+        self._scopes: dict[int, trio.CancelScope] = {}  # async calls in flight (aio.serve)
 
     # registration ------------------------------------------------------------------------
 
@@ -229,8 +230,8 @@ class Sidecar:
     def health(self, func: HealthFunc) -> HealthFunc:
         """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy).
 
-        An ``async def`` health check runs on the sidecar's Trio loop; the main thread keeps
-        reading the host meanwhile and the ``pong`` goes out when the check returns.
+        An ``async def`` health check runs as a task of the sidecar's Trio loop, which keeps
+        serving calls meanwhile; the ``pong`` goes out when the check returns.
         """
         self._health = func
         return func
@@ -263,8 +264,8 @@ class Sidecar:
     def run(self) -> None:
         """Serve stdin/stdout until shutdown or EOF; exits the process when done."""
         self._out = _claim_stdout()
-        stdin = sys.stdin.buffer
-        first = stdin.readline()
+        reader = LineReader(sys.stdin.fileno())
+        first = reader.readline()
         if not first.strip():
             return
         try:
@@ -279,7 +280,11 @@ class Sidecar:
                 self._fatal(f"invalid init message: {exc}")
                 return
             self._apply_init(init)
-            self._serve(stdin)
+            self._send(self.ready_message())
+            if self.uses_async:
+                trio.run(aio.serve, self, reader)  # one Trio loop owns the sidecar
+            else:
+                self._serve(reader)
         elif isinstance(raw, dict) and "tool" in raw:
             self._oneshot(raw)
         else:
@@ -292,14 +297,12 @@ class Sidecar:
         self.cwd = init.cwd
         self.sidecar_id = init.sidecar
 
-    def _serve(self, stdin: IO[bytes]) -> None:
-        if self.uses_async:
-            self._runner.start()
-        self._send(self.ready_message())
+    def _serve(self, lines: Iterable[bytes]) -> None:
+        """The threaded loop of sidecars whose tools are all sync (async ones: ``aio.serve``)."""
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="call")
         decode = wire.host_decoder.decode
         try:
-            for line in stdin:
+            for line in lines:
                 try:
                     msg = decode(line)
                 except msgspec.DecodeError as exc:
@@ -309,33 +312,24 @@ class Sidecar:
                     flag = threading.Event()
                     with self._answered_lock:
                         self._pending[msg.id] = flag
-                    spec = self.tools.get(msg.tool)
-                    if spec is not None and spec.is_async:
-                        self._submit_async(msg, flag)
-                    else:
-                        pool.submit(self._run_call, msg, flag)
+                    pool.submit(self._run_call, msg, flag)
                 elif isinstance(msg, wire.Ping):
-                    if inspect.iscoroutinefunction(self._health):
-                        self._runner.submit(self._async_pong_job(msg.id))
-                    else:
-                        self._send(self._pong(msg.id))
+                    self._send(self._pong(msg.id))
                 elif isinstance(msg, wire.Cancel):
                     self._cancel(msg.id)
                 elif isinstance(msg, wire.Shutdown):
                     break
         finally:
-            # Every call is answered exactly once: those still pending end as cancelled.
-            with self._answered_lock:
-                pending, self._pending = self._pending, {}
-            for call_id, flag in pending.items():
-                flag.set()
-                self._send(
-                    wire.Result(
-                        id=call_id, ok=False, code="cancelled", error="sidecar shutting down"
-                    )
-                )
-            self._runner.stop()
+            self._answer_pending("sidecar shutting down")
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _answer_pending(self, why: str) -> None:
+        """Every call is answered exactly once: those still pending end as cancelled."""
+        with self._answered_lock:
+            pending, self._pending = self._pending, {}
+        for call_id, flag in pending.items():
+            flag.set()
+            self._send(wire.Result(id=call_id, ok=False, code="cancelled", error=why))
 
     def _pong(self, ping_id: str) -> wire.Pong:
         tools: dict[str, wire.ToolHealth] = {}
@@ -348,48 +342,16 @@ class Sidecar:
                 self._log("error", f"health check raised: {exc!r}")
         return wire.Pong(id=ping_id, status=status, tools=tools)
 
-    def _async_pong_job(self, ping_id: str) -> Any:
-        check = self._health
-        assert check is not None
-
-        async def job(_nursery: trio.Nursery) -> None:
-            tools: dict[str, wire.ToolHealth] = {}
-            status: wire.HealthStatus = "healthy"
-            try:
-                tools = await cast(Awaitable[HealthMap], check(self))
-            except Exception as exc:
-                status = "degraded"
-                self._log("error", f"health check raised: {exc!r}")
-            self._send(wire.Pong(id=ping_id, status=status, tools=tools))
-
-        return job
-
     def _cancel(self, call_id: int) -> None:
         with self._answered_lock:
             flag = self._pending.pop(call_id, None)
         if flag is None:
             return  # already answered: the host ignores anything later
         flag.set()
-        self._runner.cancel(call_id)  # no-op unless an async call runs under that id
+        scope = self._scopes.pop(call_id, None)  # an async call (then we are on its loop)
+        if scope is not None:
+            scope.cancel()
         self._send(wire.Result(id=call_id, ok=False, code="cancelled", error="call cancelled"))
-
-    def _submit_async(self, call: wire.Call, cancelled: threading.Event) -> None:
-        async def job(nursery: trio.Nursery) -> None:
-            ctx = Context(self, call.id, call.deadlineMs, cancelled)
-            ctx.nursery = nursery
-            result = await self.execute_async(call.tool, call.input, ctx)
-            result.id = call.id
-            with self._answered_lock:
-                if self._pending.pop(call.id, None) is None:
-                    return  # cancelled meanwhile; that answer already went out
-            self._send(result)
-
-        try:
-            self._runner.submit(job, key=call.id)
-        except RuntimeError as exc:
-            with self._answered_lock:
-                self._pending.pop(call.id, None)
-            self._send(wire.Result(id=call.id, ok=False, code="failed", error=str(exc)))
 
     def _run_call(self, call: wire.Call, cancelled: threading.Event) -> None:
         if cancelled.is_set():

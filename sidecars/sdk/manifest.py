@@ -33,6 +33,13 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         "bundled: `toolhost init --add media` registers it with the delegates whose engines are "
         "installed (tesseract-ocr, espeak-ng, pip extra `media`), or set config.providerUrl",
     ),
+    "browser": (
+        "sidecars.browser_cdp",
+        "browser",
+        "bundled: `toolhost init --add browser` registers it as sidecar `browser`"
+        " (python -m sidecars.browser_cdp); it needs a running Chrome/Chromium with"
+        " --remote-debugging-port (config.endpoint, see docs/sidecars/browser.md)",
+    ),
 }
 
 

@@ -1,20 +1,16 @@
-"""``toolhost init --add <family>``: add one opt-in bundled family to the registry.
+"""What ``toolhost init --add web|media`` writes beyond the manifest's ``run`` recipe.
 
-Plain ``toolhost init`` writes the default families only (:data:`DEFAULT_FAMILIES`); the others
-(``web``, ``media``) are added on request, because they need packages or engines the user
-installs. Nothing is imported from the family's code and nothing is installed: for ``media`` the
-bundled delegates are registered only for engines found on this machine (on PATH, or the Python
-package importable), and the skipped ones are reported with what to install.
+The ``web`` and ``media`` families are opt-in (``init.OPT_IN``) because they need packages or
+engines the user installs. Nothing is imported from the family's code and nothing is installed:
+for ``media`` the bundled delegates are registered only for engines found on this machine (on
+PATH, or the Python package importable), and the skipped ones are reported with what to install.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
-from typing import Any
-
-DEFAULT_FAMILIES = ("utility",)
-"""Families plain ``toolhost init`` registers."""
+from typing import Any, TextIO
 
 # tool -> (delegate module, engine probe (kind, name), what to install)
 MEDIA_DELEGATES: dict[str, tuple[str, tuple[str, str], str]] = {
@@ -56,3 +52,10 @@ def family_config(family: str) -> tuple[dict[str, Any], list[str]]:
             "(see docs/sidecars/web.md)"
         ]
     return {}, []
+
+
+def print_notes(families: list[str], out: TextIO) -> None:
+    """Tell the user what ``--add`` registered and what it skipped (and what to install)."""
+    for family in families:
+        for line in family_config(family)[1]:
+            print(line, file=out)

@@ -87,8 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--add",
         action="append",
+        default=[],
         metavar="FAMILY",
-        help="add an opt-in bundled family (web, media) to the registry; repeatable",
+        help="also register an opt-in bundled family (e.g. browser); adds to an existing registry",
     )
     p.set_defaults(func=_lazy("supervisor.cli.init"))
 

@@ -10,7 +10,15 @@ import trio
 
 from tests.conftest import FIXTURES, raw, running_host, script, wait_for
 
-AECHO_TOOLS = ["aecho.say", "aecho.sleep", "aecho.add", "aecho.fail", "aecho.boom", "aecho.sync"]
+AECHO_TOOLS = [
+    "aecho.say",
+    "aecho.sleep",
+    "aecho.add",
+    "aecho.fail",
+    "aecho.boom",
+    "aecho.sync",
+    "aecho.block",
+]
 
 
 def aecho(**extra):
@@ -27,7 +35,7 @@ async def wait_ready(host):
     )
 
 
-async def test_async_tools_share_one_loop_off_the_main_thread(app):
+async def test_async_tools_share_one_loop_and_sync_tools_run_in_threads(app):
     async with running_host(app, {"aecho": aecho()}) as host:
         await wait_ready(host)
         first = await host.invoke("aecho.say", raw({"text": "hi"}))
@@ -35,8 +43,8 @@ async def test_async_tools_share_one_loop_off_the_main_thread(app):
         assert first.status == "success" and first.content == "hi"
         a, b = decode(first), decode(second)
         assert a["pid"] == b["pid"] and a["token"] == b["token"]
-        assert a["main"] is False and a["thread"].endswith("-trio")
-        # The sync tool still runs on the SDK's call threads, not the main one.
+        assert a["main"] is True  # the sidecar's main loop is the Trio loop
+        # A sync tool next to them runs in a worker thread, so it cannot block the loop.
         env = await host.invoke("aecho.sync", raw({"text": "plain"}))
         assert env.status == "success" and decode(env) == {"text": "plain", "main": False}
 
@@ -111,6 +119,25 @@ async def test_cancel_is_a_real_trio_cancellation(app, tmp_path):
         # Same worker, still serving async and sync calls.
         env = await host.invoke("aecho.say", raw({"text": "after"}))
         assert env.status == "success" and env.meta.pid == pid
+        assert (await host.invoke("aecho.sync", raw({"text": "x"}))).status == "success"
+
+
+async def test_blocking_sync_tool_does_not_stall_async_ones_and_cancels(app):
+    async with running_host(app, {"aecho": aecho()}) as host:
+        await wait_ready(host)
+        out = {}
+
+        async def blocked():
+            out["env"] = await host.invoke("aecho.block", raw({}), call_key="b")
+
+        async with trio.open_nursery() as n:
+            n.start_soon(blocked)
+            # The loop keeps serving async calls while a thread is stuck in the sync tool.
+            for _ in range(5):
+                env = await host.invoke("aecho.say", raw({"text": "meanwhile"}))
+                assert env.status == "success"
+            await wait_for(host, lambda: host.cancel("b"))
+        assert out["env"].status == "failed" and out["env"].error.code == "cancelled"
         assert (await host.invoke("aecho.sync", raw({"text": "x"}))).status == "success"
 
 
