@@ -49,7 +49,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:  # socket.gaierror: becomes httpx.ConnectError upstream
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from None
         addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         if not addresses:
             raise httpcore.ConnectError(f"{host} did not resolve")

@@ -109,6 +109,12 @@ def test_redirect_loop_and_bad_scheme_are_refused(base: str) -> None:
     refused("web.fetch", {"url": "not a url"}, "bad-scheme", code="invalid-input")
 
 
+def test_unresolvable_host_is_a_structured_failure(base: str) -> None:
+    result = run("web.fetch", {"url": "http://no-such-host.invalid/"}, deadline_ms=3000)
+    assert result.code == "failed", (result.code, result.error)
+    assert (result.details or {}).get("reason") in ("connect-error", "timeout"), result.details
+
+
 def test_slow_endpoint_past_the_deadline(base: str) -> None:
     t0 = time.monotonic()
     result = run("web.fetch", {"url": f"{base}/slow"}, deadline_ms=800)
