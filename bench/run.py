@@ -89,6 +89,9 @@ SIDECAR_ENTRIES: dict[str, dict[str, Any]] = {
     "echo": echo_sidecar("bench.echo"),
     "tp1": echo_sidecar("bench.echo.tp1", concurrency=THROUGHPUT_CONCURRENCY),
     "tp2": echo_sidecar("bench.echo.tp2", workers=2, concurrency=THROUGHPUT_CONCURRENCY),
+    # The SDK default: workers of concurrency 1 (what most real sidecars are).
+    "c1w1": echo_sidecar("bench.echo.c1w1"),
+    "c1w2": echo_sidecar("bench.echo.c1w2", workers=2),
     "oneshot": {
         "command": "python",
         "args": [str(ECHO)],
@@ -126,7 +129,7 @@ SIDECAR_ENTRIES: dict[str, dict[str, Any]] = {
 SCENARIO_SIDECARS: dict[str, list[str]] = {
     "floors": [],
     "e2e": ["echo"],
-    "throughput": ["tp1", "tp2"],
+    "throughput": ["tp1", "tp2", "c1w1", "c1w2"],
     "foreign": ["echo", "oneshot", "simple", "mcp"],
     "payload": ["echo"],
     "cold_start": [],

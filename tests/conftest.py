@@ -153,3 +153,20 @@ async def bystander(host):
             stop.set()
     assert outcomes, "the bystander never ran"
     assert set(outcomes) == {"success"}, outcomes
+
+
+def ready_pids(host: Any, sidecar: str) -> list[int]:
+    """Pids of the sidecar's ready workers."""
+    pool = host.pools.get(sidecar)
+    return [w.pid for w in pool.workers if w.state == "ready"] if pool else []
+
+
+async def wait_replaced(host: Any, sidecar: str, old_pid: int | None, timeout: float = 20) -> int:
+    """Wait until a ready worker other than ``old_pid`` serves ``sidecar``; return its pid.
+
+    A crash no longer makes a tool unavailable (the restart window of PROTOCOL 4), so tests that
+    need the replacement wait for it here rather than for availability.
+    """
+    return await wait_for(
+        host, lambda: next((p for p in ready_pids(host, sidecar) if p != old_pid), None), timeout
+    )

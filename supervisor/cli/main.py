@@ -103,6 +103,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--content", action="store_true", help="print only the content text")
     p.set_defaults(func=_lazy("supervisor.cli.ops", "invoke"))
 
+    p = sub.add_parser("state", help="durable sidecar state: list, get, delete")
+    st = p.add_subparsers(dest="state_command", metavar="ACTION", required=True)
+    q = st.add_parser("list", help="stores and their key counts (keys too, with NAME)")
+    add_location_args(q)
+    q.add_argument("name", nargs="?", help="a store name")
+    for action in ("get", "delete"):
+        q = st.add_parser(action, help=f"{action} one key")
+        add_location_args(q)
+        q.add_argument("name", help="the store name (as declared)")
+        q.add_argument("key")
+        q.add_argument(
+            "--scope",
+            default="shared:",
+            help="shared:<scopeId> (default: shared:) or session:<session id>",
+        )
+    p.set_defaults(func=_lazy("supervisor.cli.stores", "state"))
+
+    p = sub.add_parser("vault", help="secrets for sidecars: set (value from stdin), list, delete")
+    vt = p.add_subparsers(dest="vault_command", metavar="ACTION", required=True)
+    q = vt.add_parser("set", help="store KEY; the value is read from stdin, never argv")
+    add_location_args(q)
+    q.add_argument("key")
+    q.add_argument("--scope", choices=("shared", "profile"), default="shared")
+    q = vt.add_parser("list", help="keys only, never values")
+    add_location_args(q)
+    q = vt.add_parser("delete", help="remove KEY")
+    add_location_args(q)
+    q.add_argument("key")
+    q.add_argument("--scope", choices=("shared", "profile"), default=None)
+    p.set_defaults(func=_lazy("supervisor.cli.stores", "vault"))
+
     p = sub.add_parser("pkg", help="external tool packages: stage, apply, rollback, status")
     pkg = p.add_subparsers(dest="pkg_command", metavar="ACTION")
     q = pkg.add_parser("stage", help="verify a package (folder or .tar.gz) and stage it")

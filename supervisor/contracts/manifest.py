@@ -7,7 +7,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct
 
-from supervisor.contracts.registry import PositiveInt, SandboxValue, ToolName
+from supervisor.contracts.registry import PositiveInt, SandboxValue, StateDecl, ToolName
 
 Permission = Literal["read", "write", "execute", "network", "message", "computer"]
 
@@ -35,6 +35,8 @@ class ToolManifest(Struct, forbid_unknown_fields=True, rename="camel", kw_only=T
     timeout_ms: PositiveInt | None = None
     retry: RetryConfig | None = None
     requires: list[ToolName] = msgspec.field(default_factory=list)
+    state: list[StateDecl] = msgspec.field(default_factory=list)
+    """Named stores this tool may use through ``state.*`` (PROTOCOL 3.5)."""
 
 
 class RunRecipe(Struct, forbid_unknown_fields=True, kw_only=True):

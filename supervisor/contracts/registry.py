@@ -134,6 +134,26 @@ class LimitsConfig(_Config):
     """``RLIMIT_CPU`` of a long-lived worker over its whole life (SIGXCPU, then it is replaced)."""
 
 
+StateScope = Literal["session", "shared"]
+VaultScope = Literal["profile", "shared"]
+
+
+class StateDecl(_Config):
+    """A named store a sidecar may use through ``state.*`` (PROTOCOL 3.5)."""
+
+    name: Annotated[str, Meta(min_length=1, max_length=128)]
+    key_prefix: str = ""
+    scope: StateScope = "shared"
+    scope_id: str | None = None
+
+
+class VaultDecl(_Config):
+    """A secret a sidecar may fetch with ``vault.get`` (PROTOCOL 3.5)."""
+
+    key: Annotated[str, Meta(min_length=1, max_length=256)]
+    scopes: list[VaultScope] = msgspec.field(default_factory=lambda: ["shared"])
+
+
 class SidecarConfig(_Config):
     """One entry of ``sidecars``."""
 
@@ -159,6 +179,8 @@ class SidecarConfig(_Config):
     quota: QuotaConfig = msgspec.field(default_factory=QuotaConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     sandbox: SandboxValue | dict[str, SandboxValue] | None = None
+    state: list[StateDecl] = msgspec.field(default_factory=list)
+    vault: list[VaultDecl] = msgspec.field(default_factory=list)
 
 
 class AutodiscoverConfig(_Config):

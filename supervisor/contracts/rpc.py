@@ -93,6 +93,8 @@ class InvokeParams(Struct, kw_only=True):
     timeoutMs: int | None = None
     approval: Approval | None = None
     stream: bool = False
+    session: str | None = None
+    """The kernel's session: the scope of ``session`` state (PROTOCOL 3.5)."""
 
 
 class CancelParams(Struct, kw_only=True):

@@ -12,7 +12,7 @@ ManifestState = Literal["valid", "invalid"]
 PathState = Literal["resolved", "unresolved", "outside-root-denied"]
 VersionState = Literal["compatible", "incompatible", "unknown"]
 ProbeState = Literal["healthy", "degraded", "unavailable", "skipped"]
-RuntimeState = Literal["ready", "failed", "timed-out", "schema-error"]
+RuntimeState = Literal["starting", "ready", "failed", "timed-out", "schema-error"]
 SandboxState = Literal["allowed", "approval-required", "denied", "quota-limited"]
 UpgradeField = Literal["idle", "staged", "applying", "rollback-required", "failed"]
 Effective = Literal["available", "degraded", "unavailable", "disabled"]
@@ -58,6 +58,8 @@ class StabilityDetails(Struct, frozen=True, kw_only=True, omit_defaults=True):
     lastExitReason: str | None = None
     stderrTail: str | None = None
     nextRestartMs: float | None = None
+    restarting: bool = False
+    """A replacement worker is starting inside the restart intensity (runtime stays ready)."""
     retryAfterMs: int | None = None
     protocolError: str | None = None
     install: str | None = None

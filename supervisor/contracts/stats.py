@@ -69,9 +69,11 @@ class WorkerStats(Struct, kw_only=True):
 
 class SidecarStats(CallCounts, kw_only=True):
     attempts: int = 0
-    """Calls dispatched to the pool (retries included)."""
+    """Attempts handed to a worker (retries included)."""
     retries: int = 0
     overloaded: int = 0
+    hostRequests: int = 0
+    """Host-service requests (PROTOCOL 3.5) its workers made."""
     starts: int = 0
     cpuSeconds: float = 0.0
     """CPU of every worker process (and its children) since the host started, sampled."""

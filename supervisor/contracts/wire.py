@@ -54,7 +54,22 @@ class Shutdown(_Msg, tag="shutdown", kw_only=True):
     pass
 
 
-HostMessage = Init | Call | Cancel | Ping | Shutdown
+class ServiceError(Struct, kw_only=True, omit_defaults=True):
+    """The error of a host-service ``response`` (PROTOCOL 3.5)."""
+
+    code: str
+    message: str
+
+
+class Response(_Msg, tag="response", kw_only=True):
+    """The host's answer to a worker's ``request`` (exactly one of ``result``/``error``)."""
+
+    id: str | int | None = None
+    result: Raw | None = None
+    error: ServiceError | None = None
+
+
+HostMessage = Init | Call | Cancel | Ping | Shutdown | Response
 
 
 # worker -> host
@@ -111,7 +126,20 @@ class Log(_Msg, tag="log", kw_only=True):
     message: str = ""
 
 
-WorkerMessage = Ready | Result | Progress | Pong | Log
+class Request(_Msg, tag="request", kw_only=True):
+    """A worker asks the host for a service while one of its calls is in flight (PROTOCOL 3.5).
+
+    Every field is optional here so that a malformed request reaches the host's services (which
+    answer ``invalid-request``) instead of breaking the protocol.
+    """
+
+    id: str | int | None = None
+    callId: int | None = None
+    method: str | None = None
+    params: Raw = msgspec.field(default_factory=lambda: EMPTY_OBJECT)
+
+
+WorkerMessage = Ready | Result | Progress | Pong | Log | Request
 
 RESULT_CODES: frozenset[str] = frozenset(
     ("failed", "unavailable", "unsupported", "invalid-input", "cancelled")

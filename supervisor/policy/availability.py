@@ -40,7 +40,7 @@ class Facts(Struct, frozen=True, kw_only=True):
 
 
 HIDING_UPGRADES = frozenset(("applying", "rollback-required", "failed"))
-FAILED_RUNTIMES = frozenset(("failed", "timed-out", "schema-error"))
+FAILED_RUNTIMES = frozenset(("starting", "failed", "timed-out", "schema-error"))
 
 
 def effective(f: Facts) -> Effective:
@@ -105,6 +105,11 @@ _GENERIC: dict[tuple[str, str], tuple[str, str, str]] = {
         "probe-degraded",
         "the sidecar's health probe reports this tool degraded",
         "run `toolhost doctor` for the sidecar's reason",
+    ),
+    ("runtime", "starting"): (
+        "starting",
+        "the sidecar is starting: no worker has sent ready yet",
+        "wait a moment; `toolhost status` shows its progress",
     ),
     ("runtime", "failed"): (
         "runtime-failed",

@@ -1,16 +1,18 @@
 """Per-tool retry (PROTOCOL 2): ``retry = {maxAttempts, backoffMs}`` from the tool's manifest.
 
 Pure. A retry happens only for a ``readOnly`` tool (running it twice cannot do harm twice) and
-only when the attempt failed because the worker died (``worker-crashed``) or did not answer in
-time (``timeout``): every other failure is the tool's real answer. Each attempt gets the full
-per-call deadline; attempts are ``backoffMs`` apart.
+only when the attempt failed because the worker died (``worker-crashed``): every other failure
+is the tool's real answer. A call has one deadline, from the moment the host accepted it, that
+covers its queue wait, every attempt and the ``backoffMs`` between them, so an attempt that ran
+out of time (``timeout``) leaves nothing for another, and a retry that could not start before
+the deadline is not tried.
 """
 
 from __future__ import annotations
 
 from supervisor.contracts.manifest import ToolManifest
 
-RETRYABLE_CODES = frozenset(("worker-crashed", "timeout"))
+RETRYABLE_CODES = frozenset(("worker-crashed",))
 
 
 def max_attempts(manifest: ToolManifest | None) -> int:

@@ -72,6 +72,10 @@ class ProcessJsonConnection:
         ping_id = f"p{self._ping_seq}"
         return ping_id, _encode(wire.Ping(id=ping_id)) + b"\n"
 
+    def respond(self, response: wire.Response) -> bytes:
+        """The line answering a worker's ``request``."""
+        return _encode(response) + b"\n"
+
     def shutdown(self) -> bytes:
         self.state = "closed" if self.state != "error" else "error"
         return _encode(wire.Shutdown()) + b"\n"
@@ -143,4 +147,8 @@ class ProcessJsonConnection:
                 return True
             case wire.Log():
                 return True
+            case wire.Request():
+                if self.state != "ready":
+                    raise ProtocolError("request before ready")
+                return True  # whether it names a call in flight is the host services' check
         raise ProtocolError(f"unexpected message {type(msg).__name__}")  # pragma: no cover

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from supervisor.contracts.facts import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
 from supervisor.contracts.snapshot import (
     Annotations,
     Descriptor,
@@ -22,47 +23,12 @@ from supervisor.contracts.snapshot import (
     StabilityDetails,
     UpgradeField,
 )
-from supervisor.contracts.wire import ToolInfo
 from supervisor.policy.availability import Facts, assess
 from supervisor.registry.load import is_builtin
 from supervisor.registry.plan import Plan, ToolPlan, sandbox_for
 
 STATIC_FIELDS = ("discovery", "manifest", "path", "version", "upgrade")
-
-
-class ToolRuntime(msgspec.Struct, frozen=True, kw_only=True):
-    state: RuntimeState
-    reason: Reason | None = None
-
-
-class ToolProbe(msgspec.Struct, frozen=True, kw_only=True):
-    state: ProbeState
-    reason: Reason | None = None
-
-
-class SidecarFacts(msgspec.Struct, frozen=True, kw_only=True):
-    """What a pool knows about its sidecar now."""
-
-    runtime: RuntimeState = "failed"
-    runtime_reason: Reason | None = None
-    probe: ProbeState = "skipped"
-    probe_reason: Reason | None = None
-    tool_runtime: dict[str, ToolRuntime] = msgspec.field(default_factory=dict)
-    tool_probe: dict[str, ToolProbe] = msgspec.field(default_factory=dict)
-    announced: dict[str, ToolInfo] | None = None
-    """Tools the sidecar said it serves (None: it has not said yet)."""
-    details: StabilityDetails = msgspec.field(default_factory=StabilityDetails)
-
-
-NOT_STARTED = SidecarFacts(
-    runtime="failed",
-    runtime_reason=Reason(
-        field="runtime",
-        code="starting",
-        message="the sidecar is starting: no worker has sent ready yet",
-        hint="wait a moment; `toolhost status` shows its progress",
-    ),
-)
+__all__ = ["NOT_STARTED", "Catalog", "SidecarFacts", "ToolProbe", "ToolRuntime"]
 
 
 class Catalog:
@@ -211,9 +177,11 @@ class Catalog:
 
     def _update_one(self, name: str, changed: list[Descriptor]) -> None:
         new = self._describe(name)
-        if self._descriptors.get(name) != new:
+        old = self._descriptors.get(name)
+        if old != new:
             self._descriptors[name] = new
-            changed.append(new)
+            if old is None or not _same_but_details(old, new):
+                changed.append(new)
         if new.annotations.requires:
             self._dependents.add(name)
         else:
@@ -379,3 +347,15 @@ class Catalog:
     def _is_visible(self, name: str) -> bool:
         d = self._descriptors.get(name)
         return bool(d and d.visible)
+
+
+def _same_but_details(old: Descriptor, new: Descriptor) -> bool:
+    """Whether two descriptors differ only in ``stability.details`` (restart counts, exit codes,
+    the restart window): live facts that ``catalog.get`` shows but that move no revision and send
+    no ``catalog.changed``, so a crash inside the restart intensity does not make the model's
+    tool list flap (PROTOCOL 4)."""
+    if old.stability.details == new.stability.details:
+        return False
+    return old == msgspec.structs.replace(
+        new, stability=msgspec.structs.replace(new.stability, details=old.stability.details)
+    )

@@ -38,6 +38,7 @@ class Counts:
     """Outcome counters and a latency histogram (mutable, for the call path)."""
 
     __slots__ = (
+        "attempts",
         "bytes_in",
         "bytes_out",
         "calls",
@@ -47,8 +48,10 @@ class Counts:
         "cpu_sampled",
         "failed",
         "latency",
+        "overloaded",
         "quota_exceeded",
         "quota_limited",
+        "retries",
         "success",
         "timeouts",
         "unavailable",
@@ -58,12 +61,18 @@ class Counts:
         self.calls = self.success = self.failed = self.unavailable = 0
         self.timeouts = self.cancels = self.quota_limited = self.quota_exceeded = 0
         self.bytes_in = self.bytes_out = 0
+        self.attempts = self.retries = self.overloaded = 0
         self.cpu_reported = self.cpu_sampled = 0.0
         self.cpu_reported_calls = 0
         self.latency = Histogram()
 
-    def add(self, status: str, code: str | None, bytes_in: int, bytes_out: int) -> None:
+    def add(
+        self, status: str, code: str | None, bytes_in: int, bytes_out: int, attempts: int
+    ) -> None:
         self.calls += 1
+        self.attempts += attempts
+        if attempts > 1:
+            self.retries += attempts - 1
         if status == "success":
             self.success += 1
         elif status == "failed":
@@ -78,6 +87,8 @@ class Counts:
             self.unavailable += 1
             if code == "quota-limited":
                 self.quota_limited += 1
+            elif code == "overloaded":
+                self.overloaded += 1
         self.bytes_in += bytes_in
         self.bytes_out += bytes_out
 
@@ -138,6 +149,8 @@ class Accounting:
         self.sidecars: dict[str, Counts] = {}
         self.workers: dict[Worker, WorkerUsage] = {}
         self.usage: dict[str, SidecarUsage] = {}
+        self.requests: Counter[str] = Counter()
+        """Host-service requests by sidecar (PROTOCOL 3.5)."""
         self.samples = 0
         self.host_rss = 0
         self.host_cpu = 0.0
@@ -157,13 +170,13 @@ class Accounting:
         error = env.error
         code = error.code if error is not None else None
         meta = env.meta
-        counts.add(env.status, code, bytes_in, out)
+        counts.add(env.status, code, bytes_in, out, meta.attempts)
         side = None
         if sidecar is not None:
             side = self.sidecars.get(sidecar)
             if side is None:
                 side = self.sidecars[sidecar] = Counts()
-            side.add(env.status, code, bytes_in, out)
+            side.add(env.status, code, bytes_in, out, meta.attempts)
         if meta.attempts:
             ms = meta.durationMs
             counts.latency.record(ms)
@@ -172,6 +185,10 @@ class Accounting:
         if meta.cpuMs is not None:
             counts.cpu_reported += meta.cpuMs / 1000.0
             counts.cpu_reported_calls += 1
+
+    def count_request(self, sidecar: str) -> None:
+        """Count one host-service request of a sidecar's worker."""
+        self.requests[sidecar] += 1
 
     # the sampler's side ------------------------------------------------------------------
 
@@ -218,6 +235,9 @@ class Accounting:
             counts = self.sidecars.get(sid)
             if counts is not None:
                 counts.fill(st)
+                st.attempts, st.retries = counts.attempts, counts.retries
+                st.overloaded = counts.overloaded
+            st.hostRequests = self.requests.get(sid, 0)
             usage = self.usage.get(sid)
             if usage is not None:
                 st.cpuSeconds = round(usage.cpu, 3)
@@ -225,12 +245,10 @@ class Accounting:
                 st.limitActions = dict(usage.limit_actions)
             pool = pools.get(sid)
             if pool is not None:
-                st.attempts = pool.stats.calls
-                st.retries, st.overloaded = pool.stats.retries, pool.stats.overloaded
-                st.starts = pool.stats.starts
+                st.starts = pool.starts
                 st.restarts = pool.restart_state.total
                 st.exits = dict(pool.exits)
-                st.workers, st.queued = len(pool.workers), len(pool.waiters)
+                st.workers, st.queued = len(pool.workers), pool.queued
                 st.workerStats = [self._worker(w, now) for w in pool.workers]
             if quotas is not None:
                 st.quota = quotas.usage(f"sidecar:{sid}")

@@ -50,6 +50,22 @@ class AuditRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     pid: int | None = None
     attempts: int = 1
     approval: AuditApproval | None = None
+    callId: int | None = None
+    via: str | None = None
+    """``<parent tool>#<callId>`` on a child call made by a composite tool (PROTOCOL 3.5)."""
+    children: list[str] | None = None
+    """``<tool>#<callId>`` of every child call this call made."""
+    requests: int = 0
+    """Host-service requests the call's worker made for it."""
+
+
+class AuditLinks(msgspec.Struct, kw_only=True):
+    """What links a call to others (only composite calls and their children have them)."""
+
+    call_id: int
+    via: str | None = None
+    children: list[str] | None = None
+    requests: int = 0
 
 
 class _Pending(msgspec.Struct):
@@ -64,6 +80,7 @@ class _Pending(msgspec.Struct):
     pid: int | None
     attempts: int
     approval: AuditApproval | None
+    links: AuditLinks | None
 
 
 class AuditLog:
@@ -102,6 +119,7 @@ class AuditLog:
         pid: int | None,
         attempts: int,
         approval: AuditApproval | None,
+        links: AuditLinks | None = None,
     ) -> None:
         """Queue one record (cheap; called on the invoke path)."""
         self._queue.append(
@@ -117,6 +135,7 @@ class AuditLog:
                 pid,
                 attempts,
                 approval,
+                links,
             )
         )
         if len(self._queue) == 1 or len(self._queue) >= FLUSH_BATCH:
@@ -178,6 +197,10 @@ class AuditLog:
             attempts=p.attempts,
             approval=p.approval,
         )
+        links = p.links
+        if links is not None:
+            rec.callId, rec.via, rec.children = links.call_id, links.via, links.children
+            rec.requests = links.requests
         return self._encoder.encode(rec) + b"\n"
 
     def _timestamp(self, when: float) -> str:

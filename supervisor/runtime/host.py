@@ -1,9 +1,8 @@
 """The host: registry -> plan -> catalog, one pool per runnable sidecar, and the invoke path.
 
 # Strategy: the host owns the nursery every pool runs in and the catalog every fact flows into.
-# ``invoke`` is the one door to a sidecar: unknown tool, invisible tool, policy refusal are
-# answered here without touching a worker; everything else goes to the sidecar's pool and comes
-# back through the result funnel as exactly one envelope.
+# Calls go through the :class:`~supervisor.runtime.invoke.Invoker`, built from the narrow parts
+# it needs (catalog, pools, quotas, accounting, audit); the host only owns their lives.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import trio
 import supervisor
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.registry import SidecarConfig
 from supervisor.contracts.rpc import (
     Approval,
@@ -32,7 +32,6 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.contracts.stats import StatsResult
-from supervisor.policy import results
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
@@ -46,6 +45,7 @@ from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
 from supervisor.runtime.safeguards import Safeguards
+from supervisor.runtime.services import HostServices
 from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
 
@@ -111,7 +111,6 @@ class Host:
         self._stopped = trio.Event()
         self._reload_lock = trio.Lock()
         self._subscribers: set[trio.MemorySendChannel[CatalogChanged | None]] = set()
-        self.invoker = Invoker(self)
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
         self.endpoints: dict[str, str] = {}
@@ -120,6 +119,19 @@ class Host:
         self.upgrades = Upgrades(self)
         self.safeguards = Safeguards(self.catalog, self._changed, lambda: self.pools)
         self.quotas = self.safeguards.quotas
+        self.invoker = Invoker(self.catalog, self.pools, self.quotas, self.safeguards.record)
+        self.services = HostServices(
+            self.invoker,
+            self.app_root,
+            sidecar_config=self._running_config,
+            manifest=self._manifest_of,
+            count_request=self.safeguards.accounting.count_request,
+        )
+
+    @property
+    def registry_path(self) -> str | None:
+        """The registry file the options name (None: ``<appRoot>/tools/external.tools.jsonc``)."""
+        return self.options.registry_path
 
     # loading -----------------------------------------------------------------------------
 
@@ -166,12 +178,14 @@ class Host:
                 max_bytes=hcfg.audit_max_bytes,
                 keep=hcfg.audit_keep,
             )
+            self.invoker.audit = self.audit
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if self.audit is not None:
                     await nursery.start(self.audit.run)
-                nursery.start_soon(self.invoker.deadlines.run)
+                await nursery.start(self.invoker.run_timers)
+                await nursery.start(self.services.run)
                 await self.safeguards.start(nursery)
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
@@ -181,6 +195,7 @@ class Host:
                 async with trio.open_nursery() as stopping:
                     for pool in list(self.pools.values()):
                         stopping.start_soon(pool.stop)
+                self.invoker.shutdown()
                 nursery.cancel_scope.cancel()
         finally:
             for ch in list(self._subscribers):
@@ -306,9 +321,22 @@ class Host:
             notify=self._notify,
             guard=self.safeguards.guard,
         )
+        pool.services = self.services
+        pool.redact = self.services.redactor.text
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)
+
+    def _running_config(self, sidecar: str) -> SidecarConfig | None:
+        pool = self.pools.get(sidecar)
+        if pool is not None:
+            return pool.config
+        sp = self.plan.sidecars.get(sidecar)
+        return sp.config if sp is not None else None
+
+    def _manifest_of(self, tool: str) -> ToolManifest | None:
+        tp = self.catalog.tool_plan(tool)
+        return tp.manifest if tp is not None else None
 
     def launch_spec(self, sp: SidecarPlan) -> LaunchSpec:
         """The spawn recipe for one worker of ``sp``."""
@@ -501,8 +529,10 @@ class Host:
         on_progress: ProgressSink | None = None,
         call_key: Any = None,
         client: str = "",
+        session: str | None = None,
     ) -> Envelope:
-        """Run one tool call to exactly one envelope.
+        """Run one tool call to exactly one envelope (in-process callers; the server uses
+        :meth:`start_invoke`). Cancelling the caller cancels the call.
 
         Args:
             tool: Tool name.
@@ -513,22 +543,31 @@ class Host:
             call_key: Key under which :meth:`cancel` can find this call.
             client: Who asked (for the audit log).
         """
-        t0 = trio.current_time()
-        inv = self.invoker
+        done = trio.Event()
+        box: list[Envelope] = []
+
+        def on_done(env: Envelope) -> None:
+            box.append(env)
+            done.set()
+
+        key = call_key if call_key is not None else object()
+        self.start_invoke(
+            tool,
+            input_raw,
+            timeout_ms=timeout_ms,
+            approval=approval,
+            on_progress=on_progress,
+            call_key=key,
+            client=client,
+            on_done=on_done,
+            session=session,
+        )
         try:
-            prep = inv.prepare(tool, timeout_ms, approval)
-            if isinstance(prep, Envelope):
-                env = prep
-            else:
-                env = await inv.run(prep, input_raw, on_progress=on_progress, call_key=call_key)
+            await done.wait()
         except trio.Cancelled:
-            # The client went away mid-call: the call was abandoned; the audit still says so.
-            gone = results.failed(tool, "cancelled", "client disconnected")
-            gone.meta.durationMs = round((trio.current_time() - t0) * 1000.0, 3)
-            inv.record(client, tool, input_raw, gone, approval)
+            self.invoker.cancel(key, "client disconnected")
             raise
-        inv.record(client, tool, input_raw, env, approval)
-        return env
+        return box[0]
 
     def start_invoke(
         self,
@@ -541,11 +580,11 @@ class Host:
         call_key: Any,
         client: str,
         on_done: Callable[[Envelope], None],
-    ) -> bool:
-        """Start a call without an awaiting task when a worker has room now (the direct gear,
-        see :mod:`supervisor.runtime.invoke`); ``on_done`` gets the envelope. Returns False
-        when the call needs :meth:`invoke` instead (nothing was done)."""
-        return self.invoker.start(
+        session: str | None = None,
+    ) -> None:
+        """Start one tool call without awaiting it; ``on_done`` gets its one envelope (see
+        :mod:`supervisor.runtime.invoke`)."""
+        self.invoker.start(
             tool,
             input_raw,
             timeout_ms=timeout_ms,
@@ -554,6 +593,7 @@ class Host:
             call_key=call_key,
             client=client,
             on_done=on_done,
+            session=session,
         )
 
     def resolve_name(self, name: str) -> str:

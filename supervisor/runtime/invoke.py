@@ -1,403 +1,207 @@
-"""The invoke path: one door to every sidecar, in two gears.
+"""The invoke path: the gate, then one :class:`~supervisor.runtime.calls.Call` per call.
 
-# Strategy: :meth:`Invoker.prepare` answers everything that needs no worker (unknown tool,
-# invisible, policy, approval) and works out the deadline. Then:
-#
-# - the *direct* gear (:meth:`Invoker.start`) runs when a worker has room right now and nothing
-#   needs an awaiting task (no queue, no retry): the call line is written on the caller's task
-#   and the answer is turned into an envelope inside the worker's reader task, through a
-#   callback. No task is woken between the client's frame and the sidecar, none between the
-#   sidecar's answer and the client: two scheduler ticks per call instead of four. Deadlines
-#   are kept by one :class:`DeadlineQueue` task (a FIFO per timeout value, since calls with the
-#   same timeout expire in the order they started), not a cancel scope per call.
-# - the *awaiting* gear (:meth:`Invoker.run`) handles the rest: waiting for a free worker,
-#   retries, and every worker kind without a direct start (oneshot, simple-json, MCP).
-#
-# Both end in :meth:`Invoker.conclude` (the result funnel) and :meth:`Invoker.record` (audit and
-# accounting), so what a caller sees does not depend on the gear.
+# Strategy: :meth:`Invoker.start` answers at once what needs no worker (unknown tool, invisible,
+# policy, approval, quota), then builds a Call and hands it to the sidecar's pool; the caller's
+# ``on_done`` gets the one envelope, from whichever tick ends the call (the worker's answer, the
+# deadline timer, a cancel, a refusal). No task is spawned or woken per call: a call crosses two
+# scheduler ticks (the client's frame, the sidecar's answer) when a worker has room, and waits as
+# a queue entry when none has. The invoker is built from the narrow parts it needs (catalog,
+# pools, quotas, accounting, audit), not from the host.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 import trio
 
 from supervisor.contracts.envelope import Envelope
-from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.rpc import Approval
-from supervisor.contracts.snapshot import Descriptor
-from supervisor.policy import gate, results, retry
+from supervisor.policy import gate, results
+from supervisor.registry.catalog import Catalog
 from supervisor.runtime import limits
-from supervisor.runtime.audit import AuditApproval
-from supervisor.runtime.quotas import refusal_envelope
-from supervisor.runtime.worker import CallOutcome, CallSlot, LineWorker, ProgressSink
+from supervisor.runtime.audit import AuditApproval, AuditLinks, AuditLog
+from supervisor.runtime.calls import Call, CallEngine, EnvelopeSink, ProgressSink
+from supervisor.runtime.pool import Pool
+from supervisor.runtime.quotas import Quotas, refusal_envelope
+from supervisor.runtime.timers import Timers
 
-if TYPE_CHECKING:
-    from supervisor.runtime.host import Host
-    from supervisor.runtime.pool import Pool
-
-EnvelopeSink = Callable[[Envelope], None]
-
-
-class Prepared:
-    """A call that passed the gate: where it goes and until when it may run."""
-
-    __slots__ = ("desc", "manifest", "pool", "t0", "timeout", "tool")
-
-    def __init__(
-        self,
-        tool: str,
-        desc: Descriptor,
-        pool: Pool,
-        timeout: int,
-        manifest: ToolManifest | None,
-        t0: float,
-    ) -> None:
-        self.tool = tool
-        self.desc = desc
-        self.pool = pool
-        self.timeout = timeout
-        self.manifest = manifest
-        self.t0 = t0
-
-
-class CallHandle:
-    """How ``tools.cancel`` reaches an awaiting call: the current attempt's scope, and a flag
-    telling an explicit cancel from a deadline expiry."""
-
-    __slots__ = ("cancelled", "scope")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self.scope: trio.CancelScope | None = None
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self.scope is not None:
-            self.scope.cancel()
-
-    def waiting(self) -> trio.CancelScope:
-        """A scope for the pause between retries that :meth:`cancel` also reaches."""
-        self.scope = trio.CancelScope()
-        return self.scope
-
-
-class _Expiring(deque["DirectCall"]):
-    """Direct calls sharing one timeout, oldest first (so deadlines are in order)."""
-
-    live = 0
-
-
-class DeadlineQueue:
-    """Expires direct calls at their deadlines from one task."""
-
-    def __init__(self) -> None:
-        self._queues: dict[int, _Expiring] = {}
-        self._wake = trio.Event()
-        self._until = math.inf
-
-    def add(self, call: DirectCall) -> None:
-        q = self._queues.get(call.prep.timeout)
-        if q is None:
-            q = self._queues[call.prep.timeout] = _Expiring()
-        while q and q[0].finished:
-            q.popleft()
-        q.append(call)
-        q.live += 1
-        call.queue = q
-        if len(q) > 4 * q.live + 64:  # a long call holds finished ones behind it: compact
-            live = [c for c in q if not c.finished]
-            q.clear()
-            q.extend(live)
-        if call.deadline < self._until:
-            self._wake.set()
-
-    async def run(self) -> None:
-        while True:
-            now = trio.current_time()
-            earliest = math.inf
-            for q in list(self._queues.values()):
-                while q and (q[0].finished or q[0].deadline <= now):
-                    call = q.popleft()
-                    if not call.finished:
-                        call.expire()
-                if q:
-                    earliest = min(earliest, q[0].deadline)
-            self._until = earliest
-            self._wake = trio.Event()
-            with trio.move_on_at(earliest):
-                await self._wake.wait()
-
-
-class DirectCall:
-    """A call of the direct gear: started on the caller's task, finished by callbacks."""
-
-    __slots__ = (
-        "approval",
-        "client",
-        "deadline",
-        "finished",
-        "input_raw",
-        "invoker",
-        "key",
-        "on_done",
-        "prep",
-        "queue",
-        "slot",
-        "ticket",
-        "worker",
-    )
-
-    def __init__(
-        self,
-        invoker: Invoker,
-        prep: Prepared,
-        input_raw: msgspec.Raw,
-        approval: Approval | None,
-        client: str,
-        key: Any,
-        ticket: tuple[str, ...],
-        on_done: EnvelopeSink,
-    ) -> None:
-        self.invoker = invoker
-        self.prep = prep
-        self.input_raw = input_raw
-        self.approval = approval
-        self.client = client
-        self.key = key
-        self.ticket = ticket
-        self.on_done = on_done
-        self.deadline = prep.t0 + prep.timeout / 1000.0
-        self.finished = False
-        self.queue: _Expiring | None = None
-        self.worker: LineWorker | None = None
-        self.slot: CallSlot | None = None
-
-    def answered(self, slot: CallSlot) -> None:
-        """The worker's answer (or its death) for our slot."""
-        if not self.finished and self.worker is not None:
-            self._finish(self.worker.outcome(slot))
-
-    def expire(self) -> None:
-        """The deadline passed: the worker is told to cancel; the caller gets ``timeout``."""
-        if self.finished:
-            return
-        self._abandon()
-        self._finish(self.prep.pool.timed_out(self.prep.tool, self.prep.timeout))
-
-    def cancel(self, message: str = "") -> None:
-        """``tools.cancel`` or a client that went away."""
-        if self.finished:
-            return
-        self._abandon()
-        self.prep.pool.stats.cancels += 1
-        self._finish(None, message)
-
-    def _abandon(self) -> None:
-        if self.worker is not None and self.slot is not None:
-            self.worker.abandon(self.slot)
-            self.prep.pool.after_call(self.worker)
-
-    def _finish(self, outcome: CallOutcome | None, message: str = "") -> None:
-        self.finished = True
-        if self.queue is not None:
-            self.queue.live -= 1
-        inv = self.invoker
-        inv.host.quotas.release(self.ticket)
-        if self.key is not None:
-            inv.calls.pop(self.key, None)
-        env = inv.conclude(self.prep, outcome, 1, message)
-        inv.record(self.client, self.prep.tool, self.input_raw, env, self.approval)
-        self.on_done(env)
+Account = Callable[[str, msgspec.Raw, Envelope], None]
 
 
 class Invoker:
-    """Runs tool calls for a host."""
+    """Runs the tool calls of one host.
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.calls: dict[Any, CallHandle | DirectCall] = {}
-        self.deadlines = DeadlineQueue()
+    Args:
+        catalog: Descriptors and tool plans (the gate reads them).
+        pools: The host's running pools by sidecar id (the live mapping).
+        quotas: Call quotas (admit before a pool, release at the finish).
+        account: Accounting of one envelope.
+        clock: Seconds (``trio.current_time`` in the host).
+    """
 
-    # the gate ------------------------------------------------------------------------------
+    def __init__(
+        self,
+        catalog: Catalog,
+        pools: Mapping[str, Pool],
+        quotas: Quotas,
+        account: Account,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self.catalog = catalog
+        self.pools = pools
+        self.quotas = quotas
+        self.account = account
+        self.clock = clock
+        self.audit: AuditLog | None = None
+        self.timers = Timers()
+        self.engine = CallEngine(clock, self.timers, release=quotas.release, record=self._finished)
 
-    def prepare(
-        self, tool: str, timeout_ms: int | None, approval: Approval | None
-    ) -> Prepared | Envelope:
-        """The refusal of a call that must not reach a worker, or where and how long it runs."""
-        host = self.host
-        t0 = trio.current_time()
-        desc = host.catalog.get(tool)
-        if desc is None:
-            return results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
-        tp = host.catalog.tool_plan(tool)
-        refusal = gate.refuse(
-            desc,
-            tp.sandbox if tp is not None else desc.stability.sandbox,
-            approval,
-            lambda: host.quotas.retry_after(desc.sidecar, tool),
-        )
-        if refusal is not None:
-            return refusal
-        pool = host.pools.get(desc.sidecar or "")
-        if pool is None:
-            return results.unavailable(
-                tool, "unavailable", f"{tool}: sidecar {desc.sidecar} is not running"
-            )
-        timeout = timeout_ms or desc.annotations.timeoutMs or pool.config.timeout_ms
-        return Prepared(tool, desc, pool, timeout, tp.manifest if tp is not None else None, t0)
-
-    # the direct gear -----------------------------------------------------------------------
+    # starting ------------------------------------------------------------------------------
 
     def start(
         self,
         tool: str,
         input_raw: msgspec.Raw,
         *,
-        timeout_ms: int | None,
-        approval: Approval | None,
-        on_progress: ProgressSink | None,
-        call_key: Any,
-        client: str,
         on_done: EnvelopeSink,
-    ) -> bool:
-        """Start a call without an awaiting task, if it can be; ``on_done`` gets its envelope.
+        timeout_ms: int | None = None,
+        approval: Approval | None = None,
+        on_progress: ProgressSink | None = None,
+        call_key: Any = None,
+        client: str = "",
+        session: str | None = None,
+        parent: Call | None = None,
+    ) -> Call | None:
+        """Start one call; ``on_done`` gets its envelope, exactly once (maybe before this
+        returns). Returns the call when it reached a pool (None: refused at the gate).
 
-        Returns:
-            False when the call needs the awaiting gear (:meth:`run`): nothing was done.
+        A child call (``parent`` set: a worker's ``tools.invoke``, PROTOCOL 3.5) passes the same
+        gates; its deadline never outlives its parent's, and it is cancelled when its parent
+        ends.
         """
-        prep = self.prepare(tool, timeout_ms, approval)
-        if isinstance(prep, Envelope):
-            self.record(client, tool, input_raw, prep, approval)
-            on_done(prep)
-            return True
-        if prep.manifest is not None and prep.manifest.retry is not None:
-            return False
-        worker = prep.pool.direct_worker()
-        if worker is None:
-            return False
-        ticket = self.host.quotas.admit(prep.desc.sidecar, tool)
-        if not isinstance(ticket, tuple):
-            env = refusal_envelope(tool, prep.desc.sidecar, ticket)
-            self.record(client, tool, input_raw, env, approval)
-            on_done(env)
-            return True
-        call = DirectCall(self, prep, input_raw, approval, client, call_key, ticket, on_done)
-        if call_key is not None:
-            self.calls[call_key] = call
-        call.worker = worker
-        self.deadlines.add(call)
-        call.slot = prep.pool.start_on(
-            worker, tool, input_raw, prep.timeout, on_progress, call.answered, now=prep.t0
+        t0 = self.clock()
+        catalog = self.catalog
+        desc = catalog.get(tool)
+        if desc is None:
+            env = results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            return None
+        tp = catalog.tool_plan(tool)
+        sidecar = desc.sidecar
+        refusal = gate.refuse(
+            desc,
+            tp.sandbox if tp is not None else desc.stability.sandbox,
+            approval,
+            lambda: self.quotas.retry_after(sidecar, tool),
         )
-        return True
-
-    # the awaiting gear ---------------------------------------------------------------------
-
-    async def run(
-        self,
-        prep: Prepared,
-        input_raw: msgspec.Raw,
-        *,
-        on_progress: ProgressSink | None,
-        call_key: Any,
-    ) -> Envelope:
-        """Run a prepared call to its envelope, awaiting a worker and retrying as configured."""
-        host = self.host
-        pool, tool, timeout = prep.pool, prep.tool, prep.timeout
-        ticket = host.quotas.admit(prep.desc.sidecar, tool)
+        if refusal is not None:
+            self._refused(client, tool, input_raw, refusal, approval, on_done, parent)
+            return None
+        pool = self.pools.get(sidecar or "")
+        if pool is None:
+            env = results.unavailable(
+                tool, "unavailable", f"{tool}: sidecar {sidecar} is not running"
+            )
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            return None
+        ticket = self.quotas.admit(sidecar, tool)
         if not isinstance(ticket, tuple):
-            return refusal_envelope(tool, prep.desc.sidecar, ticket)
-        handle = CallHandle()
-        if call_key is not None:
-            self.calls[call_key] = handle
-        attempts = 0
-        outcome: CallOutcome | None = None
-        try:
-            while True:
-                attempts += 1
-                # One cancel scope per attempt carries both the deadline and tools.cancel.
-                scope = handle.scope = trio.CancelScope(
-                    deadline=trio.current_time() + timeout / 1000.0
-                )
-                if handle.cancelled:
-                    break
-                with scope:
-                    outcome = await pool.call(
-                        tool, input_raw, timeout_ms=timeout, on_progress=on_progress
-                    )
-                if scope.cancelled_caught:
-                    if handle.cancelled:
-                        outcome = None
-                        break
-                    outcome = pool.timed_out(tool, timeout)
-                assert outcome is not None
-                delay = retry.retry_delay_ms(
-                    prep.manifest, None if outcome.ok else outcome.code, attempts
-                )
-                if delay is None:
-                    break
-                pool.stats.retries += 1
-                with handle.waiting():
-                    await trio.sleep(delay / 1000.0)
-                if handle.cancelled:
-                    outcome = None
-                    break
-        finally:
-            host.quotas.release(ticket)
-            if call_key is not None:
-                self.calls.pop(call_key, None)
-        if outcome is None:
-            pool.stats.cancels += 1
-        return self.conclude(prep, outcome, attempts)
+            env = refusal_envelope(tool, sidecar, ticket)
+            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            return None
+        config = pool.config
+        timeout = timeout_ms or desc.annotations.timeoutMs or config.timeout_ms
+        if parent is not None:
+            timeout = min(timeout, parent.remaining_ms(t0))
+        call = Call(
+            self.engine,
+            pool.dispatch,
+            tool,
+            input_raw,
+            t0=t0,
+            timeout_ms=timeout,
+            manifest=tp.manifest if tp is not None else None,
+            max_output=limits.output_limit(config, tool, desc.annotations.resultLimit),
+            ticket=ticket,
+            on_done=on_done,
+            on_progress=on_progress,
+            approval=approval,
+            client=client,
+            key=call_key,
+            parent=parent,
+            session=session,
+        )
+        if parent is not None:
+            if parent.children is None:
+                parent.children = []
+            parent.children.append(call)
+            _adopt(parent, f"{tool}#{call.id}")
+        self.engine.begin(call)
+        return call
+
+    def cancel(self, call_key: Any, message: str = "") -> bool:
+        """Cancel the call registered under ``call_key``; False when there is none."""
+        return self.engine.cancel(call_key, message)
+
+    def shutdown(self) -> None:
+        """The host stops: calls waiting for a retry end now."""
+        self.engine.shutdown("the host is stopping")
+
+    async def run_timers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Fire deadlines and retry backoffs on time (one task per host)."""
+        timers = self.timers
+        wakeup = trio.Event()
+
+        def wake() -> None:
+            wakeup.set()
+
+        timers.wake = wake
+        task_status.started()
+        while True:
+            timers.fire(trio.current_time())
+            until = timers.next_due()
+            timers.sleeping_until = until
+            wakeup = trio.Event()
+            with trio.move_on_at(until):
+                await wakeup.wait()
 
     # the end of every call -----------------------------------------------------------------
 
-    def conclude(
-        self, prep: Prepared, outcome: CallOutcome | None, attempts: int, message: str = ""
-    ) -> Envelope:
-        """The envelope of a call that reached a pool (None: it was cancelled)."""
-        pool, tool = prep.pool, prep.tool
-        duration = round((trio.current_time() - prep.t0) * 1000.0, 3)
-        if outcome is None:
-            return results.failed(
-                tool,
-                "cancelled",
-                message or f"{tool} was cancelled",
-                sidecar=pool.sidecar,
-                duration_ms=duration,
-                attempts=attempts,
+    def _refused(
+        self,
+        client: str,
+        tool: str,
+        input_raw: msgspec.Raw,
+        env: Envelope,
+        approval: Approval | None,
+        on_done: EnvelopeSink,
+        parent: Call | None = None,
+    ) -> None:
+        links = None
+        if parent is not None:
+            engine = self.engine
+            engine.seq += 1
+            links = AuditLinks(call_id=engine.seq, via=f"{parent.tool}#{parent.id}")
+            _adopt(parent, f"{tool}#{engine.seq}")
+        self.record(client, tool, input_raw, env, approval, links)
+        on_done(env)
+
+    def _finished(self, call: Call, env: Envelope) -> None:
+        links = None
+        if call.parent is not None or call.child_names or call.requests:
+            parent = call.parent
+            links = AuditLinks(
+                call_id=call.id,
+                via=f"{parent.tool}#{parent.id}" if parent is not None else None,
+                children=call.child_names,
+                requests=call.requests,
             )
-        env = results.from_answer(
-            tool,
-            ok=outcome.ok,
-            data=outcome.data,
-            content=outcome.content,
-            code=outcome.code,
-            error=outcome.error,
-            details=outcome.details,
-            sidecar=pool.sidecar,
-            pid=outcome.pid,
-            duration_ms=duration,
-            max_output_bytes=limits.output_limit(
-                pool.config, tool, prep.desc.annotations.resultLimit
-            ),
-            cpu_ms=outcome.cpu_ms,
-            exit_code=outcome.exit_code,
-            stderr=outcome.stderr,
-            attempts=attempts,
-        )
-        stats = pool.stats
-        if env.status == "success":
-            stats.success += 1
-        elif env.status == "failed":
-            stats.failed += 1
-        return env
+        self.record(call.client, call.tool, call.input_raw, env, call.approval, links)
 
     def record(
         self,
@@ -406,11 +210,12 @@ class Invoker:
         input_raw: msgspec.Raw,
         env: Envelope,
         approval: Approval | None,
+        links: AuditLinks | None = None,
     ) -> None:
         """Audit and account one finished call."""
-        host = self.host
-        if host.audit is not None:
-            host.audit.record(
+        audit = self.audit
+        if audit is not None:
+            audit.record(
                 client=client,
                 tool=tool,
                 input_json=bytes(input_raw),
@@ -425,15 +230,12 @@ class Invoker:
                     if approval is not None
                     else None
                 ),
+                links=links,
             )
-        host.safeguards.record(tool, input_raw, env)
+        self.account(tool, input_raw, env)
 
-    def cancel(self, call_key: Any, message: str = "") -> bool:
-        call = self.calls.get(call_key)
-        if call is None:
-            return False
-        if isinstance(call, DirectCall):
-            call.cancel(message)
-        else:
-            call.cancel()
-        return True
+
+def _adopt(parent: Call, name: str) -> None:
+    if parent.child_names is None:
+        parent.child_names = []
+    parent.child_names.append(name)

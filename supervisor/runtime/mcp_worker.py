@@ -21,11 +21,11 @@ from supervisor.contracts import wire
 from supervisor.protocols import mcp as proto
 from supervisor.protocols.errors import ProtocolError
 from supervisor.runtime.worker import (
+    Call,
     CallOutcome,
     CallSlot,
     LaunchSpec,
     LineWorker,
-    ProgressSink,
     WorkerHooks,
 )
 
@@ -143,27 +143,24 @@ class McpWorker(LineWorker):
 
     # calls -------------------------------------------------------------------------------
 
-    async def call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None = None,
-    ) -> CallOutcome:
+    def start(self, call: Call) -> None:
         if not self._alive or self.conn.state != "ready":
-            return CallOutcome(
-                ok=False,
-                code="worker-crashed",
-                error=f"MCP server {self.sidecar} is not ready ({self.conn.state})",
-                pid=self.pid,
+            call.ended(
+                CallOutcome(
+                    ok=False,
+                    code="worker-crashed",
+                    error=f"MCP server {self.sidecar} is not ready ({self.conn.state})",
+                    pid=self.pid,
+                )
             )
-        rid, line = self.conn.call_tool(tool, input_raw, progress=on_progress is not None)
-        slot = await self._exchange(rid, tool, line, on_progress)
-        response: proto.Response | None = slot.result
-        if response is None:
-            assert slot.failure is not None
-            return slot.failure
-        answer = proto.call_answer(response)
+            return
+        rid, line = self.conn.call_tool(
+            call.tool, call.input_raw, progress=call.on_progress is not None
+        )
+        self._begin(rid, call, line)
+
+    def _outcome(self, result: proto.Response) -> CallOutcome:
+        answer = proto.call_answer(result)
         return CallOutcome(
             ok=answer.ok,
             data=answer.data,

@@ -1,79 +1,64 @@
 """One pool per sidecar: workers, dispatch, queueing, scaling, probes and the restart policy.
 
 # Strategy: each worker runs under a *keeper* task that starts it, awaits its end, asks the pure
-# restart policy what to do, sleeps the backoff and starts the next one. Dispatch picks the
-# least-loaded ready worker within its advertised concurrency; when none has room a call waits in
-# a bounded FIFO and is handed a reserved slot the moment one frees (no thundering herd). A
-# monitor task per ready worker pings it on the probe interval and retires it when idle. Every
-# fact learned is folded into :class:`SidecarFacts` and published to the catalog.
+# restart policy what to do, sleeps the backoff (cut short by an operator restart) and starts the
+# next one. Calls go through the pool's :class:`~supervisor.runtime.calls.Dispatch`: the
+# least-loaded ready worker within its advertised concurrency takes a call at once; otherwise
+# the call waits in a bounded deque and is handed to the first slot that frees, on the same tick.
+# While a replacement worker starts inside the restart intensity (the restart window of
+# PROTOCOL 4) calls keep queueing and the sidecar stays ``ready``; past the intensity the queue
+# is refused. A monitor task per ready worker pings it on the probe interval and retires it when
+# idle. The pool supplies plain facts (:class:`PoolState`); which snapshot fields they make is
+# the pure :func:`supervisor.policy.pool_facts.sidecar_facts`.
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
-import msgspec
 import trio
 
 from supervisor.contracts import wire
+from supervisor.contracts.facts import SidecarFacts, ToolProbe
 from supervisor.contracts.registry import SidecarConfig
 from supervisor.contracts.snapshot import (
     ProbeState,
     Reason,
-    RuntimeState,
     SidecarStatus,
-    StabilityDetails,
     WorkerStatus,
 )
 from supervisor.policy import restart as restart_policy
-from supervisor.registry.catalog import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
+from supervisor.policy.pool_facts import PoolState, sidecar_facts
+from supervisor.runtime.calls import Call, CallOutcome, Dispatch
 from supervisor.runtime.guard import HostGuard
 from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.worker import (
-    CallOutcome,
-    CallSlot,
     LaunchSpec,
-    LineWorker,
-    ProgressSink,
     Worker,
     WorkerExit,
     WorkerHooks,
 )
 
 WorkerFactory = Callable[[LaunchSpec, WorkerHooks, int], Worker]
+
+
+class Services(Protocol):
+    """What a pool hands workers' host-service requests to."""
+
+    def handle(
+        self, call: Call, req: wire.Request, reply: Callable[[wire.Response], None]
+    ) -> None: ...
+
+
 Publish = Callable[[str, SidecarFacts], None]
-
-
-class _Waiter:
-    __slots__ = ("event", "refused", "worker")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.worker: Worker | None = None
-        self.refused: CallOutcome | None = None
 
 
 def _ms() -> float:
     return trio.current_time() * 1000.0
-
-
-class PoolStats(msgspec.Struct, kw_only=True):
-    """Counters kept on the call path (plain integer increments)."""
-
-    calls: int = 0
-    success: int = 0
-    failed: int = 0
-    unavailable: int = 0
-    timeouts: int = 0
-    cancels: int = 0
-    overloaded: int = 0
-    retries: int = 0
-    starts: int = 0
-    """Workers started (first starts, restarts, scale-ups, replacements)."""
 
 
 class Pool:
@@ -114,7 +99,13 @@ class Pool:
         self.rng = rng or random.Random()
         self._factory: WorkerFactory = worker_factory or (lambda s, h, i: ProcessWorker(s, h, i))
         self.workers: list[Worker] = []
-        self.waiters: deque[_Waiter] = deque()
+        self.dispatch = Dispatch(
+            sidecar,
+            config.pool.queue,
+            self.workers,
+            refusal=self._refusal,
+            on_queued=self._maybe_scale_up,
+        )
         self.restart_state = restart_policy.RestartState()
         self.last_exit: WorkerExit | None = None
         self.last_stderr = ""
@@ -122,8 +113,8 @@ class Pool:
         self.gave_up = False
         self.stopped = False
         self.next_restart_at: float | None = None
-        self.stats = PoolStats()
-        self.last_worker_pid: int | None = None
+        self.starts = 0
+        """Workers started (first starts, restarts, scale-ups, replacements)."""
         self.exits: Counter[str] = Counter()
         """Why workers ended, by exit reason (``stopped`` excluded)."""
         self._keepers = 0
@@ -135,7 +126,11 @@ class Pool:
         self._probe_reason: Reason | None = None
         self._announced: dict[str, wire.ToolInfo] | None = None
         self._last_facts: SidecarFacts | None = None
-        self._stable_scope: trio.CancelScope | None = None
+        self._kick = trio.Event()
+        self.services: Services | None = None
+        """Answers workers' host-service requests (set by the host)."""
+        self.redact: Callable[[str], str] | None = None
+        """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -153,21 +148,22 @@ class Pool:
     async def stop(self, *, drain_s: float = 5.0) -> None:
         """Refuse new calls, drain running ones, stop every worker, end :meth:`run`."""
         self.stopped = True
-        for waiter in self.waiters:
-            waiter.refused = CallOutcome(
-                ok=False, code="shutting-down", error=f"sidecar {self.sidecar} is stopping"
-            )
-            waiter.event.set()
-        self.waiters.clear()
+        self.dispatch.refuse_all(
+            CallOutcome(ok=False, code="shutting-down", error=f"sidecar {self.sidecar} is stopping")
+        )
+        self._kick.set()
         async with trio.open_nursery() as nursery:
             for w in list(self.workers):
                 nursery.start_soon(partial(w.stop, "stopped", drain_s=drain_s))
         self._done.set()
 
     async def restart(self) -> None:
-        """Replace every worker (operator action); the restart budget is not charged."""
+        """Replace every worker now (operator action), also one in backoff or past the restart
+        intensity; the restart budget is not charged."""
         self.gave_up = False
         self.restart_state = restart_policy.RestartState(total=self.restart_state.total)
+        self._kick.set()  # keepers sleeping a backoff start their worker now
+        self._kick = trio.Event()
         old = list(self.workers)
         async with trio.open_nursery() as nursery:
             for w in old:
@@ -180,7 +176,11 @@ class Pool:
         """Calls whose callers still wait: running on a worker (abandoned ones not counted)
         or queued for one."""
         running = sum(len(v.calls) for w in self.workers for v in w.processes())
-        return running + len(self.waiters)
+        return running + self.dispatch.queued
+
+    @property
+    def queued(self) -> int:
+        return self.dispatch.queued
 
     def _add_keeper(self) -> None:
         assert self._nursery is not None
@@ -194,7 +194,7 @@ class Pool:
                 self._index += 1
                 worker = self._factory(self._launch(), self, self._index)
                 self.workers.append(worker)
-                self.stats.starts += 1
+                self.starts += 1
                 self._publish()
                 ex = await self._run_worker(worker, restart)
                 self.workers.remove(worker)
@@ -220,15 +220,17 @@ class Pool:
                 if decision.action == "stop":
                     if not any(w.state in ("ready", "starting") for w in self.workers):
                         self.gave_up = True
-                        self._refuse_waiters(ex)
+                        self._refuse_queue(ex)
                     return
                 if decision.action == "give-up":
                     self.gave_up = True
-                    self._refuse_waiters(ex)
+                    self._refuse_queue(ex)
                 self.next_restart_at = _ms() + decision.delay_ms
                 self._publish()
-                await trio.sleep(decision.delay_ms / 1000.0)
-                if self.guard is not None:
+                kick = self._kick
+                with trio.move_on_after(decision.delay_ms / 1000.0):
+                    await kick.wait()
+                if self.guard is not None and not kick.is_set():
                     await self.guard.restart_token()
                 self.next_restart_at = None
                 restart = True
@@ -250,19 +252,19 @@ class Pool:
         finally:
             guard.release(worker)
 
-    def _refuse_waiters(self, ex: WorkerExit) -> None:
+    def _refuse_queue(self, ex: WorkerExit) -> None:
+        """Past the restart intensity: the calls waiting for a replacement are refused."""
         if any(w.state == "ready" for w in self.workers):
             return
-        for waiter in self.waiters:
-            waiter.refused = CallOutcome(
+        self.dispatch.refuse_all(
+            CallOutcome(
                 ok=False,
                 code="unavailable",
                 error=f"sidecar {self.sidecar} is failing: {ex.message}",
                 stderr=ex.stderr_tail[-4096:] or None,
                 exit_code=ex.exit_code,
             )
-            waiter.event.set()
-        self.waiters.clear()
+        )
 
     # worker hooks ------------------------------------------------------------------------
 
@@ -277,17 +279,45 @@ class Pool:
         self._publish()
         assert self._nursery is not None
         self._nursery.start_soon(self._monitor, worker)
-        self._wake()
+        self.dispatch.pump()
 
     def on_capacity(self, worker: Worker) -> None:
-        if self.waiters:
-            self._wake()
+        """A slot of ``worker`` freed: recycle it if it served its quota, else feed the queue."""
+        limit = self.config.pool.max_calls_per_worker
+        if limit and worker.calls_issued >= limit and worker.state == "ready":
+            worker.state = "draining"
+            assert self._nursery is not None
+            self._nursery.start_soon(
+                lambda: worker.stop("recycled", drain_s=self.config.timeout_ms / 1000.0)
+            )
+        if self.dispatch.queued:
+            self.dispatch.pump()
 
     def on_tools(self, worker: Worker) -> None:
         """A worker re-listed its tools (MCP ``tools/list_changed``): publish the new list."""
         if worker.ready_msg is not None:
             self._announced = {t.name: t for t in worker.ready_msg.tools}
             self._publish()
+
+    def on_request(
+        self,
+        worker: Worker,
+        call: Call,
+        request: wire.Request,
+        reply: Callable[[wire.Response], None],
+    ) -> None:
+        services = self.services
+        if services is None:
+            reply(
+                wire.Response(
+                    id=request.id,
+                    error=wire.ServiceError(
+                        code="unknown-method", message="this host offers no services"
+                    ),
+                )
+            )
+            return
+        services.handle(call, request, reply)
 
     def on_pong(self, worker: Worker, pong: wire.Pong | None) -> None:
         if pong is None:
@@ -379,32 +409,11 @@ class Pool:
         return (
             live > self.config.pool.min
             and worker.load == 0
-            and not self.waiters
+            and not self.dispatch.queued
             and now - worker.last_active >= idle
         )
 
     # dispatch ----------------------------------------------------------------------------
-
-    def _pick(self) -> Worker | None:
-        """The least-loaded ready worker with room (on every call: kept tight)."""
-        best: Worker | None = None
-        best_load = 1 << 30
-        for w in self.workers:
-            if w.state == "ready":
-                load = w.inflight + w.reserved
-                if load < w.concurrency and load < best_load:
-                    best, best_load = w, load
-        return best
-
-    def _wake(self) -> None:
-        while self.waiters:
-            w = self._pick()
-            if w is None:
-                return
-            waiter = self.waiters.popleft()
-            waiter.worker = w
-            w.reserved += 1
-            waiter.event.set()
 
     def _maybe_scale_up(self) -> None:
         if self.stopped or self._nursery is None:
@@ -412,134 +421,6 @@ class Pool:
         starting = any(w.state == "starting" for w in self.workers)
         if not starting and self._keepers < self.config.pool.max and self.next_restart_at is None:
             self._add_keeper()
-
-    async def call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        *,
-        timeout_ms: int,
-        on_progress: ProgressSink | None = None,
-    ) -> CallOutcome:
-        """Dispatch one call; returns its outcome (never raises for worker faults).
-
-        The caller owns the call's deadline: it runs this inside a cancel scope whose deadline
-        is ``timeout_ms`` from now (one scope per call is cheaper than one per layer), and turns
-        a deadline expiry into ``timeout`` with :meth:`timed_out`.
-
-        Raises:
-            trio.Cancelled: The caller's scope was cancelled (deadline, ``tools.cancel``,
-                disconnect); the call has been abandoned on its worker.
-        """
-        stats = self.stats
-        stats.calls += 1
-        deadline = trio.current_time() + timeout_ms / 1000.0
-        worker = None if self.waiters else self._pick()
-        if worker is None:
-            refusal = self._refusal()
-            if refusal is not None:
-                stats.unavailable += 1
-                return refusal
-            if len(self.waiters) >= self.config.pool.queue:
-                stats.overloaded += 1
-                return CallOutcome(
-                    ok=False,
-                    code="overloaded",
-                    error=f"{self.sidecar}: all workers busy and {len(self.waiters)} calls queued "
-                    f"(pool.queue={self.config.pool.queue})",
-                )
-            waiter = _Waiter()
-            self.waiters.append(waiter)
-            self._maybe_scale_up()
-            try:
-                with trio.move_on_at(deadline):
-                    await waiter.event.wait()
-            except BaseException:
-                self._drop_waiter(waiter)
-                raise
-            if waiter.refused is not None:
-                stats.unavailable += 1
-                return waiter.refused
-            if waiter.worker is None or trio.current_time() >= deadline:
-                self._drop_waiter(waiter)
-                stats.timeouts += 1
-                return CallOutcome(
-                    ok=False,
-                    code="timeout",
-                    error=f"{tool}: no worker of {self.sidecar} was free within {timeout_ms} ms",
-                )
-            worker = waiter.worker
-            worker.reserved -= 1
-        remaining = max(1, int((deadline - trio.current_time()) * 1000.0))
-        self.last_worker_pid = worker.pid
-        try:
-            return await worker.call(tool, input_raw, remaining, on_progress)
-        finally:
-            self.after_call(worker)
-
-    def direct_worker(self) -> LineWorker | None:
-        """A worker that can take a call right now through the direct gear (none when calls
-        are queued: they go first)."""
-        if self.waiters:
-            return None
-        worker = self._pick()
-        if worker is None or not isinstance(worker, LineWorker) or not worker.DIRECT:
-            return None
-        return worker
-
-    def start_on(
-        self,
-        worker: LineWorker,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None,
-        on_done: Callable[[CallSlot], None],
-        *,
-        now: float,
-    ) -> CallSlot:
-        """Start a call on ``worker`` (from :meth:`direct_worker`) without awaiting it."""
-        self.stats.calls += 1
-        self.last_worker_pid = worker.pid
-
-        def done(slot: CallSlot) -> None:
-            self.after_call(worker)
-            on_done(slot)
-
-        return worker.start_call(tool, input_raw, deadline_ms, on_progress, done, now=now)
-
-    def timed_out(self, tool: str, timeout_ms: int) -> CallOutcome:
-        """The outcome of a call whose deadline expired while it ran or waited."""
-        self.stats.timeouts += 1
-        return CallOutcome(
-            ok=False,
-            code="timeout",
-            error=f"{tool} did not answer within {timeout_ms} ms",
-            pid=self.last_worker_pid,
-        )
-
-    def _drop_waiter(self, waiter: _Waiter) -> None:
-        """Forget a waiter that will not run: release its reserved slot, if it had one."""
-        if waiter.worker is not None:
-            waiter.worker.reserved -= 1
-            waiter.worker = None
-            self._wake()
-        else:
-            try:
-                self.waiters.remove(waiter)
-            except ValueError:
-                pass
-
-    def after_call(self, worker: Worker) -> None:
-        limit = self.config.pool.max_calls_per_worker
-        if limit and worker.calls_issued >= limit and worker.state == "ready":
-            worker.state = "draining"
-            assert self._nursery is not None
-            self._nursery.start_soon(
-                lambda: worker.stop("recycled", drain_s=self.config.timeout_ms / 1000.0)
-            )
-        if self.waiters:
-            self._wake()
 
     def _refusal(self) -> CallOutcome | None:
         if self.stopped:
@@ -560,94 +441,48 @@ class Pool:
 
     # facts -------------------------------------------------------------------------------
 
-    def facts(self) -> SidecarFacts:
-        """What the catalog should know about this sidecar now."""
-        ready = any(w.state in ("ready", "draining") for w in self.workers)
-        verified_idle = (
-            self.config.pool.min == 0
+    def state(self) -> PoolState:
+        """The plain facts behind the snapshot (mapped by the pure ``pool_facts``)."""
+        serving = replacing = False
+        for w in self.workers:
+            if w.state in ("ready", "draining"):
+                serving = True
+            elif w.state == "starting":
+                replacing = True
+        ex = self.last_exit
+        nxt = self.next_restart_at
+        return PoolState(
+            sidecar=self.sidecar,
+            protocol=self.config.protocol,
+            serving=serving,
+            replacing=replacing or nxt is not None,
+            ever_ready=self.ever_ready,
+            idle_ok=self.config.pool.min == 0
             and self.ever_ready
             and not self.gave_up
-            and self.last_exit is None
-        )
-        ex = self.last_exit
-        runtime: RuntimeState
-        reason: Reason | None = None
-        if ready or verified_idle:
-            runtime = "ready"
-        elif ex is None and not self.stopped:
-            return self._with_details(NOT_STARTED)
-        else:
-            if ex is not None and ex.reason == "start-timeout":
-                runtime = "timed-out"
-                code, hint = (
-                    "start-timeout",
-                    (f"raise sidecars.{self.sidecar}.probe.startTimeoutMs or fix its start-up"),
-                )
-            elif ex is not None and ex.reason == "protocol-error":
-                runtime = "schema-error"
-                code, hint = (
-                    "protocol-error",
-                    f"the sidecar broke the {self.config.protocol} protocol; "
-                    f"see `toolhost logs {self.sidecar}`",
-                )
-            else:
-                runtime = "failed"
-                code = "gave-up" if self.gave_up else "restarting"
-                hint = f"see `toolhost logs {self.sidecar}` for its stderr"
-                if self.gave_up:
-                    hint += "; it is retried slowly"
-            if self.stopped:
-                code, message = "stopped", f"sidecar {self.sidecar} is stopped"
-            else:
-                message = ex.message if ex is not None else "no worker can serve"
-                if self.gave_up:
-                    message = f"crash loop past the restart intensity: {message}"
-                elif self.next_restart_at is not None:
-                    message += "; restarting after backoff"
-            reason = Reason(field="runtime", code=code, message=message, hint=hint)
-        tool_runtime: dict[str, ToolRuntime] = {}
-        announced = self._announced
-        if announced:
-            for tool in self.declared_tools:
-                if tool not in announced:
-                    tool_runtime[tool] = ToolRuntime(
-                        state="schema-error",
-                        reason=Reason(
-                            field="runtime",
-                            code="tool-not-served",
-                            message=f"{self.sidecar}'s ready message does not list {tool}",
-                            hint=f"remove {tool} from sidecars.{self.sidecar}.tools or update "
-                            "the sidecar",
-                        ),
-                    )
-        probe_default = self._probe_default
-        if self.config.probe.interval_ms == 0 and probe_default == "healthy":
-            probe_default = "skipped"
-        facts = SidecarFacts(
-            runtime=runtime,
-            runtime_reason=reason,
-            probe=probe_default if runtime == "ready" else "skipped",
-            probe_reason=self._probe_reason if runtime == "ready" else None,
-            tool_runtime=tool_runtime,
-            tool_probe=self._probe if runtime == "ready" else {},
-            announced=announced,
-        )
-        return self._with_details(facts)
-
-    def _with_details(self, facts: SidecarFacts) -> SidecarFacts:
-        ex = self.last_exit
-        details = StabilityDetails(
+            and ex is None,
+            stopped=self.stopped,
+            gave_up=self.gave_up,
+            exit_reason=ex.reason if ex else None,
+            exit_message=ex.message if ex else None,
+            exit_code=ex.exit_code if ex else None,
+            stderr_tail=(self._masked(self.last_stderr[-1024:]) or None) if ex else None,
             restarts=self.restart_state.total,
-            lastExitCode=ex.exit_code if ex else None,
-            lastExitReason=ex.reason if ex else None,
-            stderrTail=(self.last_stderr[-1024:] or None) if ex else None,
-            nextRestartMs=(
-                round(max(0.0, self.next_restart_at - _ms()), 1)
-                if self.next_restart_at is not None
-                else None
-            ),
+            next_restart_ms=round(max(0.0, nxt - _ms()), 1) if nxt is not None else None,
+            probed=self.config.probe.interval_ms > 0,
+            probe=self._probe_default,
+            probe_reason=self._probe_reason,
+            tool_probe=self._probe,
+            announced=self._announced,
+            declared_tools=tuple(self.declared_tools),
         )
-        return msgspec.structs.replace(facts, details=details)
+
+    def _masked(self, text: str) -> str:
+        return self.redact(text) if self.redact is not None else text
+
+    def facts(self) -> SidecarFacts:
+        """What the catalog should know about this sidecar now."""
+        return sidecar_facts(self.state())
 
     def _publish(self) -> None:
         self._notify()
@@ -663,8 +498,6 @@ class Pool:
         state: Any = facts.runtime
         if self.stopped:
             state = "stopped"
-        elif facts.runtime_reason is not None and facts.runtime_reason.code == "starting":
-            state = "starting"
         elif self.next_restart_at is not None and facts.runtime != "ready":
             state = "backoff"
         ex = self.last_exit
@@ -686,7 +519,7 @@ class Pool:
                 )
                 for w in self.workers
             ],
-            queued=len(self.waiters),
+            queued=self.dispatch.queued,
             restarts=self.restart_state.total,
             lastExitCode=ex.exit_code if ex else None,
             lastExitReason=(f"{ex.reason}: {ex.message}" if ex else None),
@@ -694,8 +527,11 @@ class Pool:
         )
 
     def stderr_tail(self, limit: int = 64 * 1024) -> str:
-        """The freshest stderr: a live worker's ring, else the last exited worker's tail."""
+        """The freshest stderr: a live worker's ring, else the last exited worker's tail (with
+        every secret handed out masked)."""
+        tail = self.last_stderr[-limit:]
         for w in reversed(self.workers):
             if w.stderr.total:
-                return w.stderr.tail(limit)
-        return self.last_stderr[-limit:]
+                tail = w.stderr.tail(limit)
+                break
+        return self.redact(tail) if self.redact is not None else tail

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import msgspec
 import trio
 
 from supervisor.contracts import wire
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.process_json import ProcessJsonConnection
 from supervisor.runtime.worker import (
+    Call,
     CallOutcome,
     CallSlot,
     LaunchSpec,
     LineWorker,
-    ProgressSink,
     WorkerHooks,
 )
 
@@ -49,66 +46,29 @@ class ProcessWorker(LineWorker):
     def _cancel_line(self, slot: CallSlot) -> bytes | None:
         return self.conn.abandon(slot.id)
 
-    async def call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None = None,
-    ) -> CallOutcome:
+    def start(self, call: Call) -> None:
         try:
-            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
-        except ProtocolError as exc:
-            return CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
-        slot = await self._exchange(call_id, tool, line, on_progress)
-        return self.outcome(slot)
-
-    DIRECT = True
-
-    def start_call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None,
-        callback: Callable[[CallSlot], None],
-        *,
-        now: float,
-    ) -> CallSlot:
-        """Write a call now; ``callback`` gets its slot when it is answered or fails (the
-        direct gear: no awaiting task). The caller must have checked :attr:`has_capacity`."""
-        try:
-            call_id, line = self.conn.call(tool, input_raw, deadline_ms)
-        except ProtocolError as exc:
-            slot = CallSlot(0, tool, on_progress, callback)
-            slot.failure = CallOutcome(
-                ok=False, code="worker-crashed", error=exc.message, pid=self.pid
+            call_id, line = self.conn.call(
+                call.tool, call.input_raw, call.remaining_ms(trio.current_time())
             )
-            slot.finish()
-            return slot
-        slot = CallSlot(call_id, tool, on_progress, callback)
-        self.slots[call_id] = slot
-        self.calls_issued += 1
-        self.last_active = now
-        self._write(line)
-        return slot
-
-    def outcome(self, slot: CallSlot) -> CallOutcome:
-        """What a finished slot amounts to."""
-        r: wire.Result | None = slot.result
-        if r is not None:
-            return CallOutcome(
-                ok=r.ok,
-                data=r.data,
-                content=r.content,
-                code=r.code,
-                error=r.error,
-                details=r.details,
-                cpu_ms=r.cpuMs,
-                pid=self.pid,
+        except ProtocolError as exc:
+            call.ended(
+                CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
             )
-        assert slot.failure is not None
-        return slot.failure
+            return
+        self._begin(call_id, call, line)
+
+    def _outcome(self, result: wire.Result) -> CallOutcome:
+        return CallOutcome(
+            ok=result.ok,
+            data=result.data,
+            content=result.content,
+            code=result.code,
+            error=result.error,
+            details=result.details,
+            cpu_ms=result.cpuMs,
+            pid=self.pid,
+        )
 
     async def ping(self, timeout_s: float) -> wire.Pong | None:
         if not self._alive or self.conn.state != "ready":
@@ -139,3 +99,35 @@ class ProcessWorker(LineWorker):
             self._ready_or_dead.set()
         elif type(msg) is wire.Log:
             self.stderr.write(f"[{msg.level}] {msg.message}\n".encode("utf-8", "replace"))
+        elif type(msg) is wire.Request:
+            self._request(msg)
+
+    def _request(self, req: wire.Request) -> None:
+        """A host-service request (PROTOCOL 3.5): checked here, answered by the pool's
+        services; a bad one gets an error response, never a protocol break."""
+        slot = self.slots.get(req.callId) if type(req.callId) is int else None
+        if req.id is None or req.method is None or req.callId is None:
+            self._respond(
+                wire.Response(
+                    id=req.id,
+                    error=wire.ServiceError(
+                        code="invalid-request", message="a request needs id, callId and method"
+                    ),
+                )
+            )
+        elif slot is None or slot.abandoned:
+            self._respond(
+                wire.Response(
+                    id=req.id,
+                    error=wire.ServiceError(
+                        code="unknown-call",
+                        message=f"call {req.callId} is not in flight on this worker",
+                    ),
+                )
+            )
+        else:
+            self.hooks.on_request(self, slot.call, req, self._respond)
+
+    def _respond(self, response: wire.Response) -> None:
+        if self._alive:
+            self._write(self.conn.respond(response))

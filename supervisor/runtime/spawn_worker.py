@@ -31,11 +31,11 @@ from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 from supervisor.runtime.worker import (
     READ_CHUNK,
     STDERR_SETTLE_S,
+    Call,
     CallOutcome,
     ExitReason,
     LaunchSpec,
     ProcessView,
-    ProgressSink,
     Worker,
     WorkerExit,
     WorkerHooks,
@@ -80,6 +80,17 @@ class _LiveCall:
         self.message = ""
 
 
+class _Run:
+    """One call's process run (its task and the scope that abandons it)."""
+
+    __slots__ = ("abandoned", "call", "scope")
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.scope = trio.CancelScope()
+        self.abandoned = False
+
+
 class SpawnFailed(Exception):
     """The program could not be executed."""
 
@@ -98,7 +109,8 @@ class SpawnWorker(Worker):
         self.index = index
         self.stderr = StderrRing()
         self.concurrency = max(1, spec.concurrency)
-        self._running: set[trio.CancelScope] = set()
+        self._running: set[_Run] = set()
+        self._nursery: trio.Nursery | None = None
         self._ended = trio.Event()
         self._idle = trio.Event()
         self._end = None
@@ -127,12 +139,16 @@ class SpawnWorker(Worker):
 
     async def run(self) -> WorkerExit:
         self.started_at = self.last_active = trio.current_time()
-        await self._startup()
-        if self._end is None:
-            self.state = "ready"
-            self.ready_at = trio.current_time()
-            self.hooks.on_ready(self)
-            await self._ended.wait()
+        # The nursery outlives _ended until every call's run has ended (kill cancels them all),
+        # so each call is answered exactly once.
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self._startup()
+            if self._end is None:
+                self.state = "ready"
+                self.ready_at = trio.current_time()
+                self.hooks.on_ready(self)
+                await self._ended.wait()
         self.state = "exited"
         reason, message = self._end or ("stopped", "worker stopped")
         return WorkerExit(
@@ -153,8 +169,8 @@ class SpawnWorker(Worker):
 
     def kill(self, reason: ExitReason, message: str) -> None:
         self._finish(reason, message)
-        for scope in list(self._running):
-            scope.cancel()
+        for run in list(self._running):
+            run.scope.cancel()
 
     async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
         await self._drain(reason, drain_s, bool(self._running))
@@ -165,38 +181,46 @@ class SpawnWorker(Worker):
 
     # calls -------------------------------------------------------------------------------
 
-    async def call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None = None,
-    ) -> CallOutcome:
-        if self._end is not None:
-            return CallOutcome(
-                ok=False, code="worker-crashed", error=f"{self.sidecar}: {self._end[1]}"
-            )
-        scope = trio.CancelScope()
-        self._running.add(scope)
+    def start(self, call: Call) -> None:
+        nursery = self._nursery
+        if self._end is not None or nursery is None:
+            why = self._end[1] if self._end else "not started"
+            call.ended(CallOutcome(ok=False, code="worker-crashed", error=f"{self.sidecar}: {why}"))
+            return
+        run = _Run(call)
+        call.slot = run
+        self._running.add(run)
         self.calls_issued += 1
         self.last_active = trio.current_time()
+        nursery.start_soon(self._run_call, run)
+
+    def abandon(self, call: Call) -> None:
+        run = call.slot
+        if isinstance(run, _Run) and run in self._running:
+            run.abandoned = True
+            run.scope.cancel()
+
+    async def _run_call(self, run: _Run) -> None:
+        call = run.call
+        outcome: CallOutcome | None = None
         try:
-            with scope:
-                outcome = await self._call(tool, input_raw)
+            with run.scope:
+                outcome = await self._call(call.tool, call.input_raw)
         finally:
-            self._running.discard(scope)
+            self._running.discard(run)
             self.last_active = trio.current_time()
             if not self._running:
                 self._idle.set()
+            if not run.abandoned:
+                if outcome is None:
+                    message = self._end[1] if self._end else "worker ended"
+                    outcome = CallOutcome(
+                        ok=False,
+                        code="worker-crashed",
+                        error=f"{self.sidecar} ended while running {call.tool}: {message}",
+                    )
+                call.ended(outcome)
             self.hooks.on_capacity(self)
-        if scope.cancelled_caught:
-            message = self._end[1] if self._end else "worker ended"
-            return CallOutcome(
-                ok=False,
-                code="worker-crashed",
-                error=f"{self.sidecar} ended while running {tool}: {message}",
-            )
-        return outcome
 
     @abstractmethod
     async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 import trio
@@ -30,7 +30,39 @@ from supervisor.packages.manager import PackageManager, Transaction
 from supervisor.packages.states import Verdict, judge_start
 
 if TYPE_CHECKING:
-    from supervisor.runtime.host import Host
+    from supervisor.registry.catalog import Catalog
+    from supervisor.registry.plan import Plan
+    from supervisor.runtime.pool import Pool
+
+
+class Summary(Protocol):
+    def summary(self) -> str: ...
+
+
+class LiveHost(Protocol):
+    """What the upgrade service needs of the host that owns it (no import of the host)."""
+
+    app_root: str
+    version: str
+    catalog: Catalog
+    plan: Plan
+    pools: dict[str, Pool]
+
+    @property
+    def registry_path(self) -> str | None: ...
+
+    def set_upgrade(self, sidecar: str, state: Any, reason: Reason | None = None) -> None: ...
+
+    async def stop_sidecar(self, sidecar: str) -> bool: ...
+
+    async def start_sidecar(self, sidecar: str) -> bool: ...
+
+    async def reload(self) -> Summary: ...
+
+    async def wait_change(self) -> None: ...
+
+    def catalog_reason(self, sidecar: str) -> str | None: ...
+
 
 log = logging.getLogger("toolhost.packages")
 
@@ -43,10 +75,10 @@ JUDGE_GRACE_S = 5.0
 class Upgrades:
     """Package operations and upgrade state for one host."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: LiveHost) -> None:
         self.host = host
         self.manager = PackageManager(
-            host.app_root, registry_path=host.options.registry_path, host_version=host.version
+            host.app_root, registry_path=host.registry_path, host_version=host.version
         )
         self.recovered: list[str] = []
         self._op_lock = trio.Lock()

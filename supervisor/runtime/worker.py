@@ -24,6 +24,7 @@ import trio
 from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
+from supervisor.runtime.calls import Call, CallOutcome, ProgressSink
 from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, uncork
 from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
@@ -39,27 +40,22 @@ ExitReason = Literal[
     "hung",
     "quota-exceeded",
 ]
+__all__ = [
+    "Call",
+    "CallOutcome",
+    "CallSlot",
+    "LaunchSpec",
+    "LineWorker",
+    "ProgressSink",
+    "Worker",
+    "WorkerExit",
+]
 EXPECTED_EXITS = frozenset(("stopped", "retired", "recycled"))
 WorkerState = Literal["starting", "ready", "draining", "stopping", "exited"]
 
 READ_CHUNK = 1 << 16
 STDERR_SETTLE_S = 0.2
 EOF_EXIT_GRACE_S = 0.5
-
-
-class CallOutcome(msgspec.Struct, kw_only=True):
-    """What a worker made of one call, before it becomes an envelope."""
-
-    ok: bool
-    data: msgspec.Raw = wire.NULL
-    content: str | None = None
-    code: str | None = None
-    error: str | None = None
-    details: dict[str, Any] | None = None
-    cpu_ms: float | None = None
-    exit_code: int | None = None
-    stderr: str | None = None
-    pid: int | None = None
 
 
 class WorkerExit(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,9 +92,6 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """simple-json: the argv of the script serving each tool."""
 
 
-ProgressSink = Callable[[msgspec.Raw], None]
-
-
 class ProcessView(msgspec.Struct, frozen=True):
     """One live process of a worker, as the accounting sampler sees it."""
 
@@ -121,36 +114,44 @@ class WorkerHooks(Protocol):
     def on_tools(self, worker: Worker) -> None:
         """The worker's tool list changed after ready (``ready_msg.tools`` holds the new one)."""
 
+    def on_request(
+        self,
+        worker: Worker,
+        call: Call,
+        request: wire.Request,
+        reply: Callable[[wire.Response], None],
+    ) -> None:
+        """A host-service request made for ``call`` (PROTOCOL 3.5); answer through ``reply``."""
+
 
 class CallSlot:
-    """One call in flight on a line worker: its id, an event, and how it ended.
+    """One attempt of a call in flight on a line worker: its protocol id and how it ended.
 
-    A slot started with a ``callback`` (the direct gear) reports its end through it instead of
-    waking an awaiting task; an abandoned slot reports nothing.
+    An abandoned slot (deadline, cancel) no longer ends its call; the worker still waits for
+    the peer to let go of it (``done``) before the slot is free.
     """
 
-    __slots__ = ("abandoned", "callback", "done", "failure", "id", "on_progress", "result", "tool")
+    __slots__ = ("_done", "abandoned", "call", "finished", "id")
 
-    def __init__(
-        self,
-        call_id: int,
-        tool: str,
-        on_progress: ProgressSink | None,
-        callback: Callable[[CallSlot], None] | None = None,
-    ) -> None:
+    def __init__(self, call_id: int, call: Call) -> None:
         self.id = call_id
-        self.tool = tool
-        self.on_progress = on_progress
-        self.done = trio.Event()
-        self.result: Any = None
-        self.failure: CallOutcome | None = None
+        self.call = call
         self.abandoned = False
-        self.callback = callback
+        self.finished = False
+        self._done: trio.Event | None = None
 
     def finish(self) -> None:
-        self.done.set()
-        if self.callback is not None and not self.abandoned:
-            self.callback(self)
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
+
+    async def wait(self) -> None:
+        """Until the peer answered or the worker ended."""
+        if self.finished:
+            return
+        if self._done is None:
+            self._done = trio.Event()
+        await self._done.wait()
 
 
 class Worker(ABC):
@@ -161,7 +162,6 @@ class Worker(ABC):
     pid: int | None = None
     state: WorkerState = "starting"
     concurrency: int = 1
-    reserved: int = 0
     calls_issued: int = 0
     started_at: float = 0.0
     ready_at: float | None = None
@@ -176,7 +176,7 @@ class Worker(ABC):
 
     @property
     def load(self) -> int:
-        return self.inflight + self.reserved
+        return self.inflight
 
     @property
     def has_capacity(self) -> bool:
@@ -203,14 +203,13 @@ class Worker(ABC):
         worker faults."""
 
     @abstractmethod
-    async def call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None = None,
-    ) -> CallOutcome:
-        """Run one call; cancellation (deadline, ``tools.cancel``) abandons it."""
+    def start(self, call: Call) -> None:
+        """Start ``call`` on a free slot now, without awaiting it; its end comes back through
+        ``call.ended`` (possibly before this returns). Never raises for worker faults."""
+
+    @abstractmethod
+    def abandon(self, call: Call) -> None:
+        """Stop working for ``call`` (deadline, cancel): its attempt will not end it."""
 
     @abstractmethod
     async def ping(self, timeout_s: float) -> wire.Pong | None:
@@ -245,24 +244,6 @@ class LineWorker(Worker):
     simply forgotten).
     """
 
-    DIRECT = False
-    """Whether :meth:`start_call` exists (the direct gear of the invoke path)."""
-
-    def start_call(
-        self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        deadline_ms: int,
-        on_progress: ProgressSink | None,
-        callback: Callable[[CallSlot], None],
-        *,
-        now: float,
-    ) -> CallSlot:  # pragma: no cover - only workers with DIRECT = True are asked
-        raise NotImplementedError
-
-    def outcome(self, slot: CallSlot) -> CallOutcome:  # pragma: no cover - see start_call
-        raise NotImplementedError
-
     ANSWERS_CANCEL = True
 
     def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
@@ -293,7 +274,7 @@ class LineWorker(Worker):
     def processes(self) -> list[ProcessView]:
         if self.pid is None or not self._alive:
             return []
-        calls = tuple((s.id, s.tool) for s in self.slots.values() if not s.abandoned)
+        calls = tuple((s.id, s.call.tool) for s in self.slots.values() if not s.abandoned)
         return [ProcessView(self.pid, calls)]
 
     def exceed(self, pid: int, message: str, details: dict[str, Any]) -> None:
@@ -323,6 +304,10 @@ class LineWorker(Worker):
     def _goodbye(self) -> bytes | None:
         """The bytes sent before stdin is closed on a graceful stop."""
         return None
+
+    @abstractmethod
+    def _outcome(self, result: Any) -> CallOutcome:
+        """What the peer's answer to a call amounts to."""
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -431,19 +416,23 @@ class LineWorker(Worker):
             code = "output-too-large"
             details = {"lineLimitBytes": self.spec.max_line}
         for slot in slots.values():
-            if slot.done.is_set():
+            if slot.finished:
                 continue
-            slot.failure = CallOutcome(
-                ok=False,
-                code=code,
-                error=f"worker {self.pid} of {self.sidecar} ended while running {slot.tool}: "
-                f"{ex.message}",
-                details=details,
-                exit_code=ex.exit_code,
-                stderr=ex.stderr_tail[-4096:] or None,
-                pid=self.pid,
-            )
             slot.finish()
+            if slot.abandoned:
+                continue
+            slot.call.ended(
+                CallOutcome(
+                    ok=False,
+                    code=code,
+                    error=f"worker {self.pid} of {self.sidecar} ended while running "
+                    f"{slot.call.tool}: {ex.message}",
+                    details=details,
+                    exit_code=ex.exit_code,
+                    stderr=ex.stderr_tail[-4096:] or None,
+                    pid=self.pid,
+                )
+            )
         for waiter in self._waiters.values():
             waiter[0].set()
         self._waiters.clear()
@@ -482,40 +471,31 @@ class LineWorker(Worker):
 
     # calls -------------------------------------------------------------------------------
 
-    async def _exchange(
-        self, call_id: int, tool: str, line: bytes, on_progress: ProgressSink | None
-    ) -> CallSlot:
-        """Send a call's line and wait for its slot to be answered (or failed).
-
-        Cancellation (deadline, ``tools.cancel``) abandons the call and re-raises.
-        """
-        slot = CallSlot(call_id, tool, on_progress)
+    def _begin(self, call_id: int, call: Call, line: bytes) -> None:
+        """Put ``call`` on a new slot and send its line."""
+        slot = CallSlot(call_id, call)
         self.slots[call_id] = slot
+        call.slot = slot
         self.calls_issued += 1
         self.last_active = trio.current_time()
         self._write(line)
-        try:
-            await slot.done.wait()
-        finally:
-            if not slot.done.is_set():
-                self._abandon(slot)
-        return slot
 
     def _answer(self, call_id: int, result: Any) -> None:
         """Complete the call ``call_id`` with ``result`` (no-op for an unknown or dropped id)."""
         slot = self.slots.pop(call_id, None)
         if slot is None:
             return
-        slot.result = result
         slot.finish()
         self.last_active = trio.current_time()
         if not self.slots:
             self._idle.set()
+        if not slot.abandoned:
+            slot.call.ended(self._outcome(result))
         self.hooks.on_capacity(self)
 
-    def abandon(self, slot: CallSlot) -> None:
-        """Give up on a started call (deadline or cancel) without awaiting it."""
-        if not slot.done.is_set() and not slot.abandoned:
+    def abandon(self, call: Call) -> None:
+        slot = call.slot
+        if isinstance(slot, CallSlot) and not slot.finished and not slot.abandoned:
             self._abandon(slot)
 
     def _abandon(self, slot: CallSlot) -> None:
@@ -527,6 +507,7 @@ class LineWorker(Worker):
             self._write(line)
         if not self.ANSWERS_CANCEL:
             self.slots.pop(slot.id, None)
+            slot.finish()
             if not self.slots:
                 self._idle.set()
             self.hooks.on_capacity(self)
@@ -535,15 +516,17 @@ class LineWorker(Worker):
 
     async def _grace_kill(self, slot: CallSlot) -> None:
         with trio.move_on_after(self.spec.cancel_grace_s):
-            await slot.done.wait()
-        if not slot.done.is_set() and not self._exited.is_set():
+            await slot.wait()
+        if not slot.finished and not self._exited.is_set():
             ms = int(self.spec.cancel_grace_s * 1000)
-            self.kill("hung", f"call {slot.id} ({slot.tool}) did not stop within {ms} ms of cancel")
+            self.kill(
+                "hung", f"call {slot.id} ({slot.call.tool}) did not stop within {ms} ms of cancel"
+            )
 
     def _progress(self, call_id: int, data: msgspec.Raw) -> None:
         slot = self.slots.get(call_id)
-        if slot is not None and slot.on_progress is not None and not slot.abandoned:
-            slot.on_progress(data)
+        if slot is not None and not slot.abandoned:
+            slot.call.progress(data)
 
     async def _wait_for(self, key: Any, line: bytes, timeout_s: float) -> Any:
         """Send ``line`` and wait up to ``timeout_s`` for :meth:`_resolve` of ``key``.

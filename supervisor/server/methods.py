@@ -2,7 +2,8 @@
 
 Each method is a function of a :class:`Call` (the session, the codec of the frame that carried
 the request, and the request id) and the raw params. Quick methods answer synchronously;
-``tools.invoke`` and other slow ones are awaited by one of the session's invoker tasks. A handler
+``tools.invoke`` starts its call and answers from the tick that ends it; other slow methods
+(operator actions) are awaited by one of the session's invoker tasks. A handler
 signals a protocol error by raising :class:`RpcFailure`; bad params raise ``BadParams``.
 """
 
@@ -58,7 +59,7 @@ class SessionLike(Protocol):
 
     def call_key(self, request_id: RequestId) -> Any: ...
 
-    def direct_done(self, request_id: RequestId) -> None: ...
+    def call_done(self, request_id: RequestId) -> None: ...
 
 
 class Call:
@@ -166,41 +167,19 @@ def sidecar_logs(c: Call, raw: msgspec.Raw) -> Any:
     return {"sidecar": p.sidecar, "stderr": pool.stderr_tail(max(1, min(p.bytes, 64 * 1024)))}
 
 
-def tools_invoke_direct(c: Call, raw: msgspec.Raw) -> bool:
-    """Start ``tools.invoke`` without an invoker task when a worker has room now; the response
-    is sent from the worker's answer. False: use :func:`tools_invoke` (streaming calls always
-    do, so ``tool.start`` goes out before anything else)."""
-    p = c.params(raw, InvokeParams)
-    if p.stream or (p.timeoutMs is not None and p.timeoutMs < 1):
-        return False
-    try:
-        input_raw = c.codec.to_json(p.input)
-    except (msgspec.DecodeError, TypeError):
-        return False
-    session, codec, rid = c.session, c.codec, c.rid
-
-    def done(env: Envelope) -> None:
-        session.direct_done(rid)
-        session.send(codec.response(rid, env), codec)
-
-    return c.host.start_invoke(
-        c.host.resolve_name(p.tool),
-        input_raw,
-        timeout_ms=p.timeoutMs,
-        approval=p.approval,
-        on_progress=None,
-        call_key=session.call_key(rid),
-        client=session.client_name,
-        on_done=done,
-    )
-
-
-async def tools_invoke(c: Call, raw: msgspec.Raw) -> Any:
+def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
+    """Start ``tools.invoke``: no task waits for it; the response is sent from whichever tick
+    ends the call (``tool.start`` and ``tool.progress`` events first when ``stream`` is set)."""
     p = c.params(raw, InvokeParams)
     if p.timeoutMs is not None and p.timeoutMs < 1:
         raise RpcFailure("invalid-params", "params.timeoutMs: expected int >= 1")
+    try:
+        input_raw = c.codec.to_json(p.input)
+    except (msgspec.DecodeError, TypeError) as exc:
+        raise RpcFailure("invalid-params", f"params.input: {exc}") from exc
     host = c.host
     tool = host.resolve_name(p.tool)
+    session, codec, rid = c.session, c.codec, c.rid
     on_progress = None
     if p.stream:
         c.event("tool.start", {"tool": tool})
@@ -208,18 +187,20 @@ async def tools_invoke(c: Call, raw: msgspec.Raw) -> Any:
         def on_progress(data: msgspec.Raw) -> None:
             c.event("tool.progress", data)
 
-    try:
-        input_raw = c.codec.to_json(p.input)
-    except (msgspec.DecodeError, TypeError) as exc:
-        raise RpcFailure("invalid-params", f"params.input: {exc}") from exc
-    return await host.invoke(
+    def done(env: Envelope) -> None:
+        session.call_done(rid)
+        session.send(codec.response(rid, env), codec)
+
+    host.start_invoke(
         tool,
         input_raw,
         timeout_ms=p.timeoutMs,
         approval=p.approval,
         on_progress=on_progress,
-        call_key=c.session.call_key(c.rid),
-        client=c.session.client_name,
+        call_key=session.call_key(rid),
+        client=session.client_name,
+        on_done=done,
+        session=p.session,
     )
 
 
@@ -308,15 +289,15 @@ SYNC_METHODS: dict[str, SyncMethod] = {
     "sidecar.logs": sidecar_logs,
 }
 
-DirectMethod = Callable[[Call, msgspec.Raw], bool]
+StartedMethod = Callable[[Call, msgspec.Raw], None]
 
-DIRECT_METHODS: dict[str, DirectMethod] = {
-    "tools.invoke": tools_invoke_direct,
+STARTED_METHODS: dict[str, StartedMethod] = {
+    "tools.invoke": tools_invoke,
 }
-"""Methods tried first without an invoker task; False falls back to ASYNC_METHODS."""
+"""Methods that start work and answer later through ``session.call_done`` and ``send``, with
+no task waiting: they count as in flight for the request-id checks."""
 
 ASYNC_METHODS: dict[str, AsyncMethod] = {
-    "tools.invoke": tools_invoke,
     "sidecar.restart": sidecar_restart,
     "registry.reload": registry_reload,
     "packages.status": packages_status,

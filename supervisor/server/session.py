@@ -1,9 +1,9 @@
 """A kernel client session, independent of its transport (Unix stream or WebSocket).
 
 # Strategy: a transport hands the session complete frames with the codec that decodes them; the
-# session answers quick methods inline and gives slow ones (``tools.invoke``) to a pool of
-# long-lived invoker tasks it owns, grown on demand, so thousands of calls can be in flight
-# without spawning a task per call in the steady state. Everything it sends goes through the
+# session answers quick methods inline, starts ``tools.invoke`` inline (the call answers from the
+# tick that ends it, with no task per call), and gives slow operator methods to a pool of
+# long-lived invoker tasks it owns, grown on demand. Everything it sends goes through the
 # transport's bounded :class:`OutQueue`; a client that stops reading is disconnected instead of
 # making the host buffer without bound. When the transport ends, the nursery holding the invokers
 # is cancelled, which cancels every call the client started.
@@ -26,7 +26,7 @@ from supervisor.server.codec import BadFrame, BadParams, Codec
 from supervisor.server.methods import (
     ALREADY_SENT,
     ASYNC_METHODS,
-    DIRECT_METHODS,
+    STARTED_METHODS,
     SYNC_METHODS,
     AsyncMethod,
     Call,
@@ -142,7 +142,7 @@ class Session:
         self._queued = 0
         self._inflight: set[RequestId] = set()
         self._subscribed = False
-        self._direct: set[RequestId] = set()
+        self._started: set[RequestId] = set()
         self.closed = False
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -167,15 +167,15 @@ class Session:
     def call_key(self, request_id: RequestId) -> Any:
         return (id(self), request_id)
 
-    def direct_done(self, request_id: RequestId) -> None:
-        self._direct.discard(request_id)
+    def call_done(self, request_id: RequestId) -> None:
+        self._started.discard(request_id)
         self._inflight.discard(request_id)
 
     def close(self) -> None:
-        """The client is gone: nothing more is sent, and its direct calls are cancelled (the
-        awaiting ones end with the transport's nursery)."""
+        """The client is gone: nothing more is sent, and its started calls are cancelled (the
+        awaited methods end with the transport's nursery)."""
         self.closed = True
-        for rid in list(self._direct):
+        for rid in list(self._started):
             self.host.cancel(self.call_key(rid), "client disconnected")
 
     # handling ----------------------------------------------------------------------------
@@ -207,8 +207,9 @@ class Session:
                 if result is not ALREADY_SENT:
                     self.send(codec.response(rid, result), codec)
             return
-        amethod = ASYNC_METHODS.get(req.method)
-        if amethod is None:
+        started = STARTED_METHODS.get(req.method)
+        amethod = ASYNC_METHODS.get(req.method) if started is None else None
+        if started is None and amethod is None:
             self.send(codec.error(rid, "unknown-method", f"unknown method {req.method!r}"), codec)
             return
         if rid in self._inflight:
@@ -222,16 +223,25 @@ class Session:
             return
         self._inflight.add(rid)
         call = Call(self, codec, rid)
-        direct = DIRECT_METHODS.get(req.method)
-        if direct is not None:
-            self._direct.add(rid)
+        if started is not None:
+            self._started.add(rid)
             try:
-                started = direct(call, req.params)
-            except (BadParams, RpcFailure):
-                started = False  # the invoker path decodes again and answers the error
-            if started:
-                return
-            self._direct.discard(rid)
+                started(call, req.params)
+            except BadParams as exc:
+                self.call_done(rid)
+                self.send(codec.error(rid, "invalid-params", exc.message), codec)
+            except RpcFailure as exc:
+                self.call_done(rid)
+                self.send(codec.error(rid, exc.code, exc.message, exc.data), codec)
+            except Exception as exc:
+                self.call_done(rid)
+                log.exception("method %s failed", req.method)
+                self.send(
+                    codec.error(rid, "internal", f"{req.method}: {type(exc).__name__}: {exc}"),
+                    codec,
+                )
+            return
+        assert amethod is not None
         self._queued += 1
         self._inv_send.send_nowait((amethod, call, req.params))
         if self._queued > self._idle and self._invokers < MAX_INVOKERS and self._nursery:

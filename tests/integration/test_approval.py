@@ -39,7 +39,7 @@ async def test_approval_flow_over_the_socket_and_its_audit_lines(app):
                 assert env["status"] == "unavailable", env
                 assert env["error"]["code"] == "approval-required"
             assert "approval.by must name who approved" in env["content"]
-            assert worker.calls_issued == 0 and host.pools["echo"].stats.calls == 0
+            assert worker.calls_issued == 0 and host.pools["echo"].dispatch.starts == 0
             granted = {**params, "approval": {"granted": True, "by": "alice"}}
             env = (await peer.request(5, "tools.invoke", granted))["result"]
             assert env["status"] == "success" and env["data"]["text"] == "hello"

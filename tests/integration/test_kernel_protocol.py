@@ -142,8 +142,20 @@ async def test_cancel_and_subscribe(app, transport):
                 got[2]["result"]["status"] == "failed"
                 and got[2]["result"]["error"]["code"] == "cancelled"
             )
-            # A restart makes the catalog move: the subscriber sees only the changed descriptors.
+            # A restart keeps the tools visible (the restart window): the catalog does not move.
             await peer.send({"id": 4, "method": "sidecar.restart", "params": {"sidecar": "echo"}})
+            with trio.fail_after(20):
+                while True:
+                    msg = await peer.recv()
+                    assert msg.get("event") != "catalog.changed", msg
+                    if msg.get("id") == 4:
+                        assert msg["result"] == {"restarted": True}
+                        break
+            assert host.catalog.revision == rev
+            # Stopping and starting the sidecar moves it: the subscriber sees only the changed
+            # descriptors.
+            await host.stop_sidecar("echo")
+            await host.start_sidecar("echo")
             events = []
             with trio.fail_after(20):
                 while True:

@@ -13,6 +13,7 @@ from tests.conftest import (
     script,
     wait_available,
     wait_for,
+    wait_replaced,
 )
 
 
@@ -33,8 +34,8 @@ async def test_crash_mid_call(app):
             assert "about to crash" in env.error.stderr  # stray stdout went to stderr
             assert env.meta.pid == first
             await wait_for(host, lambda: pool(host, "bad").restart_state.total == 1)
-            await wait_available(host, "echo.crash")
-            assert pool(host, "bad").workers[0].pid != first
+            assert effective(host, "echo.crash") == "available"  # the restart window
+            await wait_replaced(host, "bad", first)
         d = host.catalog.get("echo.crash")
         assert d.stability.details.restarts == 1 and d.stability.details.lastExitCode == 3
 

@@ -29,13 +29,13 @@ async def test_queue_bound_answers_overloaded(app):
                 await started.wait()
             n.start_soon(call, 1)
             n.start_soon(call, 2)
-            while len(host.pools["echo"].waiters) < 2:
+            while host.pools["echo"].queued < 2:
                 await trio.sleep(0)
             env = await host.invoke("echo.say", raw({"text": "x"}))
             assert env.status == "unavailable" and env.error.code == "overloaded"
             assert "pool.queue=2" in env.error.message
         assert [e.status for e in results] == ["success"] * 3
-        assert host.pools["echo"].stats.overloaded == 1
+        assert host.stats().sidecars["echo"].overloaded == 1
 
 
 async def test_scale_up_on_queue_then_idle_retire(app):

@@ -31,6 +31,7 @@ SEVERITY = {
     ("upgrade", "rollback-required"): 2,
     ("upgrade", "failed"): 2,
     ("sandbox", "denied"): 2,
+    ("runtime", "starting"): 2,
     ("runtime", "failed"): 2,
     ("runtime", "timed-out"): 2,
     ("runtime", "schema-error"): 2,
@@ -51,7 +52,8 @@ def test_value_sets_match_protocol():
     assert VALUES["discovery"] == ("configured", "missing", "disabled")
     assert VALUES["probe"] == ("healthy", "degraded", "unavailable", "skipped")
     assert VALUES["sandbox"] == ("allowed", "approval-required", "denied", "quota-limited")
-    assert len(list(all_facts())) == 3 * 2 * 3 * 3 * 4 * 4 * 4 * 5
+    assert VALUES["runtime"] == ("starting", "ready", "failed", "timed-out", "schema-error")
+    assert len(list(all_facts())) == 3 * 2 * 3 * 3 * 4 * 5 * 4 * 5
 
 
 def test_every_combination():
@@ -68,7 +70,7 @@ def test_every_combination():
         assert {r.field for r in reasons} == (bad if expected != "available" else set())
         assert all(r.hint and r.message and r.code for r in reasons)
         count += 1
-    assert count == 17280
+    assert count == 21600
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Per-tool retry policy: readOnly tools only; worker-crashed and timeout only; maxAttempts."""
+"""Per-tool retry policy: readOnly tools only; worker-crashed only; maxAttempts."""
 
 import pytest
 
@@ -18,8 +18,9 @@ def manifest(read_only=True, retry=(3, 50)):
     ("m", "code", "attempt", "delay"),
     [
         (manifest(), "worker-crashed", 1, 50),
-        (manifest(), "timeout", 2, 50),
-        (manifest(), "timeout", 3, None),  # out of attempts
+        (manifest(), "worker-crashed", 2, 50),
+        (manifest(), "worker-crashed", 3, None),  # out of attempts
+        (manifest(), "timeout", 1, None),  # the call's one deadline is spent
         (manifest(), None, 1, None),  # success
         (manifest(), "failed", 1, None),  # the tool's own answer
         (manifest(), "protocol-error", 1, None),

@@ -30,7 +30,7 @@ async def test_deadline_expires_from_the_queue_and_the_worker_survives(app):
                 and resp["result"]["error"]["code"] == "timeout"
             )
             assert trio.current_time() - t0 < 3
-            assert host.invoker.calls == {}
+            assert host.invoker.engine.calls == {}
             resp = await peer.request(
                 2, "tools.invoke", {"tool": "echo.say", "input": {"text": "after"}}
             )
@@ -56,7 +56,7 @@ async def test_cancel_a_direct_call(app):
         async with served(host, app) as srv, unix_peer(srv.sock) as peer:
             await peer.send(invoke(1, "echo.sleep", {"seconds": 20, "steps": 400}))
             with trio.fail_after(10):
-                while not host.invoker.calls:
+                while not host.invoker.engine.calls:
                     await trio.sleep(0.005)
             await peer.send({"id": 2, "method": "tools.cancel", "params": {"id": 1}})
             got = {}
@@ -79,11 +79,11 @@ async def test_disconnect_cancels_direct_calls_and_audits_them(app):
             peer = UnixPeer(stream)
             await peer.send(invoke(1, "echo.sleep", {"seconds": 30, "steps": 600}))
             with trio.fail_after(10):
-                while not host.invoker.calls:
+                while not host.invoker.engine.calls:
                     await trio.sleep(0.005)
             await stream.aclose()
             with trio.fail_after(10):
-                while host.pools["echo"].workers[0].inflight or host.invoker.calls:
+                while host.pools["echo"].workers[0].inflight or host.invoker.engine.calls:
                     await trio.sleep(0.01)
         host.audit.flush()
         lines = [
@@ -118,7 +118,7 @@ async def test_busy_worker_hands_over_to_the_awaiting_gear(app):
                     msg = await peer.recv()
                     got[msg["id"]] = msg["result"]
             assert all(got[i]["status"] == "success" for i in range(1, 5))
-        assert host.pools["echo"].stats.calls == 4
+        assert host.pools["echo"].dispatch.starts == 4
 
 
 async def test_direct_refusals_are_answered_and_audited(app):
