@@ -21,6 +21,18 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         "utility",
         "bundled: `toolhost init` registers it as sidecar `utility` (python -m sidecars.utility)",
     ),
+    "web": (
+        "sidecars.web",
+        "web",
+        "bundled: `toolhost init --add web` registers it (pip extra `web`: httpx, trafilatura); "
+        "web.search needs config.providers",
+    ),
+    "media": (
+        "sidecars.media",
+        "media",
+        "bundled: `toolhost init --add media` registers it with the delegates whose engines are "
+        "installed (tesseract-ocr, espeak-ng, pip extra `media`), or set config.providerUrl",
+    ),
     "browser": (
         "sidecars.browser_cdp",
         "browser",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
+from supervisor.cli.init_add import family_config, print_notes
 from supervisor.registry.load import REGISTRY_RELPATH
 from supervisor.registry.manifests import bundled_manifest_dir, load_manifest_file
 
@@ -33,6 +34,10 @@ OPT_IN: dict[str, dict[str, Any]] = {
         # One worker owns the browser connection and "the tab opened last".
         "pool": {"min": 1, "max": 1},
     },
+    # Their config is built by ``init_add.family_config`` (media: the delegates whose engines
+    # are found on this machine).
+    "web": {},
+    "media": {},
 }
 
 
@@ -53,6 +58,9 @@ def bundled_families() -> dict[str, tuple[str, dict[str, Any]]]:
             "pool": {"min": 1, "max": 2},
         }
         entry.update(OPT_IN.get(path.stem, {}))
+        config, _notes = family_config(path.stem)
+        if config:
+            entry["config"] = config
         families[path.stem] = (mf.sidecar, entry)
     return families
 
@@ -122,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"toolhost: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    print_notes(add, sys.stderr if args.stdout else sys.stdout)
     if args.stdout:
         sys.stdout.write(text)
         return EXIT_OK

@@ -92,7 +92,7 @@ def test_serve_invoke_file_hash_matches_hashlib(tmp_path):
         assert json.loads(out.stdout)["data"]["digest"] == hashlib.md5(payload).hexdigest()
         out = cli(root, "invoke", "file.hash", '{"path": "missing.bin"}')
         assert out.returncode == 1 and json.loads(out.stdout)["status"] == "failed"
-        out = cli(root, "invoke", "web.search", "{}")
+        out = cli(root, "invoke", "no.such.tool", "{}")
         assert out.returncode == 2 and json.loads(out.stdout)["error"]["code"] == "unknown-tool"
         status = cli(root, "status")
         assert status.returncode == 0

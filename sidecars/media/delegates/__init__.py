@@ -1,0 +1,8 @@
+"""The media sidecar's bundled delegates: one small oneshot process per call (PROTOCOL 3.2).
+
+Each module runs as ``python -m sidecars.media.delegates.<name>``, reads one request line from
+stdin and writes one answer line to stdout. They import only the standard library and their
+engine (Pillow, pocketsphinx), never the SDK, so a call pays one interpreter start and the
+engine. The media sidecar resolves and confines every path before it starts a delegate:
+delegates receive absolute paths.
+"""

@@ -1,0 +1,268 @@
+"""HTTP for the web tools: httpx (HTTP/1.1 and HTTP/2), pooled per worker, SSRF-guarded.
+
+# Strategy: the guard sits in httpcore's network backend, the one place every new connection
+# passes through. ``connect_tcp`` resolves the host once, checks every resolved address against
+# the policy, then connects to the checked address itself; TLS (SNI, certificate) and the Host
+# header still use the name, so nothing resolves the name a second time (no DNS rebinding).
+# Redirects are followed here, hop by hop (scheme check, loop detection, count), so each hop's
+# connection goes through the same guard. Bodies are streamed to a sink in chunks and the read
+# stops at the byte limit: a huge body is never held in memory.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import httpcore
+import httpx
+import trio
+
+from sidecars.sdk import ToolError
+from sidecars.web.policy import Limits, Policy
+
+REDIRECTS = {301, 302, 303, 307, 308}
+Sink = Callable[[bytes], Awaitable[None] | None]
+
+
+class DestinationRefused(Exception):
+    """The policy refused a resolved address (raised from the connection path)."""
+
+    def __init__(self, host: str, address: str, category: str) -> None:
+        super().__init__(f"{host} resolves to {address} ({category})")
+        self.host, self.address, self.category = host, address, category
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """A Trio network backend that connects only to addresses the policy allows."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.inner = httpcore.TrioBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:  # socket.gaierror: becomes httpx.ConnectError upstream
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        if not addresses:
+            raise httpcore.ConnectError(f"{host} did not resolve")
+        refused = self.policy.refusal(host, addresses)
+        if refused is not None:
+            raise DestinationRefused(host, *refused)
+        last: Exception | None = None
+        for address in addresses:
+            try:
+                return await self.inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not allowed")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+def refused_error(exc: DestinationRefused, url: str) -> ToolError:
+    """The ``failed`` result for a refused destination: error code ``destination-refused``.
+
+    The SDK keeps wire codes to PROTOCOL 3.1's five; this one refusal carries its own code, as
+    the web family's contract asks (the envelope is ``failed`` with ``error.code``
+    ``destination-refused``), and ``details.reason`` says the same.
+    """
+    error = ToolError(
+        f"destination refused: {exc.host} resolves to {exc.address}, a {exc.category} address "
+        "(config.allowPrivate or config.allowHosts opens it)",
+        details={
+            "url": url,
+            "host": exc.host,
+            "address": exc.address,
+            "category": exc.category,
+            "reason": "destination-refused",
+        },
+    )
+    error.code = "destination-refused"
+    return error
+
+
+def make_client(policy: Policy) -> httpx.AsyncClient:
+    """A pooled HTTP/1.1 + HTTP/2 client whose every connection passes the guard."""
+    transport = httpx.AsyncHTTPTransport(http2=True)
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=httpx.create_ssl_context(),
+        max_connections=32,
+        max_keepalive_connections=16,
+        keepalive_expiry=30.0,
+        http1=True,
+        http2=True,
+        network_backend=GuardedBackend(policy),
+    )
+    return httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+
+
+class Response:
+    """What a streamed request left: final URL, status, headers and the redirect chain."""
+
+    def __init__(self, url: str, status: int, headers: httpx.Headers, chain: list[str]) -> None:
+        self.url, self.status, self.headers, self.redirects = url, status, headers, chain
+        self.bytes = 0
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+
+def check_url(url: str) -> httpx.URL:
+    """Parse ``url``; only absolute http(s) URLs with a host pass.
+
+    Raises:
+        ToolError: ``invalid-input`` with reason ``bad-url`` or ``bad-scheme``.
+    """
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ToolError(
+            f"bad URL {url!r}: {exc}",
+            code="invalid-input",
+            details={"url": url, "reason": "bad-url"},
+        ) from None
+    if parsed.scheme not in ("http", "https"):
+        raise ToolError(
+            f"only http and https URLs are fetched, not {parsed.scheme or 'a relative URL'!r}",
+            code="invalid-input",
+            details={"url": url, "reason": "bad-scheme"},
+        )
+    if not parsed.host:
+        raise ToolError(
+            f"URL {url!r} has no host",
+            code="invalid-input",
+            details={"url": url, "reason": "bad-url"},
+        )
+    return parsed
+
+
+async def stream(
+    client: httpx.AsyncClient,
+    url: str,
+    limits: Limits,
+    max_bytes: int,
+    sink: Sink,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    json_body: Any = None,
+    params: dict[str, str] | None = None,
+) -> Response:
+    """Request ``url`` following redirects, feeding the body to ``sink`` up to ``max_bytes``.
+
+    The caller bounds the time (a Trio cancel scope); this function bounds redirects and bytes.
+
+    Raises:
+        ToolError: ``invalid-input`` for a bad URL or redirect scheme, ``failed`` with reason
+            ``destination-refused``, ``redirect-loop``, ``too-many-redirects``, ``too-large``,
+            ``connect-error`` or ``http-error``.
+    """
+    current = check_url(url)
+    chain: list[str] = []
+    seen = {str(current)}
+    send_headers = {"User-Agent": limits.user_agent, **(headers or {})}
+    while True:
+        request = client.build_request(
+            method, current, headers=send_headers, json=json_body, params=params
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except DestinationRefused as exc:
+            raise refused_error(exc, str(current)) from None
+        except httpx.HTTPError as exc:
+            raise ToolError(
+                f"cannot fetch {current}: {type(exc).__name__}: {exc}",
+                details={"url": str(current), "reason": "connect-error"},
+            ) from None
+        try:
+            location = response.headers.get("location")
+            if response.status_code in REDIRECTS and location:
+                target = current.join(location)
+                if target.scheme not in ("http", "https"):
+                    raise ToolError(
+                        f"redirect to a non-http(s) URL {str(target)!r} refused",
+                        code="failed",
+                        details={"url": str(target), "reason": "bad-scheme", "redirects": chain},
+                    )
+                chain.append(str(target))
+                if str(target) in seen:
+                    raise ToolError(
+                        f"redirect loop: {target} was already visited",
+                        details={"url": str(target), "reason": "redirect-loop", "redirects": chain},
+                    )
+                if len(chain) > limits.max_redirects:
+                    raise ToolError(
+                        f"more than {limits.max_redirects} redirects",
+                        details={
+                            "url": str(target),
+                            "reason": "too-many-redirects",
+                            "limit": limits.max_redirects,
+                            "redirects": chain,
+                        },
+                    )
+                seen.add(str(target))
+                current, params = target, None  # the Location URL is complete as given
+                if response.status_code == 303 or (
+                    response.status_code in (301, 302) and method == "POST"
+                ):
+                    method, json_body = "GET", None
+                continue
+            result = Response(str(current), response.status_code, response.headers, chain)
+            await _drain(response, result, max_bytes, sink)
+            return result
+        finally:
+            await response.aclose()
+
+
+async def _drain(response: httpx.Response, result: Response, max_bytes: int, sink: Sink) -> None:
+    declared = response.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ToolError(
+            f"{result.url} declares {declared} bytes, over the limit of {max_bytes}",
+            details={
+                "url": result.url,
+                "reason": "too-large",
+                "limit": max_bytes,
+                "declared": int(declared),
+            },
+        )
+    try:
+        async for chunk in response.aiter_bytes():
+            result.bytes += len(chunk)
+            if result.bytes > max_bytes:
+                raise ToolError(
+                    f"{result.url} sent more than {max_bytes} bytes; stopped reading",
+                    details={"url": result.url, "reason": "too-large", "limit": max_bytes},
+                )
+            maybe = sink(chunk)
+            if maybe is not None:
+                await maybe
+    except httpx.HTTPError as exc:
+        raise ToolError(
+            f"reading {result.url} failed: {type(exc).__name__}: {exc}",
+            details={"url": result.url, "reason": "read-error", "bytes": result.bytes},
+        ) from None

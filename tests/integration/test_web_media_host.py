@@ -1,0 +1,104 @@
+"""The web and media sidecars under a real host: pong-reported unavailability, the worker's
+memory while a 200 MB body is refused, a download killed mid-stream, and a crashing delegate
+that leaves the sidecar serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import psutil
+import trio
+
+from tests.conftest import REPO, effective, raw, running_host, wait_available, wait_for
+from tests.sidecars.engines import need_module
+from tests.sidecars.webserver import web_server
+
+MANIFESTS = [str(REPO / "manifests")]
+
+
+def sidecar(module: str, tools: list[str], config: dict) -> dict:
+    return {
+        "command": "python",
+        "args": ["-m", module],
+        "tools": tools,
+        "config": config,
+        "pool": {"min": 1, "max": 1},
+        "probe": {"intervalMs": 200},
+        "restart": {"backoffMs": 20, "maxBackoffMs": 200},
+    }
+
+
+WEB_TOOLS = ["web.fetch", "web.extract", "web.download", "web.search"]
+MEDIA_TOOLS = ["vision.analyze", "vision.ocr", "audio.transcribe", "audio.speak"]
+
+
+async def test_web_worker_memory_and_killed_download(app: Path) -> None:
+    need_module("httpx", "web")
+    with web_server() as base:
+        registry = {"web": sidecar("sidecars.web", WEB_TOOLS, {"allowPrivate": True})}
+        async with running_host(app, registry, manifest_dirs=MANIFESTS) as host:
+            await wait_available(host, "web.fetch", "web.download")
+            # No providers: web.search is unavailable before any call, with the hint.
+            await wait_for(host, lambda: effective(host, "web.search") == "unavailable")
+            reasons = host.catalog.get("web.search").stability.reasons
+            assert any("config.providers" in r.hint for r in reasons), reasons
+
+            env = await host.invoke("web.fetch", raw({"url": f"{base}/page"}))
+            assert env.status == "success", env
+            worker = psutil.Process(env.meta.pid)
+            before = worker.memory_info().rss
+            env = await host.invoke("web.fetch", raw({"url": f"{base}/huge"}), timeout_ms=60_000)
+            assert env.status == "failed" and env.error.details["reason"] == "too-large"
+            grown = worker.memory_info().rss - before
+            assert grown < 48 << 20, f"worker grew {grown >> 20} MiB on a refused 200 MB body"
+
+            # A download killed mid-stream leaves nothing under the target name.
+            outcome: dict = {}
+
+            async def download() -> None:
+                outcome["env"] = await host.invoke(
+                    "web.download",
+                    raw({"url": f"{base}/trickle", "path": "dl/big.bin"}),
+                    timeout_ms=60_000,
+                )
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(download)
+                with trio.fail_after(20):
+                    while not any(p.stat().st_size > 0 for p in (app / "dl").glob(".big.bin.*")):
+                        await trio.sleep(0.05)
+                worker.kill()
+            assert outcome["env"].status == "failed"
+            assert outcome["env"].error.code == "worker-crashed", outcome["env"]
+            assert not (app / "dl" / "big.bin").exists()
+
+
+async def test_media_unconfigured_tools_and_a_crashing_delegate(app: Path) -> None:
+    need_module("PIL", "media")
+    from PIL import Image
+
+    Image.new("RGB", (64, 32), (0, 128, 0)).save(app / "green.png")
+    config = {
+        "localCommands": {
+            "vision.analyze": {
+                "command": "python",
+                "args": ["-m", "sidecars.media.delegates.analyze"],
+            },
+            "vision.ocr": {"command": "python", "args": ["-c", "import os; os.abort()"]},
+        }
+    }
+    registry = {"media": sidecar("sidecars.media", MEDIA_TOOLS, config)}
+    async with running_host(app, registry, manifest_dirs=MANIFESTS) as host:
+        await wait_available(host, "vision.analyze", "vision.ocr")
+        await wait_for(host, lambda: effective(host, "audio.speak") == "unavailable")
+        reasons = host.catalog.get("audio.speak").stability.reasons
+        assert any("toolhost init --add media" in r.hint for r in reasons), reasons
+        env = await host.invoke("vision.ocr", raw({"path": "green.png"}))
+        assert env.status == "failed" and env.error.details["reason"] == "delegate-crashed"
+        assert env.error.details["exitCode"] < 0  # killed by SIGABRT
+        env = await host.invoke("vision.analyze", raw({"path": "green.png"}))
+        assert env.status == "success", env
+        data = msgspec.json.decode(env.data)
+        assert (data["width"], data["height"]) == (64, 32)
+        assert data["dominantColors"][0]["hex"] == "#008000"
