@@ -21,6 +21,13 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         "utility",
         "bundled: `toolhost init` registers it as sidecar `utility` (python -m sidecars.utility)",
     ),
+    "computer": (
+        "sidecars.computer",
+        "computer.native",
+        "bundled: `toolhost init --add computer` registers it as sidecar `computer.native`"
+        " (python -m sidecars.computer); it needs a display and xdotool/ImageMagick"
+        " (see docs/sidecars/computer.md)",
+    ),
 }
 
 
