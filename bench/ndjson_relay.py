@@ -17,14 +17,13 @@ from __future__ import annotations
 import os
 import selectors
 import socket
-import subprocess
 import sys
 from collections import deque
 from typing import Any
 
 import msgspec
 
-from bench.floors import ECHO, INIT, echo_env
+from bench.floors import PipeWorker
 
 CHUNK = 1 << 16
 
@@ -72,20 +71,14 @@ class Response(msgspec.Struct):
 
 
 class Worker:
+    """One echo worker after its init/ready handshake (``bench.floors.PipeWorker``)."""
+
     def __init__(self, concurrency: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ECHO)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=echo_env(concurrency),
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.wfd = self.proc.stdin.fileno()
-        self.rfd = self.proc.stdout.fileno()
-        os.write(self.wfd, msgspec.json.encode(INIT) + b"\n")
-        line = self.proc.stdout.readline()
-        ready = msgspec.json.decode(line, type=Result)
-        self.concurrency = max(1, ready.concurrency)
+        pipe = PipeWorker(concurrency)
+        self.proc = pipe.proc
+        self.wfd = pipe.wfd
+        self.rfd = pipe.rfile.fileno()  # nothing is buffered past the ready line
+        self.concurrency = concurrency
         self.inflight: dict[int, tuple[int, str]] = {}
         self.inbuf = b""
         self.out = bytearray()

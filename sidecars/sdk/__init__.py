@@ -17,10 +17,24 @@ Example::
     if __name__ == "__main__":
         app.run()
 
+Tools may also be ``async def`` (``await`` inside; ``ctx.nursery`` for state kept across
+calls): a sidecar with any async tool is served by one Trio loop, and a host ``cancel`` is a
+real ``trio.Cancelled`` in the tool (``docs/sidecars.md``, "Async tools").
+
 The same program answers the persistent process-json protocol (PROTOCOL 3.1) and a single
 Flyflor oneshot request (PROTOCOL 3.2).
 """
 
 from sidecars.sdk.app import Context, Reply, Sidecar, ToolError, ToolSpec
+from sidecars.sdk.services import Invocation, ServiceError, State
 
-__all__ = ["Context", "Reply", "Sidecar", "ToolError", "ToolSpec"]
+__all__ = [
+    "Context",
+    "Invocation",
+    "Reply",
+    "ServiceError",
+    "Sidecar",
+    "State",
+    "ToolError",
+    "ToolSpec",
+]

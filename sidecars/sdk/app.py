@@ -5,6 +5,8 @@
 # thread pool sized to the advertised concurrency. Every write to the protocol stream goes
 # through one lock. At start the real stdout is moved to a private descriptor and fd 1 is
 # pointed at stderr, so a stray print (or a child process) can never corrupt the protocol.
+# A sidecar with any ``async def`` tool is served by one Trio loop instead (``sidecars.sdk.aio``):
+# async calls are tasks cancelled through their scope, sync tools still run in threads.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any, get_type_hints
+from typing import IO, Any, cast, get_type_hints
 
 import msgspec
+import trio
 
+from sidecars.sdk import aio, services
+from sidecars.sdk.aio import LineReader, run_with_nursery
 from supervisor.contracts import wire
 
 _json_encode = msgspec.json.Encoder().encode
@@ -60,7 +65,11 @@ class Reply(msgspec.Struct, kw_only=True):
 
 
 class Context:
-    """What a tool call can see: config, anchors, cancellation and progress."""
+    """What a tool call can see: config, anchors, cancellation and progress.
+
+    For ``async def`` tools, :attr:`nursery` is the sidecar loop's long-lived nursery (tasks and
+    connections started there outlive the call); it is ``None`` for sync tools.
+    """
 
     def __init__(
         self,
@@ -74,6 +83,13 @@ class Context:
         self.deadline_ms = deadline_ms
         self.cancelled = cancelled
         self.started = time.monotonic()
+        self.nursery: trio.Nursery | None = None
+
+    def time_left(self) -> float | None:
+        """Seconds left before the call's deadline (``None`` when the call has none)."""
+        if self.deadline_ms <= 0:
+            return None
+        return max(0.0, self.deadline_ms / 1000.0 - (time.monotonic() - self.started))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -92,8 +108,27 @@ class Context:
         if self.call_id is not None and not self.cancelled.is_set():
             self.app._send(wire.Progress(id=self.call_id, data=msgspec.Raw(_json_encode(data))))
 
+    # host services (PROTOCOL 3.5; docs/host-services.md) ---------------------------------
+
+    def invoke(self, tool: str, input: Any, timeout_ms: int | None = None) -> Any:
+        """Run another tool through the host (every gate of a kernel call applies); returns
+        its envelope as an :class:`~sidecars.sdk.services.Invocation`. In an async tool,
+        ``await ctx.invoke(...)``."""
+        return services.invoke(self, tool, input, timeout_ms)
+
+    def state(self, name: str) -> services.State:
+        """The declared store ``name``: ``get``/``set``/``delete``/``list``."""
+        return services.State(self, name)
+
+    def vault(self, key: str) -> Any:
+        """The operator's secret ``key`` (declared in the sidecar's ``vault``)."""
+        return services.vault(self, key)
+
     def check_cancelled(self) -> None:
-        """Raise :class:`ToolError` with code ``cancelled`` if the host cancelled the call."""
+        """Raise :class:`ToolError` with code ``cancelled`` if the host cancelled the call.
+
+        Sync tools poll this; async tools need not (a cancel is a real ``trio.Cancelled``).
+        """
         if self.cancelled.is_set():
             raise ToolError("call cancelled", code="cancelled")
 
@@ -111,6 +146,7 @@ class ToolSpec(msgspec.Struct, kw_only=True):
     sandbox: str | None = None
     timeout_ms: int | None = None
     output_type: Any = None
+    is_async: bool = False
 
     def input_schema(self) -> dict[str, Any]:
         return struct_schema(self.input_type)
@@ -135,7 +171,9 @@ def struct_schema(tp: Any) -> dict[str, Any]:
     return schema
 
 
-HealthFunc = Callable[["Sidecar"], dict[str, wire.ToolHealth]]
+HealthMap = dict[str, wire.ToolHealth]
+# ``def check(app) -> HealthMap`` or ``async def check(app) -> HealthMap``.
+HealthFunc = Callable[["Sidecar"], HealthMap | Awaitable[HealthMap]]
 
 
 class Sidecar:
@@ -156,6 +194,8 @@ class Sidecar:
         self._write_lock = threading.Lock()
         self._answered_lock = threading.Lock()
         self._pending: dict[int, threading.Event] = {}
+        self._scopes: dict[int, trio.CancelScope] = {}  # async calls in flight (aio.serve)
+        self._requests = services.Requests(self)
 
     # registration ------------------------------------------------------------------------
 
@@ -170,7 +210,11 @@ class Sidecar:
         sandbox: str | None = None,
         timeout_ms: int | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator registering ``func(args: InputStruct, ctx: Context)`` as tool ``name``."""
+        """Decorator registering ``func(args: InputStruct, ctx: Context)`` as tool ``name``.
+
+        ``func`` may be ``async def``: it then runs on the sidecar's Trio loop (see
+        ``docs/sidecars.md``), and a host ``cancel`` cancels it for real.
+        """
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             hints = get_type_hints(func)
@@ -194,15 +238,27 @@ class Sidecar:
                 sandbox=sandbox,
                 timeout_ms=timeout_ms,
                 output_type=output_type,
+                is_async=inspect.iscoroutinefunction(func),
             )
             return func
 
         return register
 
     def health(self, func: HealthFunc) -> HealthFunc:
-        """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy)."""
+        """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy).
+
+        An ``async def`` health check runs as a task of the sidecar's Trio loop, which keeps
+        serving calls meanwhile; the ``pong`` goes out when the check returns.
+        """
         self._health = func
         return func
+
+    @property
+    def uses_async(self) -> bool:
+        """Whether any tool or the health check is ``async def``."""
+        return any(s.is_async for s in self.tools.values()) or inspect.iscoroutinefunction(
+            self._health
+        )
 
     def ready_message(self) -> wire.Ready:
         return wire.Ready(
@@ -225,8 +281,8 @@ class Sidecar:
     def run(self) -> None:
         """Serve stdin/stdout until shutdown or EOF; exits the process when done."""
         self._out = _claim_stdout()
-        stdin = sys.stdin.buffer
-        first = stdin.readline()
+        reader = LineReader(sys.stdin.fileno())
+        first = reader.readline()
         if not first.strip():
             return
         try:
@@ -241,7 +297,11 @@ class Sidecar:
                 self._fatal(f"invalid init message: {exc}")
                 return
             self._apply_init(init)
-            self._serve(stdin)
+            self._send(self.ready_message())
+            if self.uses_async:
+                trio.run(aio.serve, self, reader)  # one Trio loop owns the sidecar
+            else:
+                self._serve(reader)
         elif isinstance(raw, dict) and "tool" in raw:
             self._oneshot(raw)
         else:
@@ -254,12 +314,12 @@ class Sidecar:
         self.cwd = init.cwd
         self.sidecar_id = init.sidecar
 
-    def _serve(self, stdin: IO[bytes]) -> None:
-        self._send(self.ready_message())
+    def _serve(self, lines: Iterable[bytes]) -> None:
+        """The threaded loop of sidecars whose tools are all sync (async ones: ``aio.serve``)."""
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="call")
         decode = wire.host_decoder.decode
         try:
-            for line in stdin:
+            for line in lines:
                 try:
                     msg = decode(line)
                 except msgspec.DecodeError as exc:
@@ -274,27 +334,29 @@ class Sidecar:
                     self._send(self._pong(msg.id))
                 elif isinstance(msg, wire.Cancel):
                     self._cancel(msg.id)
+                elif isinstance(msg, wire.Response):
+                    self._requests.resolve(msg)
                 elif isinstance(msg, wire.Shutdown):
                     break
         finally:
-            # Every call is answered exactly once: those still pending end as cancelled.
-            with self._answered_lock:
-                pending, self._pending = self._pending, {}
-            for call_id, flag in pending.items():
-                flag.set()
-                self._send(
-                    wire.Result(
-                        id=call_id, ok=False, code="cancelled", error="sidecar shutting down"
-                    )
-                )
+            self._requests.fail_all("the host closed the connection")
+            self._answer_pending("sidecar shutting down")
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _answer_pending(self, why: str) -> None:
+        """Every call is answered exactly once: those still pending end as cancelled."""
+        with self._answered_lock:
+            pending, self._pending = self._pending, {}
+        for call_id, flag in pending.items():
+            flag.set()
+            self._send(wire.Result(id=call_id, ok=False, code="cancelled", error=why))
 
     def _pong(self, ping_id: str) -> wire.Pong:
         tools: dict[str, wire.ToolHealth] = {}
         status: wire.HealthStatus = "healthy"
         if self._health is not None:
             try:
-                tools = self._health(self)
+                tools = cast(HealthMap, self._health(self))
             except Exception as exc:
                 status = "degraded"
                 self._log("error", f"health check raised: {exc!r}")
@@ -306,6 +368,9 @@ class Sidecar:
         if flag is None:
             return  # already answered: the host ignores anything later
         flag.set()
+        scope = self._scopes.pop(call_id, None)  # an async call (then we are on its loop)
+        if scope is not None:
+            scope.cancel()
         self._send(wire.Result(id=call_id, ok=False, code="cancelled", error="call cancelled"))
 
     def _run_call(self, call: wire.Call, cancelled: threading.Event) -> None:
@@ -323,33 +388,60 @@ class Sidecar:
         self._send(result)
 
     def execute(self, tool: str, raw_input: bytes | msgspec.Raw, ctx: Context) -> wire.Result:
-        """Run one tool on raw JSON input and return the wire result (id left 0)."""
+        """Run one tool on raw JSON input and return the wire result (id left 0).
+
+        An async tool runs in a fresh ``trio.run`` here (oneshot mode, in-process tests); inside
+        a running Trio loop use :meth:`execute_async` instead.
+        """
+        spec, args = self._prepare(tool, raw_input)
+        if isinstance(args, wire.Result):
+            return args
+        assert spec is not None
+        if spec.is_async:
+
+            async def main(nursery: trio.Nursery) -> wire.Result:
+                ctx.nursery = nursery
+                return await self.execute_async(tool, raw_input, ctx)
+
+            result: wire.Result = trio.run(run_with_nursery, main)
+            return result
+        try:
+            out = spec.func(args, ctx)
+        except Exception as exc:
+            return _error_result(exc)
+        return _ok_result(out)
+
+    async def execute_async(
+        self, tool: str, raw_input: bytes | msgspec.Raw, ctx: Context
+    ) -> wire.Result:
+        """Like :meth:`execute`, awaited inside a Trio loop (sync tools go to a worker thread).
+
+        ``trio.Cancelled`` propagates: a cancelled call has no result of its own.
+        """
+        spec, args = self._prepare(tool, raw_input)
+        if isinstance(args, wire.Result):
+            return args
+        assert spec is not None
+        try:
+            if spec.is_async:
+                out = await spec.func(args, ctx)
+            else:
+                out = await trio.to_thread.run_sync(spec.func, args, ctx)
+        except Exception as exc:
+            return _error_result(exc)
+        return _ok_result(out)
+
+    def _prepare(self, tool: str, raw_input: bytes | msgspec.Raw) -> tuple[ToolSpec | None, Any]:
+        """The tool's spec and decoded input, or ``(spec, Result)`` answering a bad request."""
         spec = self.tools.get(tool)
         if spec is None:
-            return wire.Result(
+            return None, wire.Result(
                 id=0, ok=False, code="unsupported", error=f"{self.name} does not serve {tool}"
             )
         try:
-            args = msgspec.json.decode(raw_input, type=spec.input_type)
-        except msgspec.ValidationError as exc:
-            return wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
-        except msgspec.DecodeError as exc:
-            return wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
-        try:
-            out = spec.func(args, ctx)
-        except ToolError as exc:
-            data = msgspec.Raw(_json_encode(exc.data)) if exc.data is not None else wire.NULL
-            return wire.Result(
-                id=0, ok=False, code=exc.code, error=exc.message, details=exc.details, data=data
-            )
-        except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            return wire.Result(id=0, ok=False, code="failed", error=f"{type(exc).__name__}: {exc}")
-        if isinstance(out, Reply):
-            return wire.Result(
-                id=0, ok=True, data=msgspec.Raw(_json_encode(out.data)), content=out.content
-            )
-        return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out)))
+            return spec, msgspec.json.decode(raw_input, type=spec.input_type)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return spec, wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
 
     def _oneshot(self, request: dict[str, Any]) -> None:
         """Answer one Flyflor request (PROTOCOL 3.2) and return; exit status 0 unless failed."""
@@ -402,6 +494,34 @@ class Sidecar:
     def _fatal(self, message: str) -> None:
         self._log("error", message)
         sys.exit(2)
+
+
+def _error_result(exc: Exception) -> wire.Result:
+    """The wire answer for an exception a tool raised (ToolError keeps its code)."""
+    if isinstance(exc, services.ServiceError):
+        return wire.Result(
+            id=0,
+            ok=False,
+            code="failed",
+            error=str(exc),
+            details={"service": exc.method, "serviceCode": exc.code},
+        )
+    if isinstance(exc, ToolError):
+        data = msgspec.Raw(_json_encode(exc.data)) if exc.data is not None else wire.NULL
+        return wire.Result(
+            id=0, ok=False, code=exc.code, error=exc.message, details=exc.details, data=data
+        )
+    traceback.print_exception(exc, file=sys.stderr)
+    return wire.Result(id=0, ok=False, code="failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _ok_result(out: Any) -> wire.Result:
+    """The wire answer for a tool's return value (a :class:`Reply` adds ``content``)."""
+    if isinstance(out, Reply):
+        return wire.Result(
+            id=0, ok=True, data=msgspec.Raw(_json_encode(out.data)), content=out.content
+        )
+    return wire.Result(id=0, ok=True, data=msgspec.Raw(_json_encode(out)))
 
 
 def _claim_stdout() -> IO[bytes]:

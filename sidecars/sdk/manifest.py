@@ -21,6 +21,13 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         "utility",
         "bundled: `toolhost init` registers it as sidecar `utility` (python -m sidecars.utility)",
     ),
+    "browser": (
+        "sidecars.browser_cdp",
+        "browser",
+        "bundled: `toolhost init --add browser` registers it as sidecar `browser`"
+        " (python -m sidecars.browser_cdp); it needs a running Chrome/Chromium with"
+        " --remote-debugging-port (config.endpoint, see docs/sidecars/browser.md)",
+    ),
     "computer": (
         "sidecars.computer",
         "computer.native",

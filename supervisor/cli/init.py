@@ -23,14 +23,27 @@ HEADER = """// toolhost registry (schemaVersion 2), written by `toolhost init`.
 """
 
 
-def bundled_registry() -> dict[str, Any]:
-    """The registry document for every bundled manifest that carries a ``run`` recipe."""
-    sidecars: dict[str, Any] = {}
+# Families registered only on request (`toolhost init --add <family>`, `tools/init.sh <family>`),
+# because they need something outside toolhost (a browser...). Keyed by manifest file stem; the
+# value is merged into the registry entry built from the manifest's ``run`` recipe.
+OPT_IN: dict[str, dict[str, Any]] = {
+    "browser": {
+        "config": {"endpoint": "http://127.0.0.1:9222"},
+        "sandbox": {"browser.evaluate": "approval-required"},
+        # One worker owns the browser connection and "the tab opened last".
+        "pool": {"min": 1, "max": 1},
+    },
+}
+
+
+def bundled_families() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every bundled manifest with a ``run`` recipe: family -> (sidecar id, registry entry)."""
+    families: dict[str, tuple[str, dict[str, Any]]] = {}
     for path in sorted(bundled_manifest_dir().glob("*.toml")):
         mf, _error = load_manifest_file(path)
         if mf is None or mf.run is None or not mf.sidecar:
             continue
-        sidecars[mf.sidecar] = {
+        entry: dict[str, Any] = {
             "command": mf.run.command,
             "args": list(mf.run.args),
             "cwd": mf.run.cwd,
@@ -39,30 +52,86 @@ def bundled_registry() -> dict[str, Any]:
             "tools": [t.name for t in mf.tool],
             "pool": {"min": 1, "max": 2},
         }
+        entry.update(OPT_IN.get(path.stem, {}))
+        families[path.stem] = (mf.sidecar, entry)
+    return families
+
+
+def bundled_registry(add: list[str] | None = None) -> dict[str, Any]:
+    """The registry document: the default bundled sidecars plus the opt-in families ``add``.
+
+    Raises:
+        ValueError: A family in ``add`` is not bundled.
+    """
+    families = bundled_families()
+    unknown = [f for f in add or [] if f not in families]
+    if unknown:
+        known = ", ".join(sorted(families))
+        raise ValueError(f"unknown family {', '.join(unknown)} (bundled: {known})")
+    wanted = [f for f in families if f not in OPT_IN or f in (add or [])]
     return {
         "schemaVersion": 2,
         "host": {"socket": ".toolhost/host.sock", "projectDir": ".", "allowDegraded": False},
-        "sidecars": sidecars,
+        "sidecars": dict(families[f] for f in wanted),
     }
 
 
-def render() -> str:
-    return HEADER + json.dumps(bundled_registry(), indent=2) + "\n"
+def render(add: list[str] | None = None) -> str:
+    return HEADER + json.dumps(bundled_registry(add), indent=2) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    text = render()
-    if args.stdout:
-        sys.stdout.write(text)
-        return EXIT_OK
-    target = Path(app_root(args)) / REGISTRY_RELPATH
-    if target.exists() and not args.force:
-        print(f"toolhost: {target} exists; use --force to overwrite it", file=sys.stderr)
-        return EXIT_FAILED
+def _write(target: Path, text: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, target)
-    count = len(bundled_registry()["sidecars"])
+
+
+def _add_to_existing(target: Path, add: list[str], force: bool) -> int:
+    """Add the ``add`` families' entries to an existing registry (comments are not kept)."""
+    import json5
+
+    try:
+        doc = json5.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"toolhost: cannot read {target}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if not isinstance(doc, dict) or not isinstance(doc.get("sidecars", {}), dict):
+        print(f"toolhost: {target} has no sidecars object", file=sys.stderr)
+        return EXIT_FAILED
+    families = bundled_families()
+    sidecars = doc.setdefault("sidecars", {})
+    for family in add:
+        sidecar_id, entry = families[family]
+        if sidecar_id in sidecars and not force:
+            print(
+                f"toolhost: {target} already has sidecar {sidecar_id!r}; use --force to replace it",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        sidecars[sidecar_id] = entry
+    _write(target, HEADER + json.dumps(doc, indent=2) + "\n")
+    print(f"added {', '.join(add)} to {target}")
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    add: list[str] = list(dict.fromkeys(getattr(args, "add", None) or []))
+    try:
+        text = render(add)
+    except ValueError as exc:
+        print(f"toolhost: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.stdout:
+        sys.stdout.write(text)
+        return EXIT_OK
+    target = Path(app_root(args)) / REGISTRY_RELPATH
+    if target.exists() and add:
+        return _add_to_existing(target, add, args.force)
+    if target.exists() and not args.force:
+        print(f"toolhost: {target} exists; use --force to overwrite it", file=sys.stderr)
+        return EXIT_FAILED
+    _write(target, text)
+    count = len(bundled_registry(add)["sidecars"])
     print(f"wrote {target} with {count} bundled sidecar(s)")
     return EXIT_OK

@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_location_args(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing registry")
     p.add_argument("--stdout", action="store_true", help="print instead of writing")
+    p.add_argument(
+        "--add",
+        action="append",
+        default=[],
+        metavar="FAMILY",
+        help="also register an opt-in bundled family (e.g. browser); adds to an existing registry",
+    )
     p.set_defaults(func=_lazy("supervisor.cli.init"))
 
     p = sub.add_parser("invoke", help="invoke a tool and print the result envelope")

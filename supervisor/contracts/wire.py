@@ -65,7 +65,8 @@ class Response(_Msg, tag="response", kw_only=True):
     """The host's answer to a worker's ``request`` (exactly one of ``result``/``error``)."""
 
     id: str | int | None = None
-    result: Raw | None = None
+    result: Raw | msgspec.UnsetType = msgspec.UNSET
+    """Absent on an error response (a Raw cannot be Optional in msgspec: UNSET is omitted)."""
     error: ServiceError | None = None
 
 

@@ -155,20 +155,20 @@ class Invoker:
     ) -> None:
         """Fire deadlines and retry backoffs on time (one task per host)."""
         timers = self.timers
-        wakeup = trio.Event()
+        scope = trio.CancelScope()
 
-        def wake() -> None:
-            wakeup.set()
+        def rearm(when: float) -> None:
+            scope.deadline = when  # trio wakes this task then; nothing is woken now
 
-        timers.wake = wake
+        timers.rearm = rearm
         task_status.started()
         while True:
             timers.fire(trio.current_time())
             until = timers.next_due()
             timers.sleeping_until = until
-            wakeup = trio.Event()
-            with trio.move_on_at(until):
-                await wakeup.wait()
+            scope = trio.CancelScope(deadline=until)
+            with scope:
+                await trio.sleep_forever()
 
     # the end of every call -----------------------------------------------------------------
 

@@ -6,8 +6,8 @@
 # the calls themselves. :class:`Timers` knows nothing of trio or the clock: :meth:`Timers.fire`
 # takes ``now``, which is what lets the unit tests drive every deadline on a fake clock.
 # The one trio task that sleeps until the earliest entry and fires what is due is
-# ``supervisor.runtime.invoke.drive_timers``; it is woken only when a timer earlier than the one
-# it sleeps for is added.
+# ``Invoker.run_timers``; a timer earlier than the one it sleeps for moves its cancel scope's
+# deadline (no task wake-up, no event: trio itself wakes it at the new time).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ class Timers:
         self._seq = 0
         self._dead = 0
         self.sleeping_until = math.inf
-        """When the driver will look next; an earlier timer wakes it through :attr:`wake`."""
-        self.wake: Callable[[], None] = lambda: None
+        """When the driver will look next; an earlier timer moves it through :attr:`rearm`."""
+        self.rearm: Callable[[float], None] = lambda when: None
 
     def __len__(self) -> int:
         return len(self._heap) - self._dead
@@ -52,7 +52,7 @@ class Timers:
         heapq.heappush(self._heap, (when, self._seq, timer))
         if when < self.sleeping_until:
             self.sleeping_until = when
-            self.wake()
+            self.rearm(when)
         return timer
 
     def cancel(self, timer: Timer | None) -> None:

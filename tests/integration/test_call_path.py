@@ -1,5 +1,5 @@
-"""The direct gear of tools.invoke (no invoker task): deadlines, cancel, disconnect, crashes,
-and the hand-over to the awaiting gear when no worker has room."""
+"""The one call path of tools.invoke over the socket (no task per call): deadlines from the
+queue and on the worker, cancel, disconnect, crashes, and calls queued behind a busy worker."""
 
 import json
 

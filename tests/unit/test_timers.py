@@ -33,15 +33,15 @@ def test_cancelled_timers_never_fire_and_are_compacted():
     assert len(t) == 0
 
 
-def test_an_earlier_timer_wakes_the_driver():
+def test_an_earlier_timer_rearms_the_driver():
     t = Timers()
-    wakes = []
-    t.wake = lambda: wakes.append(True)
+    rearms = []
+    t.rearm = rearms.append
     t.sleeping_until = 5.0
     t.at(6.0, lambda: None)
-    assert wakes == []
+    assert rearms == []
     t.at(4.0, lambda: None)
-    assert wakes == [True] and t.sleeping_until == 4.0
+    assert rearms == [4.0] and t.sleeping_until == 4.0
 
 
 def test_a_timer_may_schedule_another_from_its_callback():

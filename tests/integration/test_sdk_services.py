@@ -1,0 +1,88 @@
+"""The SDK's side of host services: ``ctx.invoke``, ``ctx.state``, ``ctx.vault`` from sync and
+async tools, through a running host; a clear error in oneshot mode."""
+
+import json
+import subprocess
+import sys
+
+import msgspec
+import trio
+
+from supervisor.runtime.vault import Vault, vault_path
+from tests.conftest import FIXTURES, echo, raw, ready_pids, running_host, script, wait_for
+
+TOOLS = ["sdksvc.sync", "sdksvc.async"]
+
+
+def entries(**extra):
+    return {
+        "svc": script(
+            "sdk_services",
+            TOOLS,
+            state=[{"name": "notes", "keyPrefix": "n/"}],
+            vault=[{"key": "TOKEN"}],
+            **extra,
+        ),
+        "echo": echo(tools=["echo.say"]),
+    }
+
+
+def data(env):
+    assert env.status == "success", env
+    return msgspec.json.decode(bytes(env.data))
+
+
+async def ready(host):
+    await wait_for(host, lambda: ready_pids(host, "svc") and ready_pids(host, "echo"))
+
+
+async def test_sync_and_async_tools_use_every_service(app):
+    Vault(vault_path(str(app))).set("TOKEN", "tok-abcdef")
+    async with running_host(app, entries()) as host:
+        await ready(host)
+        got = data(await host.invoke("sdksvc.sync", raw({"text": "one", "secret": "TOKEN"})))
+        assert got["status"] == "success" and got["childData"]["text"] == "one"
+        assert got["stored"] == {"text": "one"} and got["keys"] == ["n/a"]
+        assert got["refused"] == "state-refused" and got["secretLength"] == 10
+        got = data(await host.invoke("sdksvc.async", raw({"text": "two", "key": "n/b"})))
+        assert got["status"] == "success" and got["childData"]["text"] == "two"
+        assert got["stored"] == {"text": "two"} and got["casWrote"] is False
+        assert got["keys"] == ["n/a", "n/b"]
+
+
+async def test_compare_and_set_from_two_sdk_workers(app):
+    async with running_host(
+        app, entries(pool={"min": 2, "max": 2}, env={"SVC_CONCURRENCY": "1"})
+    ) as host:
+        await wait_for(host, lambda: len(ready_pids(host, "svc")) == 2 and ready_pids(host, "echo"))
+        results = []
+
+        async def one():
+            results.append(
+                data(await host.invoke("sdksvc.sync", raw({"increments": 200}), timeout_ms=120_000))
+            )
+
+        async with trio.open_nursery() as n:
+            n.start_soon(one)
+            n.start_soon(one)
+        assert len({r["pid"] for r in results}) == 2
+        env = await host.invoke("sdksvc.async", raw({"key": "n/x"}))
+        assert data(env)["status"] == "success"
+        # the counter: read through a service call of its own
+        store = host.services.store()
+        assert msgspec.json.decode(store.get("notes\x1fshared:", "n/counter")) == 400
+
+
+def test_oneshot_mode_says_services_need_a_persistent_worker(tmp_path):
+    line = json.dumps({"tool": "sdksvc.sync", "input": {}, "cwd": str(tmp_path)})
+    r = subprocess.run(
+        [sys.executable, str(FIXTURES / "sdk_services.py")],
+        input=line + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    answer = json.loads(r.stdout.splitlines()[0])
+    assert answer["ok"] is False and answer["code"] == "unsupported"
+    assert "persistent worker" in answer["error"]
+    assert "Traceback" not in r.stderr
