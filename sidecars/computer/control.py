@@ -106,4 +106,7 @@ def run_delegate(
                 "stderr": stderr,
             },
         )
-    return {"delegate": got.argv[0].rsplit("/", 1)[-1]}
+    return {
+        "delegate": got.argv[0].rsplit("/", 1)[-1],
+        "stdout": proc.stdout.decode("utf-8", "replace")[-STDERR_TAIL:],
+    }

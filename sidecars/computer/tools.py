@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any, Literal
 
@@ -192,11 +193,11 @@ class MouseInput(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     """A pointer action at screen coordinates."""
 
     action: Annotated[
-        Literal["move", "click", "double_click", "down", "up", "scroll", "drag"],
-        Meta(description="What to do at (x, y)."),
+        Literal["move", "click", "double_click", "down", "up", "scroll", "drag", "position"],
+        Meta(description="What to do at (x, y); position reads the pointer (no x, y)."),
     ]
-    x: Annotated[NonNegative, Meta(description="Screen x in pixels.")]
-    y: Annotated[NonNegative, Meta(description="Screen y in pixels.")]
+    x: Annotated[NonNegative | None, Meta(description="Screen x in pixels.")] = None
+    y: Annotated[NonNegative | None, Meta(description="Screen y in pixels.")] = None
     button: Annotated[
         Literal["left", "middle", "right"] | None, Meta(description="Button (left).")
     ] = None
@@ -212,17 +213,22 @@ class MouseInput(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
 
 def mouse(args: MouseInput, ctx: Context) -> Reply:
     """Run one pointer action through ``config.mouseCommand``."""
+    if args.action != "position" and (args.x is None or args.y is None):
+        raise ToolError(
+            f"{args.action} needs x and y", code="invalid-input", details={"reason": "needs-xy"}
+        )
+    x, y = args.x or 0, args.y or 0
     if args.action == "drag" and (args.to_x is None or args.to_y is None):
         raise ToolError(
             "drag needs toX and toY", code="invalid-input", details={"reason": "drag-needs-end"}
         )
     values = {
         "action": args.action,
-        "x": str(args.x),
-        "y": str(args.y),
+        "x": str(x),
+        "y": str(y),
         "button": args.button or "left",
-        "toX": str(args.to_x if args.to_x is not None else args.x),
-        "toY": str(args.to_y if args.to_y is not None else args.y),
+        "toX": str(args.to_x if args.to_x is not None else x),
+        "toY": str(args.to_y if args.to_y is not None else y),
         "direction": args.direction or "down",
         "amount": str(args.amount or 1),
     }
@@ -235,8 +241,19 @@ def mouse(args: MouseInput, ctx: Context) -> Reply:
         ctx.project_dir,
         _deadline(ctx),
     )
-    data = {**values, "x": args.x, "y": args.y, **facts}
-    return Reply(data=data, content=f"mouse {args.action} at {args.x},{args.y}")
+    if args.action == "position":
+        stdout = facts.pop("stdout")
+        numbers = [int(n) for n in re.findall(r"-?\d+", stdout)[:2]]
+        if len(numbers) != 2:
+            raise ToolError(
+                f"computer.mouse: the delegate answered no position: {stdout.strip()[:200]!r}",
+                code="failed",
+                details={"reason": "delegate-output", "stdout": stdout[-2000:]},
+            )
+        x, y = numbers
+    facts.pop("stdout", None)
+    data = {**values, "x": x, "y": y, **facts}
+    return Reply(data=data, content=f"mouse {args.action} at {x},{y}")
 
 
 class KeyboardInput(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -270,6 +287,7 @@ def keyboard(args: KeyboardInput, ctx: Context) -> Reply:
         ctx.project_dir,
         _deadline(ctx),
     )
+    facts.pop("stdout", None)
     shown = f"{len(args.text or '')} character(s)" if args.action == "type" else args.keys
     return Reply(data={**values, **facts}, content=f"keyboard {args.action}: {shown}")
 

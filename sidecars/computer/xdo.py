@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 
 BUTTONS = {"left": "1", "middle": "2", "right": "3"}
@@ -27,6 +28,8 @@ def mouse_args(
 ) -> list[str]:
     """xdotool arguments for one mouse action (pointer moved to x, y first)."""
     btn = BUTTONS.get(button, "1")
+    if action == "position":
+        return ["getmouselocation"]
     move = ["mousemove", "--sync", x, y]
     if action == "move":
         return move
@@ -78,6 +81,15 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if args == ["getmouselocation"]:
+        # Print "x y" (what the sidecar reads back) instead of xdotool's own format.
+        out = subprocess.run([exe, "getmouselocation", "--shell"], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.stderr.write(out.stderr)
+            return out.returncode
+        facts = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        print(facts.get("X", ""), facts.get("Y", ""))
+        return 0
     os.execv(exe, [exe, *args])
     return 0  # not reached
 

@@ -35,6 +35,12 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         " (python -m sidecars.computer); it needs a display and xdotool/ImageMagick"
         " (see docs/sidecars/computer.md)",
     ),
+    "computer_use": (
+        "sidecars.computer_use",
+        "computer.use",
+        "bundled: `toolhost init --add computer_use` registers it as sidecar `computer.use`"
+        " (python -m sidecars.computer_use); it drives computer.native through the host",
+    ),
 }
 
 
@@ -75,6 +81,8 @@ def manifest_document(
             tool["sandbox"] = spec.sandbox
         if spec.timeout_ms:
             tool["timeoutMs"] = spec.timeout_ms
+        if spec.requires:
+            tool["requires"] = list(spec.requires)
         tool["inputSchema"] = _strip_none(spec.input_schema())
         out = spec.output_schema()
         if out is not None:

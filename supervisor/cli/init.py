@@ -41,6 +41,8 @@ OPT_IN: dict[str, dict[str, Any]] = {
         "pool": {"min": 1, "max": 1},
         "env": {"DISPLAY": os.environ.get("DISPLAY") or ":0"},
     },
+    # computer.use: the facade over computer.native (every step a host call).
+    "computer_use": {"pool": {"min": 1, "max": 1}},
 }
 
 # The bundled xdotool delegate of computer.mouse / computer.keyboard (sidecars/computer/xdo.py),
