@@ -4,6 +4,7 @@ long-running processes, all through a running host (utility sidecar, bundled man
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import signal
@@ -100,10 +101,13 @@ async def task(host: Any, payload: dict[str, Any], approval: Approval | None = A
 
 
 async def poll(fn: Any, timeout: float = 20) -> Any:
-    """Poll ``fn`` (async) until it returns a truthy value; tasks give no event to wait on."""
+    """Poll ``fn`` (sync or async) until it returns a truthy value: processes and files give no
+    event to wait on."""
     with trio.fail_after(timeout):
         while True:
-            value = await fn()
+            value = fn()
+            if inspect.isawaitable(value):
+                value = await value
             if value:
                 return value
             await trio.sleep(0.05)
@@ -163,7 +167,7 @@ async def test_pylsp_symbols_diagnostics_and_restart(app: Path) -> None:
 
         # Kill the language server: the next call starts a new one.
         os.kill(first_pid, signal.SIGKILL)
-        await poll(lambda: _async(not pid_alive(first_pid)))
+        await poll(lambda: not pid_alive(first_pid))
         got = data(await host.invoke("lsp.symbols", raw({"path": "pkg/mod.py"})))
         assert got["server"]["pid"] != first_pid and got["server"]["starts"] == 2
         assert {"greet", "Box", "open"} <= {s["name"] for s in got["symbols"]}
@@ -175,7 +179,7 @@ async def test_pylsp_symbols_diagnostics_and_restart(app: Path) -> None:
         env = await host.invoke("lsp.symbols", raw({"path": "pkg/missing.py"}))
         assert env.status == "failed" and env.error.details["reason"] == "not-found"
     # The worker stopped with the host: its language server did too (no orphan).
-    await poll(lambda: _async(not pid_alive(second_pid)), timeout=10)
+    await poll(lambda: not pid_alive(second_pid), timeout=10)
 
 
 async def test_language_server_dies_with_a_killed_worker(app: Path) -> None:
@@ -188,13 +192,9 @@ async def test_language_server_dies_with_a_killed_worker(app: Path) -> None:
         [worker_pid] = ready_pids(host, "utility")
         os.kill(worker_pid, signal.SIGKILL)
         await wait_replaced(host, "utility", worker_pid)
-        await poll(lambda: _async(not pid_alive(server_pid)), timeout=10)
+        await poll(lambda: not pid_alive(server_pid), timeout=10)
         got = data(await host.invoke("lsp.symbols", raw({"path": "mod.py"})))
         assert got["server"]["pid"] != server_pid and got["server"]["starts"] == 1
-
-
-async def _async(value: Any) -> Any:
-    return value
 
 
 # task.background ---------------------------------------------------------------------------
