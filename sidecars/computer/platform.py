@@ -62,11 +62,13 @@ def display_problem(config: dict[str, Any]) -> str | None:
     )
 
 
+PIN_KEYS = {SCREENSHOT_COMMANDS: "screenshotCommand", WINDOW_COMMANDS: "windowCommand"}
+
+
 def find(candidates: tuple[str, ...], config: dict[str, Any]) -> str | None:
     """The first candidate on PATH; ``config.screenshotCommand`` / ``windowCommand`` may pin one
-    (``candidates`` decides which key applies)."""
-    key = "screenshotCommand" if candidates is SCREENSHOT_COMMANDS else "windowCommand"
-    pinned = config.get(key)
+    of them (an unknown or absent pinned name falls back to the search order)."""
+    pinned = config.get(PIN_KEYS.get(candidates, ""))
     names = (pinned,) if isinstance(pinned, str) and pinned in candidates else candidates
     for name in names:
         if shutil.which(name):

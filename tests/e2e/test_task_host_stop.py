@@ -48,21 +48,28 @@ def write_app(root: Path, detach: bool) -> None:
 
 def start_task(root: Path) -> tuple[int, int]:
     """Start a ticker task through the CLI; return the keeper's pid and the grandchild's."""
-    out = cli(
-        root,
-        "invoke",
-        "task.background",
-        '{"action": "start"}',
-        "--approve",
-        "test",
-        "--timeout",
-        "20000",
-    )
-    env = json.loads(out.stdout)
+    deadline = time.monotonic() + 60
+    while True:
+        out = cli(
+            root,
+            "invoke",
+            "task.background",
+            '{"action": "start"}',
+            "--approve",
+            "test",
+            "--timeout",
+            "20000",
+        )
+        env = json.loads(out.stdout)
+        # `serve` logs "serving" before the utility worker is ready (runtime: starting).
+        starting = env["status"] == "unavailable" and env["error"]["code"] == "not-visible"
+        if not starting or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert env["status"] == "success", out.stdout + out.stderr
     task_id, keeper = env["data"]["id"], env["data"]["pid"]
     log = root / ".toolhost" / "tasks" / task_id / "stdout.log"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while "grandchild" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline, "the task never printed"
         time.sleep(0.05)
@@ -70,7 +77,7 @@ def start_task(root: Path) -> tuple[int, int]:
     return keeper, grandchild
 
 
-def wait_gone(*pids: int, timeout: float = 15) -> bool:
+def wait_gone(*pids: int, timeout: float = 30) -> bool:
     deadline = time.monotonic() + timeout
     while any(pid_alive(p) for p in pids):
         if time.monotonic() > deadline:
