@@ -18,8 +18,9 @@ import contextlib
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -67,6 +68,7 @@ SYMBOL_KINDS = [
 ]
 SEVERITIES = {1: "error", 2: "warning", 3: "information", 4: "hint"}
 
+T = TypeVar("T")
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
 
@@ -520,24 +522,45 @@ def _deadline(ctx: Context) -> float:
     return ctx.started + max(0.2, budget - min(0.5, budget * 0.1))
 
 
-def _gone(tool: str, server: LanguageServer) -> ToolError:
+def _gone(tool: str, server: LanguageServer | None) -> ToolError:
+    code = server.proc.poll() if server is not None else None
     return ToolError(
-        f"{tool}: the language server exited mid-call (exit code {server.proc.poll()}); "
+        f"{tool}: the language server exited mid-call (exit code {code}); "
         "the next call starts a new one",
         code="failed",
-        details={"reason": "server-exited", "exitCode": server.proc.poll()},
+        details={"reason": "server-exited", "exitCode": code},
     )
+
+
+def _with_server(
+    tool: str, args: LspInput, ctx: Context, ask: Callable[..., T]
+) -> tuple[LanguageServer, T]:
+    """Run ``ask(server, uri, after)`` on the worker's server, restarting it once if it died.
+
+    A server killed since the last call can still look alive for a moment (a multi-threaded
+    process is reaped only after all its threads exited), so a call that finds it gone while
+    talking to it starts a fresh one and asks again; a fresh server that dies is ``failed``.
+    """
+    for attempt in range(2):
+        server: LanguageServer | None = None
+        try:
+            server, uri, after = _prepare(tool, args, ctx)
+            return server, ask(server, uri, after)
+        except ServerGone:
+            server = server or MANAGER.server
+            if attempt == 1 or server is None or time.monotonic() >= _deadline(ctx):
+                raise _gone(tool, server) from None
+    raise AssertionError("unreachable")
 
 
 def lsp_symbols(args: LspInput, ctx: Context) -> SymbolsOutput:
     """The document symbols of one file, flattened in document order."""
-    server, uri, _after = _prepare("lsp.symbols", args, ctx)
-    try:
-        result = server.request(
-            "textDocument/documentSymbol", {"textDocument": {"uri": uri}}, _deadline(ctx)
-        )
-    except ServerGone:
-        raise _gone("lsp.symbols", server) from None
+
+    def ask(server: LanguageServer, uri: str, _after: int) -> Any:
+        params = {"textDocument": {"uri": uri}}
+        return server.request("textDocument/documentSymbol", params, _deadline(ctx))
+
+    server, result = _with_server("lsp.symbols", args, ctx, ask)
     symbols: list[Symbol] = []
     _flatten(result if isinstance(result, list) else [], None, symbols)
     return SymbolsOutput(
@@ -554,11 +577,11 @@ def lsp_diagnostics(args: LspInput, ctx: Context) -> DiagnosticsOutput:
             code="failed",
             details={"reason": "bad-config", "key": "lspSettleMs"},
         )
-    server, uri, after = _prepare("lsp.diagnostics", args, ctx)
-    try:
-        raw, settled = server.wait_diagnostics(uri, after, settle_ms / 1000.0, _deadline(ctx))
-    except ServerGone:
-        raise _gone("lsp.diagnostics", server) from None
+
+    def ask(server: LanguageServer, uri: str, after: int) -> tuple[list[Any], bool]:
+        return server.wait_diagnostics(uri, after, settle_ms / 1000.0, _deadline(ctx))
+
+    server, (raw, settled) = _with_server("lsp.diagnostics", args, ctx, ask)
     out = [
         Diagnostic(
             message=str(d.get("message", "")),
