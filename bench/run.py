@@ -86,7 +86,9 @@ def echo_sidecar(
 
 
 SIDECAR_ENTRIES: dict[str, dict[str, Any]] = {
-    "echo": echo_sidecar("bench.echo"),
+    # The payload scenario echoes up to 1 MB each way: this sidecar raises the 64 KiB default
+    # output cap on purpose (to the former 4 MiB default) so the whole payload comes back.
+    "echo": echo_sidecar("bench.echo", maxOutputBytes=4 * 1024 * 1024),
     "tp1": echo_sidecar("bench.echo.tp1", concurrency=THROUGHPUT_CONCURRENCY),
     "tp2": echo_sidecar("bench.echo.tp2", workers=2, concurrency=THROUGHPUT_CONCURRENCY),
     # The SDK default: workers of concurrency 1 (what most real sidecars are).

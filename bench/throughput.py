@@ -163,6 +163,8 @@ def relay_rows(b: Bench, workers: int, calls: int) -> dict[int, Row]:
 def throughput_c1(b: Bench) -> None:
     """Concurrency-1 workers, toolhost vs the plain relay, same run."""
     calls = b.settings.throughput_calls
+    if b.settings.quick:
+        calls = min(calls, 400)  # 12 rows: keep the smoke run short
     host = b.host
     for sidecar, workers in C1_POOLS:
         base = relay_rows(b, workers, calls)

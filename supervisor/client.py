@@ -8,7 +8,8 @@ Example::
 
 The client multiplexes any number of requests over one connection; responses are matched by id,
 events are routed to the request they belong to (``tool.start``/``tool.progress``) or to the
-subscription channel (``catalog.changed``).
+subscription channel (``catalog.changed``). :meth:`Client.mirror_catalog` keeps a
+:class:`CatalogMirror`: the catalog as of the latest event, without asking again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import msgspec
 import trio
 
 from supervisor.contracts.envelope import EnvelopeView
-from supervisor.contracts.rpc import Catalog, HealthResult
+from supervisor.contracts.rpc import Catalog, CatalogChanged, HealthResult
+from supervisor.contracts.snapshot import Descriptor
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 
 EventSink = Callable[[str, Any], None]
@@ -43,6 +45,57 @@ class RpcError(Exception):
 
 class ConnectionLost(Exception):
     """The connection closed while a request was waiting."""
+
+
+class CatalogMirror:
+    """The host's tool descriptors as this client knows them: one ``capability.catalog.get``
+    plus every ``catalog.changed`` after it (changed or added descriptors replace, ``removed``
+    names leave). Events at or below the snapshot's revision are already in it and skipped.
+    """
+
+    def __init__(self) -> None:
+        self.revision = -1
+        self.tools: dict[str, Descriptor] = {}
+        self._based = False
+        self._early: list[CatalogChanged] = []
+        self._moved = trio.Event()
+
+    def reset(self, catalog: Catalog) -> None:
+        """Start from a ``capability.catalog.get`` answer (then apply what came meanwhile)."""
+        self.revision = catalog.revision
+        self.tools = {d.name: d for d in catalog.tools}
+        self._based = True
+        early, self._early = self._early, []
+        for event in early:
+            self.apply(event)
+        self._pulse()
+
+    def apply(self, event: CatalogChanged) -> None:
+        """Fold one ``catalog.changed`` event in (kept for later before :meth:`reset`)."""
+        if not self._based:
+            self._early.append(event)
+            return
+        if event.revision <= self.revision:
+            return
+        for d in event.tools:
+            self.tools[d.name] = d
+        for name in event.removed:
+            self.tools.pop(name, None)
+        self.revision = event.revision
+        self._pulse()
+
+    def descriptors(self) -> list[Descriptor]:
+        """Every descriptor, sorted by name (the order ``capability.catalog.get`` uses)."""
+        return [self.tools[n] for n in sorted(self.tools)]
+
+    async def wait_revision(self, revision: int) -> None:
+        """Return once the mirror is at ``revision`` or later."""
+        while self.revision < revision:
+            await self._moved.wait()
+
+    def _pulse(self) -> None:
+        self._moved.set()
+        self._moved = trio.Event()
 
 
 class _Pending:
@@ -70,6 +123,7 @@ class Client:
         self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
         self._events_send, self.events = trio.open_memory_channel[Any](math.inf)
         self._closed = False
+        self.mirror: CatalogMirror | None = None
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -147,6 +201,8 @@ class Client:
             if pending is not None and pending.on_event is not None:
                 pending.on_event(msg["event"], msg.get("data"))
             elif rid is None:
+                if self.mirror is not None and msg["event"] == "catalog.changed":
+                    self.mirror.apply(msgspec.convert(msg.get("data"), CatalogChanged))
                 self._events_send.send_nowait(msg)
             return
         pending = self._pending.pop(msg.get("id"), None)
@@ -213,6 +269,14 @@ class Client:
         """Start ``catalog.changed`` events on :attr:`events`; returns the current revision."""
         result = await self.request("capability.catalog.subscribe")
         return int(result["revision"])
+
+    async def mirror_catalog(self) -> CatalogMirror:
+        """Subscribe, read the catalog, and keep :attr:`mirror` up to date from then on."""
+        if self.mirror is None:
+            self.mirror = CatalogMirror()
+            await self.subscribe()
+            self.mirror.reset(await self.catalog())
+        return self.mirror
 
     async def tools(self, fmt: str = "native") -> list[Any]:
         return (await self.request("tools.list", {"format": fmt}))["tools"]

@@ -40,6 +40,16 @@ def echo(tools: list[str] | None = None, **extra: Any) -> dict[str, Any]:
     return script("echo", tools or ECHO_TOOLS, **extra)
 
 
+def read_only_manifests(root: Path, tools: list[str]) -> list[str]:
+    """A manifest folder (for ``running_host(manifest_dirs=...)``) marking ``tools`` readOnly:
+    a client leaving cancels their calls instead of letting them run to their end."""
+    folder = root / ".manifests"
+    folder.mkdir(exist_ok=True)
+    body = "".join(f'[[tool]]\nname = "{t}"\nreadOnly = true\n\n' for t in tools)
+    (folder / "read-only.toml").write_text(body)
+    return [str(folder)]
+
+
 def write_registry(root: Path, sidecars: dict[str, Any], **top: Any) -> Path:
     path = root / "tools" / "external.tools.jsonc"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -147,14 +147,25 @@ class Served:
 
 @asynccontextmanager
 async def served(
-    host: Any, root: Path, *, max_frame: int = 1 << 20, queue: int = 1 << 22
+    host: Any,
+    root: Path,
+    *,
+    max_frame: int = 1 << 20,
+    queue: int = 1 << 22,
+    max_connections: int = 1024,
+    pause_bytes: int = 1 << 20,
 ) -> AsyncIterator[Served]:
     """Serve ``host`` on a Unix socket and a WebSocket (random loopback port) for the block."""
     from supervisor.server.stream import ConnectionLimits
     from supervisor.server.unix import serve_unix
     from supervisor.server.ws import load_or_create_token, serve_ws
 
-    limits = ConnectionLimits(max_frame=max_frame, max_queue_bytes=queue)
+    limits = ConnectionLimits(
+        max_frame=max_frame,
+        max_queue_bytes=queue,
+        max_connections=max_connections,
+        pause_bytes=pause_bytes,
+    )
     sock = root / ".toolhost" / "t.sock"
     token = load_or_create_token(str(root / ".toolhost" / "ws.token"))
     async with trio.open_nursery() as nursery:

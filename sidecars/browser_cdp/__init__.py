@@ -115,7 +115,7 @@ async def _title(conn: Any, sid: str, deadline: float) -> tuple[str, str]:
 async def open_tab(args: OpenInput, ctx: Context) -> Reply:
     url = check_url(args.url, ctx.project_dir)
     deadline = call_deadline(ctx)
-    endpoint = endpoint_of(ctx)
+    endpoint = endpoint_of(ctx.config)
     with cdp_errors(endpoint):
         tid, sid = await BROWSER.open(ctx, url, deadline)
         title, final = await _title(BROWSER.conn, sid, deadline)
@@ -134,7 +134,7 @@ async def open_tab(args: OpenInput, ctx: Context) -> Reply:
 async def navigate(args: NavigateInput, ctx: Context) -> Reply:
     url = check_url(args.url, ctx.project_dir)
     deadline = call_deadline(ctx)
-    with cdp_errors(endpoint_of(ctx)):
+    with cdp_errors(endpoint_of(ctx.config)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
         await BROWSER.navigate(conn, sid, url, args.waitUntil, deadline)
         title, final = await _title(conn, sid, deadline)
@@ -152,7 +152,7 @@ async def navigate(args: NavigateInput, ctx: Context) -> Reply:
 )
 async def snapshot(args: TargetInput, ctx: Context) -> Reply:
     deadline = call_deadline(ctx)
-    with cdp_errors(endpoint_of(ctx)):
+    with cdp_errors(endpoint_of(ctx.config)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
         page, elements = await BROWSER.snapshot(conn, tid, sid, deadline)
     text = str(page.get("text", ""))
@@ -190,7 +190,7 @@ async def screenshot(args: ScreenshotInput, ctx: Context) -> dict[str, Any]:
     )
     target = confine(ctx.project_dir, rel, must_exist=False, kind="file", label="path")
     deadline = call_deadline(ctx)
-    with cdp_errors(endpoint_of(ctx)):
+    with cdp_errors(endpoint_of(ctx.config)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
         png = await BROWSER.screenshot(conn, sid, args.fullPage, deadline)
     width, height = png_size(png)
@@ -216,7 +216,7 @@ async def screenshot(args: ScreenshotInput, ctx: Context) -> dict[str, Any]:
 )
 async def click(args: ClickInput, ctx: Context) -> dict[str, Any]:
     deadline = call_deadline(ctx)
-    with cdp_errors(endpoint_of(ctx)):
+    with cdp_errors(endpoint_of(ctx.config)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
         node = await BROWSER.element(conn, tid, sid, args.ref, args.selector, deadline)
         x, y = await BROWSER.center(conn, sid, node, deadline)
@@ -234,7 +234,7 @@ async def click(args: ClickInput, ctx: Context) -> dict[str, Any]:
 )
 async def type_text(args: TypeInput, ctx: Context) -> dict[str, Any]:
     deadline = call_deadline(ctx)
-    with cdp_errors(endpoint_of(ctx)):
+    with cdp_errors(endpoint_of(ctx.config)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
         node = await BROWSER.element(conn, tid, sid, args.ref, args.selector, deadline)
         await BROWSER.type_text(conn, sid, node, args.text, args.submit, deadline)
@@ -252,7 +252,7 @@ async def type_text(args: TypeInput, ctx: Context) -> dict[str, Any]:
 )
 async def evaluate(args: EvaluateInput, ctx: Context) -> dict[str, Any]:
     deadline = call_deadline(ctx)
-    with cdp_errors(endpoint_of(ctx)):
+    with cdp_errors(endpoint_of(ctx.config)):
         conn, tid, sid = await BROWSER.tab(ctx, args.targetId, deadline)
         out = await BROWSER.evaluate(conn, sid, args.expression, deadline)
     return {"targetId": tid, **out}
@@ -262,7 +262,7 @@ async def evaluate(args: EvaluateInput, ctx: Context) -> dict[str, Any]:
 async def health(app: Sidecar) -> dict[str, wire.ToolHealth]:
     """Every tool ``unavailable`` while the DevTools endpoint does not answer."""
     try:
-        endpoint = endpoint_of(Context(app, None, 0, _NEVER))
+        endpoint = endpoint_of(app.config)
     except ToolError as exc:
         reason: str | None = exc.message
     else:
@@ -273,11 +273,3 @@ async def health(app: Sidecar) -> dict[str, wire.ToolHealth]:
         name: wire.ToolHealth(status="unavailable", reason=reason, hint=START_HINT)
         for name in app.tools
     }
-
-
-class _Never:
-    def is_set(self) -> bool:
-        return False
-
-
-_NEVER: Any = _Never()

@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 import trio
 
 from sidecars.browser_cdp.cdp import (
+    GONE_SESSION,
     BrowserGone,
     CDPError,
     CDPTimeout,
@@ -68,9 +69,9 @@ DEFAULT_BUDGET_S = 30.0
 SAFETY_S = 0.25  # answer before the host's deadline, so the result is ours, not a timeout
 
 
-def endpoint_of(ctx: Context) -> str:
+def endpoint_of(config: dict[str, Any]) -> str:
     """``config.endpoint`` (default ``http://127.0.0.1:9222``) without a trailing slash."""
-    value = ctx.config.get("endpoint", DEFAULT_ENDPOINT)
+    value = config.get("endpoint", DEFAULT_ENDPOINT)
     if not isinstance(value, str) or not value.strip():
         raise ToolError(
             "config.endpoint must be a URL such as http://127.0.0.1:9222",
@@ -255,7 +256,7 @@ class Browser:
         self, ctx: Context, target_id: str | None, deadline: float
     ) -> tuple[Connection, str, str]:
         """Connection, targetId and sessionId of the addressed tab (default: last opened)."""
-        conn = await self.connection(ctx, endpoint_of(ctx), deadline)
+        conn = await self.connection(ctx, endpoint_of(ctx.config), deadline)
         tid = target_id or (self.opened[-1] if self.opened else None)
         if tid is None:
             raise ToolError(
@@ -270,7 +271,7 @@ class Browser:
 
         If anything fails (or the call is cancelled) the new tab is closed again.
         """
-        conn = await self.connection(ctx, endpoint_of(ctx), deadline)
+        conn = await self.connection(ctx, endpoint_of(ctx.config), deadline)
         res = await conn.send("Target.createTarget", {"url": "about:blank"}, deadline=deadline)
         tid = str(res["targetId"])
         try:
@@ -315,6 +316,8 @@ class Browser:
                         return
                 if scope.cancelled_caught:
                     raise CDPTimeout(f"Page.navigate (waiting for {wait_until})")
+                if conn.alive:  # the stream ended because the tab went away
+                    raise CDPError("Page.navigate", -32001, GONE_SESSION)
                 raise BrowserGone(f"Page.navigate: {conn.close_reason}")
         except BaseException as exc:
             if conn.alive and not isinstance(exc, ToolError):

@@ -39,6 +39,9 @@ class CDPError(Exception):
         self.data = data
 
 
+GONE_SESSION = "Session with given id not found (the tab was closed)"
+
+
 def is_gone_session(exc: CDPError) -> bool:
     """Whether the browser refused a request because its session's tab is gone."""
     return "session with given id not found" in exc.message.lower()
@@ -169,7 +172,7 @@ class Connection:
         self.closed = trio.Event()
         self.close_reason = ""
         self._next_id = 0
-        self._waiting: dict[int, tuple[str, _Waiter]] = {}
+        self._waiting: dict[int, tuple[str, _Waiter, str]] = {}  # id -> method, waiter, session
         self._subs: dict[tuple[str, str], list[trio.MemorySendChannel[dict[str, Any]]]] = {}
         self.detached: set[str] = set()  # sessions whose target went away (tab closed)
 
@@ -207,7 +210,7 @@ class Connection:
                     entry = self._waiting.pop(msg["id"], None)
                     if entry is None:
                         continue
-                    method, waiter = entry
+                    method, waiter, _session = entry
                     err = msg.get("error")
                     if isinstance(err, dict):
                         waiter.error = CDPError(
@@ -221,7 +224,7 @@ class Connection:
                     waiter.done.set()
                 elif "method" in msg:
                     if msg["method"] == "Target.detachedFromTarget":
-                        self.detached.add(str((msg.get("params") or {}).get("sessionId")))
+                        self._detach(str((msg.get("params") or {}).get("sessionId")))
                     key = (msg.get("sessionId", ""), msg["method"])
                     for chan in list(self._subs.get(key, ())):
                         try:
@@ -243,13 +246,26 @@ class Connection:
             if self.alive:
                 self._shut("DevTools connection reader stopped")
 
+    def _detach(self, session: str) -> None:
+        """The session's tab is gone: its waiting requests fail now (Chromium never answers
+        them) and its event streams end."""
+        self.detached.add(session)
+        for rid, (method, waiter, waiting_session) in list(self._waiting.items()):
+            if waiting_session == session:
+                del self._waiting[rid]
+                waiter.error = CDPError(method, -32001, GONE_SESSION)
+                waiter.done.set()
+        for key in [k for k in self._subs if k[0] == session]:
+            for chan in self._subs.pop(key):
+                chan.close()
+
     def _shut(self, reason: str) -> None:
         if self.closed.is_set():
             return
         self.close_reason = reason
         self.closed.set()
         waiting, self._waiting = self._waiting, {}
-        for method, waiter in waiting.values():
+        for method, waiter, _session in waiting.values():
             waiter.error = BrowserGone(f"{method}: {reason}")
             waiter.done.set()
         # Event subscribers see their stream end (and then check ``alive``).
@@ -281,7 +297,7 @@ class Connection:
         if session:
             body["sessionId"] = session
         waiter = _Waiter()
-        self._waiting[rid] = (method, waiter)
+        self._waiting[rid] = (method, waiter, session or "")
         try:
             with trio.move_on_at(deadline) as scope:
                 try:

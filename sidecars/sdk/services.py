@@ -11,16 +11,18 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import trio
 
 from supervisor.contracts import wire
 
 if TYPE_CHECKING:
+    import trio
+
     from sidecars.sdk.app import Context, Sidecar
 
 _encode = msgspec.json.Encoder().encode
@@ -68,8 +70,14 @@ class _Waiter:
 
     def __init__(self, in_trio: bool) -> None:
         self.answer: wire.Response | None = None
-        self.thread_event = None if in_trio else threading.Event()
-        self.trio_event = trio.Event() if in_trio else None
+        self.thread_event: threading.Event | None = None
+        self.trio_event: trio.Event | None = None
+        if in_trio:
+            import trio
+
+            self.trio_event = trio.Event()
+        else:
+            self.thread_event = threading.Event()
 
 
 class Requests:
@@ -80,7 +88,6 @@ class Requests:
         self._lock = threading.Lock()
         self._seq = 0
         self._waiting: dict[str, _Waiter] = {}
-        self._token: trio.lowlevel.TrioToken | None = None
 
     def resolve(self, response: wire.Response) -> None:
         """A ``response`` arrived (called by the sidecar's reader)."""
@@ -103,7 +110,7 @@ class Requests:
                 f"{method}: host services need a persistent worker (this is a oneshot run)",
                 code="unsupported",
             )
-        in_trio = trio.lowlevel.in_trio_task()
+        in_trio = _in_trio_task()
         with self._lock:
             self._seq += 1
             rid = f"s{self._seq}"
@@ -160,6 +167,16 @@ class Requests:
                 waiter.thread_event.set()
             elif waiter.trio_event is not None:
                 waiter.trio_event.set()
+
+
+def _in_trio_task() -> bool:
+    """Whether we run in a Trio task (an async tool), without importing trio in sidecars that
+    never loaded it (sync-only sidecars start faster without it)."""
+    if "trio" not in sys.modules:
+        return False
+    import trio
+
+    return trio.lowlevel.in_trio_task()
 
 
 def _unwrap(method: str, response: wire.Response | None) -> Any:

@@ -15,7 +15,9 @@ import msgspec
 import trio
 
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
+from supervisor.cli.render import zygote_text
 from supervisor.contracts.snapshot import Descriptor
+from supervisor.runtime import zygote
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.runtime.process import warden
 
@@ -36,6 +38,8 @@ class Report(msgspec.Struct, kw_only=True):
     registry_problems: list[str]
     sidecars: list[SidecarReport]
     tools: list[dict[str, Any]]
+    zygote: str = ""
+    """One line: the zygote's state, or why it is unavailable (docs/zygote.md)."""
 
 
 def _settled(host: Host) -> bool:
@@ -111,16 +115,32 @@ def _report(host: Host) -> Report:
         if not rep.ok:
             all_ok = False
         sidecars.append(rep)
+    registry_problems = [*host.registry.errors, *host.known.errors]
     return Report(
-        ok=all_ok,
+        ok=all_ok and not registry_problems,  # a problem in a file is a failure too
         registry=list(host.registry.files),
-        registry_problems=[*host.registry.errors, *host.known.errors],
+        registry_problems=registry_problems,
         sidecars=sidecars,
         tools=[
             {"name": d.name, "effective": d.stability.effective, "sidecar": d.sidecar}
             for d in host.catalog.tools()
         ],
+        zygote=_zygote_line(host),
     )
+
+
+def _zygote_line(host: Host) -> str:
+    z = host.zygote
+    if z is None:
+        if not host.registry.host.zygote.enabled:
+            return "zygote: off (host.zygote.enabled is false); every worker is exec'd"
+        if zygote.forced_exec():
+            return "zygote: off (TOOLHOST_SPAWN=exec); every worker is exec'd"
+        return "zygote: off; every worker is exec'd"
+    line = zygote_text(z.status())
+    if z.state != "ready":
+        line += "; workers are exec'd meanwhile (slower starts, more memory)"
+    return line
 
 
 def render(report: Report) -> str:
@@ -143,9 +163,14 @@ def render(report: Report) -> str:
     if missing:
         out.append("not installed (known tools no sidecar serves):")
         out.extend(f"       {t['name']}" for t in missing)
-    out.append(
-        "all configured sidecars are healthy" if report.ok else "some sidecars are unavailable"
-    )
+    if report.zygote:
+        out.append(report.zygote)
+    if report.ok:
+        out.append("all configured sidecars are healthy")
+    elif report.registry_problems and all(s.ok for s in report.sidecars):
+        out.append("the registry or manifest files have problems (listed with `!` above)")
+    else:
+        out.append("some sidecars are unavailable")
     return "\n".join(out)
 
 

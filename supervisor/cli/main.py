@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="restart even with calls running (they fail)"
     )
     p.set_defaults(func=_lazy("supervisor.cli.ops", "restart"))
+
+    p = sub.add_parser("approve", help="grant (or --deny) a call waiting for an operator")
+    p.add_argument("call_id", metavar="CALL_ID", help="the id `toolhost status` lists")
+    p.add_argument("--deny", action="store_true", help="refuse the call instead")
+    p.add_argument("--by", help="who decides (default: $USER)")
+    add_location_args(p)
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "approve"))
 
     p = sub.add_parser("logs", help="a sidecar's stderr tail")
     add_location_args(p)
@@ -189,7 +197,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return func(args)
+    try:
+        return int(func(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # never a traceback for the operator (TOOLHOST_DEBUG=1 shows it)
+        if os.environ.get("TOOLHOST_DEBUG"):
+            raise
+        print(
+            f"toolhost: internal error: {type(exc).__name__}: {exc} "
+            "(set TOOLHOST_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

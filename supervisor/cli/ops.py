@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -49,10 +50,56 @@ def status(args: argparse.Namespace) -> int:
 
     async def body(client: Client) -> int:
         cat = await client.catalog()
+        pending = await _pending_approvals(client)
         if args.json:
-            _print_json(cat)
+            _print_json({**msgspec.to_builtins(cat), "pendingApprovals": pending})
         else:
             print(status_text(cat))
+            if pending:
+                print(approvals_text(pending))
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+async def _pending_approvals(client: Client) -> list[dict[str, Any]]:
+    try:
+        result = await client.request("approvals.list")
+    except RpcError:  # an older host without the method
+        return []
+    return list(result.get("pending", []))
+
+
+def approvals_text(pending: list[dict[str, Any]]) -> str:
+    """The calls waiting for an operator, one block each."""
+    lines = [f"waiting for approval ({len(pending)}):"]
+    for p in pending:
+        lines.append(
+            f"  {p['callId']}  {p['tool']} (sidecar {p['sidecar']}), waiting "
+            f"{p['waitingMs'] / 1000:.1f} s, deadline in {p['deadlineInMs'] / 1000:.1f} s"
+        )
+        lines.append(f"      input: {p['input']}")
+    lines.append("  grant with `toolhost approve CALL_ID`, refuse with `toolhost approve --deny`")
+    return "\n".join(lines)
+
+
+def approve(args: argparse.Namespace) -> int:
+    """``toolhost approve CALL_ID``: grant (or ``--deny``) a call waiting for an operator."""
+    from supervisor.runtime.approvals import read_or_create_token, token_path
+
+    path = socket_path(args)
+    try:
+        token = read_or_create_token(token_path(path))
+    except OSError as exc:
+        return die(f"cannot read the operator token next to {path}: {exc}", EXIT_FAILED)
+    by = args.by or os.environ.get("USER") or "operator"
+
+    async def body(client: Client) -> int:
+        await client.request(
+            "approvals.decide",
+            {"callId": args.call_id, "granted": not args.deny, "by": by, "token": token},
+        )
+        print(f"{'denied' if args.deny else 'approved'} {args.call_id} (by {by})")
         return EXIT_OK
 
     return _run(args, body)
@@ -100,8 +147,13 @@ def catalog(args: argparse.Namespace) -> int:
 
 def restart(args: argparse.Namespace) -> int:
     async def body(client: Client) -> int:
-        await client.restart(args.sidecar, force=args.force)
-        print(f"restarted {args.sidecar}")
+        params: dict[str, Any] = {"sidecar": args.sidecar}
+        if args.force:
+            params["force"] = True
+        result = await client.request("sidecar.restart", params)
+        old = result.get("replaced", [])
+        was = ", ".join(f"pid {pid}" for pid in old) or "no running worker"
+        print(f"restarted {args.sidecar}: replaced {was}")
         return EXIT_OK
 
     return _run(args, body)

@@ -60,18 +60,27 @@ def _manager(args: argparse.Namespace) -> PackageManager:
 
 
 def _direct(
-    args: argparse.Namespace, op: Callable[[PackageManager, list[str]], T], *, creates: bool
+    args: argparse.Namespace,
+    op: Callable[[PackageManager, list[str]], T],
+    *,
+    creates: bool,
+    precheck: Callable[[PackageManager], None] | None = None,
+    readonly: bool = False,
 ) -> T:
     """Run ``op`` on this process's own manager, under its lock, after recovery."""
     mgr = _manager(args)
-    if not creates and not mgr.exists():
-        return op(mgr, [])  # nothing to lock or recover, and nothing to create
+    if not mgr.exists():
+        if not creates:
+            return op(mgr, [])  # nothing to lock or recover, and nothing to create
+        if precheck is not None:
+            precheck(mgr)  # a refusal must not leave even the lock file behind
     try:
         mgr.lock.acquire()
     except LockBusy as exc:
         raise PackageError("busy", str(exc)) from exc
     try:
-        recovered = mgr.recover()
+        # Only a command that cannot be refused rewrites .next (a refusal changes no file).
+        recovered = mgr.recover(refresh_next=readonly)
         for line in recovered:
             print(f"toolhost: recovered: {line}", file=sys.stderr)
         return op(mgr, recovered)
@@ -88,12 +97,14 @@ def _run(
     show: Callable[[T], int],
     *,
     creates: bool = False,
+    precheck: Callable[[PackageManager], None] | None = None,
+    readonly: bool = False,
 ) -> int:
     try:
         try:
             result = msgspec.convert(_ask_host(args, method, params), result_type)
         except _NoHost:
-            result = _direct(args, local, creates=creates)
+            result = _direct(args, local, creates=creates, precheck=precheck, readonly=readonly)
     except PackageError as exc:
         return _refused(exc.code, exc.message, exc.problems)
     except RpcError as exc:
@@ -143,6 +154,7 @@ def stage(args: argparse.Namespace) -> int:
         StageResult,
         show,
         creates=True,
+        precheck=lambda mgr: mgr.check_stage(source),
     )
 
 
@@ -249,7 +261,7 @@ def status(args: argparse.Namespace) -> int:
         print(status_text(st))
         return EXIT_OK
 
-    return _run(args, "packages.status", {}, local, PackagesStatus, show)
+    return _run(args, "packages.status", {}, local, PackagesStatus, show, readonly=True)
 
 
 def checksum(args: argparse.Namespace) -> int:

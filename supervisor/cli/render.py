@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from supervisor.contracts.rpc import Catalog
-from supervisor.contracts.snapshot import Descriptor
+from supervisor.contracts.snapshot import Descriptor, WorkerStatus, ZygoteStatus
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -40,12 +40,14 @@ def status_text(cat: Catalog) -> str:
     side_rows = []
     for s in cat.sidecars:
         workers = ",".join(str(w.pid) for w in s.workers) or "-"
+        starts = ",".join(_start_text(w) for w in s.workers) or "-"
         side_rows.append(
             [
                 s.id,
                 s.runtime,
                 str(len(s.workers)),
                 workers,
+                starts,
                 str(s.restarts),
                 str(s.queued),
                 (s.lastExitReason or "") if s.runtime != "ready" else "",
@@ -66,12 +68,36 @@ def status_text(cat: Catalog) -> str:
     if cat.registry.errors:
         parts.append("registry problems:\n" + "\n".join(f"  - {e}" for e in cat.registry.errors))
     parts.append(
-        table(["SIDECAR", "STATE", "WORKERS", "PIDS", "RESTARTS", "QUEUED", "LAST EXIT"], side_rows)
+        table(
+            ["SIDECAR", "STATE", "WORKERS", "PIDS", "STARTED", "RESTARTS", "QUEUED", "LAST EXIT"],
+            side_rows,
+        )
         if side_rows
         else "no sidecars configured"
     )
     parts.append(table(["TOOL", "EFFECTIVE", "VISIBLE", "SIDECAR", "REASON"], tool_rows))
+    parts.append(zygote_text(cat.zygote))
     return "\n\n".join(parts)
+
+
+def _start_text(w: WorkerStatus) -> str:
+    """``zygote 4ms``: how a worker started and how long it took to be ready."""
+    return w.startedBy + (f" {w.startMs:.0f}ms" if w.startMs is not None else "")
+
+
+def zygote_text(z: ZygoteStatus | None) -> str:
+    """One line about the host's zygote (docs/zygote.md)."""
+    if z is None:
+        return "zygote: off (every worker is exec'd)"
+    if z.state != "ready":
+        return f"zygote: {z.state}" + (f" ({z.reason})" if z.reason else "")
+    rss = f", {z.rssBytes / 1048576:.1f} MiB RSS" if z.rssBytes else ""
+    text = f"zygote: ready, pid {z.pid}{rss}, {z.forks} forks, {z.fallbacks} fallbacks"
+    if z.restarts:
+        text += f", {z.restarts} restarts"
+    if z.preloadFailed:
+        text += f"; preload failed: {', '.join(z.preloadFailed)}"
+    return text
 
 
 def catalog_text(cat: Catalog) -> str:

@@ -49,7 +49,9 @@ async def _serve(args: argparse.Namespace) -> int:
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
         reg = host.registry
-        limits = ConnectionLimits(max_frame=reg.host.max_frame_bytes)
+        limits = ConnectionLimits(
+            max_frame=reg.host.max_frame_bytes, max_connections=reg.host.max_connections
+        )
         server_scope = trio.CancelScope()
         gateway_scope = trio.CancelScope()
 
@@ -81,8 +83,6 @@ async def _serve(args: argparse.Namespace) -> int:
                 log.info(
                     "WebSocket gateway on %s (token in %s)", host.endpoints["ws"], ws.token_file
                 )
-        for error in reg.errors:
-            log.warning("registry: %s", error)
         log.info(
             "toolhost serving %d sidecar(s) on %s (registry: %s)",
             len(host.plan.sidecars),

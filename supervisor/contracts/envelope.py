@@ -53,6 +53,8 @@ class Meta(Struct, kw_only=True, omit_defaults=True):
     pid: int | None = None
     attempts: int = 1
     truncated: bool = False
+    originalBytes: int | None = None
+    """With ``truncated``: the size of content + data before the cut."""
     cpuMs: float | None = None
 
 

@@ -16,6 +16,10 @@ NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$"
 SidecarId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+"""A tool's output goes into a model's context: 64 KiB unless a sidecar sets more."""
+
 ToolName = Annotated[str, Meta(pattern=TOOL_NAME_PATTERN)]
 
 Anchor = Literal["app", "project", "config", "workspace"]
@@ -35,6 +39,19 @@ class WsConfig(_Config):
 
     listen: str = "127.0.0.1:7717"
     token_file: str = ".toolhost/ws.token"
+
+
+class ZygoteConfig(_Config):
+    """``host.zygote``: the preforked interpreter Python workers start from (docs/zygote.md)."""
+
+    enabled: bool = True
+    preload: list[Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = msgspec.field(
+        default_factory=list
+    )
+    """Modules imported in the zygote before it forks, after the SDK (``sidecars.sdk``); only
+    modules that start no thread, event loop or socket when imported."""
+    reply_timeout_ms: Annotated[int, Meta(ge=1, le=1000)] = 100
+    """How long a start waits for the zygote before it execs the worker instead."""
 
 
 class HostConfig(_Config):
@@ -58,8 +75,19 @@ class HostConfig(_Config):
     """Restarts allowed at once before ``maxRestartsPerSecond`` paces them."""
     stats_interval_ms: Annotated[int, Meta(ge=50)] = 1000
     """How often the accounting sampler measures worker processes (RSS, CPU)."""
+    zygote: ZygoteConfig = msgspec.field(default_factory=ZygoteConfig)
+    """The zygote (``enabled: false``: every worker is exec'd)."""
     quota_state: str = ".toolhost/quota-state.json"
     """Where ``callsPerDay`` counts survive host restarts; an empty string keeps them in memory."""
+    max_connections: PositiveInt = 1024
+    """Client connections served at once (Unix socket and WebSocket together); a connection over
+    it gets one ``overloaded`` error line and is closed. Lowered to half the open-file limit."""
+    max_calls_per_client: PositiveInt = 32
+    """Calls one connection may have in flight or queued; past it the host stops reading that
+    client's frames until one ends (well below a pool's default queue of 64)."""
+    approval_source: Literal["kernel", "operator"] = "kernel"
+    """Who grants ``approval-required`` calls: the kernel's ``approval`` param (``kernel``) or
+    only an operator, with ``toolhost approve CALL_ID`` (``operator``)."""
 
 
 class PoolConfig(_Config):
@@ -167,7 +195,7 @@ class SidecarConfig(_Config):
     enabled: bool = True
     config: dict[str, Any] = msgspec.field(default_factory=dict)
     timeout_ms: PositiveInt = 30_000
-    max_output_bytes: PositiveInt = 4 * 1024 * 1024
+    max_output_bytes: PositiveInt = DEFAULT_MAX_OUTPUT_BYTES
     package_id: str | None = None
     package_version: str | None = None
     protocol_version: str | None = None
@@ -181,6 +209,9 @@ class SidecarConfig(_Config):
     sandbox: SandboxValue | dict[str, SandboxValue] | None = None
     state: list[StateDecl] = msgspec.field(default_factory=list)
     vault: list[VaultDecl] = msgspec.field(default_factory=list)
+    spawn: Literal["auto", "exec"] = "auto"
+    """How workers start: ``auto`` forks eligible Python workers from the zygote, ``exec``
+    always starts a fresh process (PROTOCOL 1)."""
 
 
 class AutodiscoverConfig(_Config):

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Raw, Struct
 
-from supervisor.contracts.snapshot import Descriptor, SidecarStatus
+from supervisor.contracts.snapshot import Descriptor, SidecarStatus, ZygoteStatus
 from supervisor.contracts.wire import EMPTY_OBJECT
 
 PROTOCOL_NAME = "toolhost/1"
@@ -128,6 +128,8 @@ class Catalog(Struct, kw_only=True):
     tools: list[Descriptor]
     sidecars: list[SidecarStatus]
     registry: RegistryStatus = msgspec.field(default_factory=RegistryStatus)
+    zygote: ZygoteStatus | None = None
+    """The host's zygote (docs/zygote.md); None when it is off."""
 
 
 class HelloResult(Struct, kw_only=True):
@@ -152,5 +154,9 @@ class HealthResult(Struct, kw_only=True):
 
 
 class CatalogChanged(Struct, kw_only=True):
+    """``catalog.changed``: descriptors changed or added since the last event, and the names of
+    tools that left the catalog (PROTOCOL 6)."""
+
     revision: int
     tools: list[Descriptor]
+    removed: list[str] = msgspec.field(default_factory=list)

@@ -113,6 +113,27 @@ class WorkerStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
     inflight: int = 0
     calls: int = 0
     uptimeMs: float = 0
+    startedBy: Literal["zygote", "exec"]
+    """How the worker process started (PROTOCOL 1 ``spawn``)."""
+    startMs: float | None = None
+    """From the start request to ``ready`` (None until ready)."""
+
+
+class ZygoteStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The zygote in ``capability.catalog.get`` and ``toolhost status``."""
+
+    state: str
+    """``ready``, ``starting``, ``restarting``, ``off`` or ``unavailable``."""
+    pid: int | None = None
+    rssBytes: int | None = None
+    forks: int = 0
+    fallbacks: int = 0
+    restarts: int = 0
+    preloaded: list[str] = msgspec.field(default_factory=list)
+    preloadFailed: list[str] = msgspec.field(default_factory=list)
+    """``module: error`` of every preload that could not be imported."""
+    reason: str | None = None
+    """Why it is not ready, or the last fallback's reason."""
 
 
 class SidecarStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -38,10 +39,11 @@ def _walk(raw: Any, path: str) -> Any:
 
 
 def _show(value: Any, limit: int = 60) -> str:
+    # json.dumps (not msgspec) so NaN and Infinity show as themselves, not as null.
     try:
-        text = msgspec.json.encode(value).decode()
-    except (TypeError, msgspec.EncodeError):
-        text = repr(value)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a {type(value).__name__}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -73,3 +75,35 @@ def describe(exc: msgspec.ValidationError, raw: Any, prefix: str = "") -> str:
     if value is not _MISSING_VALUE:
         message += f", got {_show(value)}"
     return f"{_join(prefix, path)}: {message}"
+
+
+def describe_all(tp: Any, raw: Any, prefix: str = "") -> list[str]:
+    """Every problem of ``raw`` as a ``tp`` (one line each, as :func:`describe` words them).
+
+    msgspec stops at the first error; for a Struct given an object this checks each field on
+    its own (unknown keys, required fields missing, each present value against its type,
+    nested Structs the same way), so one refusal can name everything that is wrong. Empty when
+    ``raw`` converts.
+    """
+    try:
+        msgspec.convert(raw, tp)
+    except msgspec.ValidationError as exc:
+        first = exc
+    else:
+        return []
+    if not (isinstance(tp, type) and issubclass(tp, msgspec.Struct) and isinstance(raw, dict)):
+        return [describe(first, raw, prefix)]
+    fields = msgspec.structs.fields(tp)
+    known = {f.encode_name for f in fields}
+    problems: list[str] = []
+    forbid = getattr(tp.__struct_config__, "forbid_unknown_fields", False)
+    if forbid:
+        problems += [f"{_join(prefix, '.' + str(k))}: unknown field" for k in raw if k not in known]
+    for f in fields:
+        path = _join(prefix, "." + f.encode_name)
+        if f.encode_name not in raw:
+            if f.required:
+                problems.append(f"{path}: required field missing")
+            continue
+        problems += describe_all(f.type, raw[f.encode_name], path)
+    return problems or [describe(first, raw, prefix)]

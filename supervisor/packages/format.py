@@ -27,8 +27,8 @@ import msgspec
 import tomli_w
 
 from supervisor.contracts.packages import PackageFile
-from supervisor.contracts.validation import describe
-from supervisor.packages.errors import PackageError
+from supervisor.contracts.validation import describe_all
+from supervisor.packages.errors import ErrorCode, PackageError
 from supervisor.packages.fsio import IGNORED_DIRS
 from supervisor.policy.version import RangeError, compatibility, satisfies
 from supervisor.registry.load import is_builtin
@@ -69,7 +69,9 @@ class PayloadEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _refuse(problems: list[str], message: str | None = None) -> PackageError:
-    return PackageError("invalid-package", message or problems[0], problems)
+    if message is None:
+        message = problems[0] if len(problems) == 1 else f"the package has {len(problems)} problems"
+    return PackageError("invalid-package", message, problems)
 
 
 # package.toml ------------------------------------------------------------------------------
@@ -88,14 +90,45 @@ def read_package(root: Path) -> PackageFile:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise _refuse([f"{PACKAGE_FILE}: not valid TOML: {exc}"]) from exc
-    try:
-        pkg = msgspec.convert(raw, PackageFile)
-    except msgspec.ValidationError as exc:
-        raise _refuse([f"{PACKAGE_FILE}: {describe(exc, raw)}"]) from exc
+    shape = describe_all(PackageFile, raw)
+    if shape:
+        problems = [f"{PACKAGE_FILE}: {p}" for p in shape]
+        stand_in = _stand_in(raw, shape)
+        if stand_in is not None:  # the fields that are right still get their rules checked
+            problems += check_rules(stand_in, root)
+        raise _refuse(problems)
+    pkg = msgspec.convert(raw, PackageFile)
     problems = check_rules(pkg, root)
     if problems:
         raise _refuse(problems)
     return pkg
+
+
+_NEUTRAL: dict[str, object] = {
+    "id": "x",
+    "version": "0",
+    "kind": "process-json",
+    "protocol": "1",
+    "command": "x",
+    "tools": ["x.y"],
+    "compatibleCore": ">=0",
+    "checksum": "sha256:" + "0" * 64,
+}
+_FIELD = re.compile(r"^([A-Za-z]+)")
+
+
+def _stand_in(raw: dict[str, object], shape: list[str]) -> PackageFile | None:
+    """``raw`` with each field that broke its type replaced by a value no rule objects to."""
+    bad = {m.group(1) for p in shape if (m := _FIELD.match(p))}
+    known = {f.encode_name for f in msgspec.structs.fields(PackageFile)}
+    doc = {k: v for k, v in raw.items() if k in known and k not in bad}
+    for key in bad & known:
+        if key in _NEUTRAL:
+            doc[key] = _NEUTRAL[key]
+    try:
+        return msgspec.convert(doc, PackageFile)
+    except msgspec.ValidationError:
+        return None
 
 
 def _has_dotdot(path: str) -> bool:
@@ -284,34 +317,65 @@ def payload_checksum(entries: list[PayloadEntry]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _checksum_problem(pkg: PackageFile, entries: list[PayloadEntry]) -> str | None:
+    actual = payload_checksum(entries)
+    if actual == pkg.checksum:
+        return None
+    return f"{pkg.id} {pkg.version}: payload checksum is {actual}, package.toml says {pkg.checksum}"
+
+
 def verify_payload(root: Path, pkg: PackageFile) -> None:
     """Check the payload's rules and its checksum against ``package.toml``.
 
     Raises:
         PackageError: ``invalid-package`` or ``checksum-mismatch``.
     """
-    actual = payload_checksum(scan_payload(root))
-    if actual != pkg.checksum:
-        raise PackageError(
-            "checksum-mismatch",
-            f"{pkg.id} {pkg.version}: payload checksum is {actual}, package.toml says "
-            f"{pkg.checksum}",
-        )
+    problem = _checksum_problem(pkg, scan_payload(root))
+    if problem is not None:
+        raise PackageError("checksum-mismatch", problem, [problem])
 
 
 def load_verified(root: Path, host_version: str) -> PackageFile:
-    """Everything a package must pass before it is staged or applied (all three passes)."""
+    """Everything a package must pass before it is staged or applied (all three passes).
+
+    Every pass runs even when an earlier one failed, so the refusal names every problem; its
+    code is the gravest kind found (``invalid-package``, then ``incompatible``, then
+    ``checksum-mismatch``).
+
+    Raises:
+        PackageError: with every problem in ``problems``.
+    """
+    found: dict[ErrorCode, list[str]] = {
+        "invalid-package": [],
+        "incompatible": [],
+        "checksum-mismatch": [],
+    }
+    pkg: PackageFile | None = None
+    entries: list[PayloadEntry] | None = None
     try:
         pkg = read_package(root)
     except PackageError as exc:
+        found["invalid-package"] += exc.problems
+    try:
+        entries = scan_payload(root)
+    except PackageError as exc:
+        found["invalid-package"] += exc.problems
+    if pkg is not None:
         try:
-            scan_payload(root)
-        except PackageError as more:
-            exc.problems += more.problems
-        raise
-    check_compatible(pkg, host_version)
-    verify_payload(root, pkg)
-    return pkg
+            check_compatible(pkg, host_version)
+        except PackageError as exc:
+            found["incompatible"].append(exc.message)
+        if entries is not None:
+            problem = _checksum_problem(pkg, entries)
+            if problem is not None:
+                found["checksum-mismatch"].append(problem)
+    problems = [p for kind in found.values() for p in kind]
+    if not problems:
+        assert pkg is not None
+        return pkg
+    code = next(k for k, v in found.items() if v)
+    message = problems[0] if len(problems) == 1 else f"the package has {len(problems)} problems"
+    raise PackageError(code, message, problems)
 
 
 # sources -----------------------------------------------------------------------------------

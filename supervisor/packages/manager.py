@@ -372,7 +372,9 @@ class PackageManager:
                 continue
             try:
                 text = self.registry_with(pkg, text)
-            except PackageError:
+            except PackageError as exc:
+                if exc.code == "conflict":
+                    return  # the registry cannot be parsed: leave .next as it was
                 continue
         if text is None:
             return
@@ -391,23 +393,39 @@ class PackageManager:
 
     # stage ---------------------------------------------------------------------------------
 
+    def _source(self, source: str | os.PathLike[str]) -> Path:
+        src = Path(source)
+        return src if src.is_absolute() else self.app_root / src
+
+    def _check_stage(self, root: Path) -> tuple[PackageFile, PackageFile | None]:
+        pkg = fmt.load_verified(root, self.host_version)
+        current = self.installed(pkg.id)
+        if current is not None and current.version == pkg.version:
+            raise PackageError(
+                "conflict", f"{pkg.id} {pkg.version} is already installed; bump the version"
+            )
+        self.registry_with(pkg)  # refuse now what apply would refuse later
+        return pkg, current
+
+    def check_stage(self, source: str | os.PathLike[str]) -> None:
+        """Every check :meth:`stage` makes, writing nothing (not even the lock file): callers
+        run it before taking the lock when ``tools/packages`` does not exist yet, so a refused
+        first package leaves the app root as it was.
+
+        Raises:
+            PackageError: what :meth:`stage` would refuse.
+        """
+        with fmt.open_source(self._source(source)) as root:
+            self._check_stage(root)
+
     def stage(self, source: str | os.PathLike[str]) -> StageResult:
         """Verify a package and stage it; the installed version keeps serving.
 
         Raises:
             PackageError: the package is refused (nothing was changed).
         """
-        src = Path(source)
-        if not src.is_absolute():
-            src = self.app_root / src
-        with fmt.open_source(src) as root:
-            pkg = fmt.load_verified(root, self.host_version)
-            current = self.installed(pkg.id)
-            if current is not None and current.version == pkg.version:
-                raise PackageError(
-                    "conflict", f"{pkg.id} {pkg.version} is already installed; bump the version"
-                )
-            self.registry_with(pkg)  # refuse now what apply would refuse later
+        with fmt.open_source(self._source(source)) as root:
+            pkg, current = self._check_stage(root)
             make_dirs(self.staging)
             tmp = self.staging / f".incoming-{uuid.uuid4().hex[:12]}"
             try:
@@ -598,12 +616,16 @@ class PackageManager:
 
     # recovery ------------------------------------------------------------------------------
 
-    def recover(self) -> list[str]:
+    def recover(self, *, refresh_next: bool = True) -> list[str]:
         """Finish or undo an interrupted transaction and clear leftovers; returns what it did.
 
         The registry swap is the commit point: if the registry holds the text the journal
         commits, the transaction is finished (the new version awaits verification); otherwise
         every folder rename is undone and the staged version is staged again.
+
+        ``refresh_next=False`` (before stage, apply and rollback, which may yet be refused)
+        leaves ``external.tools.jsonc.next`` alone unless a transaction was finished or undone:
+        a refused operation must not rewrite it; a successful one regenerates it anyway.
         """
         if not self.exists():
             return []
@@ -630,7 +652,8 @@ class PackageManager:
                 remove_tree(entry)
                 done.append(f"removed the leftover {self._rel(entry)}")
             remove_tree(self.trash)
-        self.regenerate_next()
+        if refresh_next:
+            self.regenerate_next()
         return done
 
     # verification --------------------------------------------------------------------------

@@ -148,4 +148,5 @@ def _cap(env: Envelope, limit: int) -> Envelope:
     cut = source[:room].decode("utf-8", "ignore")
     env.content = cut + TRUNCATION_MARKER.format(size=size, limit=limit)
     env.meta.truncated = True
+    env.meta.originalBytes = size
     return env

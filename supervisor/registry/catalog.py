@@ -3,7 +3,8 @@
 # Strategy: pure state (no trio). The host feeds it the plan at (re)load and a
 # :class:`SidecarFacts` whenever a pool learns something; every update recomputes the affected
 # descriptors, compares them with the previous ones, and bumps ``revision`` only when one really
-# changed. The changed descriptors are returned so the server can publish ``catalog.changed``.
+# changed. The changed descriptors are returned, and the names that left are kept for
+# :meth:`Catalog.take_removed`, so the server can publish ``catalog.changed``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Catalog:
         self._owner: dict[str, str] = {}
         self._dependents: set[str] = set()
         self._upgrade: dict[str, tuple[UpgradeField, Reason | None]] = {}
+        self._left: set[str] = set()
 
     # reading -----------------------------------------------------------------------------
 
@@ -59,6 +61,13 @@ class Catalog:
 
     def visible(self) -> list[Descriptor]:
         return [d for d in self.tools() if d.visible]
+
+    def take_removed(self) -> list[str]:
+        """Names that left the catalog since the last call (and did not come back), sorted;
+        the host publishes them as ``catalog.changed``'s ``removed``."""
+        left = sorted(n for n in self._left if n not in self._descriptors)
+        self._left.clear()
+        return left
 
     def tool_plan(self, name: str) -> ToolPlan | None:
         """The static facts behind ``name``'s descriptor (a sidecar's announcement included)."""
@@ -88,6 +97,7 @@ class Catalog:
         for name in removed:
             del self._descriptors[name]
             self._owner.pop(name, None)
+        self._left.update(removed)
         changed = self._refresh(self._names())
         if removed and not changed:
             self.revision += 1
@@ -108,6 +118,7 @@ class Catalog:
         for name in gone:
             del self._descriptors[name]
             self._owner.pop(name, None)
+        self._left.update(gone)
         changed = self._refresh(names)
         if gone and not changed:
             self.revision += 1

@@ -24,7 +24,12 @@ from supervisor.contracts.registry import (
     RegistryTop,
     SidecarConfig,
 )
-from supervisor.contracts.validation import describe
+from supervisor.registry.check import (
+    all_problems,
+    join_surrogates,
+    nesting_problem,
+    value_problems,
+)
 
 REGISTRY_RELPATH = "tools/external.tools.jsonc"
 SIDECAR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -102,14 +107,19 @@ def global_registry_path(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def parse_text(text: str, display: str) -> tuple[dict[str, Any] | None, list[str]]:
-    """Parse JSONC text; returns the object or the reasons it is unusable."""
+    """Parse JSONC text; returns the object or the reasons it is unusable (never raises)."""
+    deep = nesting_problem(text)
+    if deep is not None:
+        return None, [f"{display}: not usable: {deep}"]
     try:
         data = json5.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return None, [f"{display}: not valid JSONC: {exc}"]
+    except Exception as exc:  # json5 has raised other types on garbage; never let one escape
+        return None, [f"{display}: not valid JSONC: {type(exc).__name__}: {exc}"]
     if not isinstance(data, dict):
         return None, [f"{display}: top level must be an object, got {type(data).__name__}"]
-    return data, []
+    return join_surrogates(data), []
 
 
 class _FileView(msgspec.Struct, kw_only=True):
@@ -123,7 +133,16 @@ def _read_file(path: Path, display: str) -> tuple[_FileView | None, list[str]]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None, []
-    except (OSError, UnicodeDecodeError) as exc:
+    except IsADirectoryError:
+        return None, [f"{display}: cannot read: it is a directory, not a file"]
+    except PermissionError as exc:
+        return None, [f"{display}: cannot read: permission denied ({exc.strerror})"]
+    except UnicodeDecodeError as exc:
+        return None, [
+            f"{display}: cannot read: not UTF-8 (byte 0x{exc.object[exc.start]:02x} "
+            f"at offset {exc.start})"
+        ]
+    except (OSError, ValueError) as exc:
         return None, [f"{display}: cannot read: {exc}"]
     data, errors = parse_text(text, display)
     if data is None:
@@ -138,7 +157,10 @@ def _salvage_tools(raw: Any) -> list[str]:
 
 
 def _fingerprint(raw: Any) -> bytes:
-    return msgspec.json.encode(raw, order="sorted")
+    try:
+        return msgspec.json.encode(raw, order="sorted")
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
+        return repr(raw).encode()  # only ever compared with another fingerprint
 
 
 def load_registry(
@@ -181,12 +203,22 @@ def load_registry(
     reg = Registry(app_root=root, files=files, errors=errors, unreadable=unreadable)
     host_raw: dict[str, Any] = {}
     for view in views:
-        _merge_file(reg, view, host_raw)
-    if host_raw:
         try:
+            _merge_file(reg, view, host_raw)
+        except Exception as exc:  # a loader bug must not take the host down: report it
+            reg.errors.append(f"{view.display}: cannot be loaded: {type(exc).__name__}: {exc}")
+            reg.unreadable = True
+    if host_raw:
+        host_problems = value_problems(host_raw, "host")
+        try:
+            if host_problems:
+                raise msgspec.ValidationError(host_problems[0])
             reg.host = msgspec.convert(host_raw, HostConfig)
         except msgspec.ValidationError as exc:
-            reg.errors.append(describe(exc, host_raw, "host") + " (host defaults used)")
+            problems = host_problems or all_problems(host_raw, HostConfig, "host", exc)
+            reg.errors += [p + " (host defaults used)" for p in problems]
+        except Exception as exc:  # never raise for bad input
+            reg.errors.append(f"host: cannot be used: {type(exc).__name__} (host defaults used)")
         else:
             for name in ("project_dir", "workspace_dir", "socket", "audit_log", "quota_state"):
                 value = getattr(reg.host, name)
@@ -210,18 +242,23 @@ def _merge_file(reg: Registry, view: _FileView, host_raw: dict[str, Any]) -> Non
     for key in data:
         if key not in TOP_KEYS:
             reg.errors.append(f"{where}: {key}: unknown top-level field")
-    top_raw = {k: v for k, v in data.items() if k in TOP_KEYS and k != "sidecars"}
+    top_raw = {k: v for k, v in data.items() if k in TOP_KEYS and k not in ("sidecars", "host")}
     schema_error: str | None = None
+    top: RegistryTop | None = None
+    top_problems = value_problems(top_raw, "")
     try:
+        if top_problems:
+            raise msgspec.ValidationError(top_problems[0])
         top = msgspec.convert({**top_raw, "sidecars": {}}, RegistryTop)
     except msgspec.ValidationError as exc:
-        message = describe(exc, top_raw)
-        if message.startswith("schemaVersion"):
-            schema_error = f"{where}: {message} (expected 1 or 2)"
-            reg.errors.append(schema_error)
-        else:
-            reg.errors.append(f"{where}: {message}")
-        top = None
+        for message in top_problems or all_problems(top_raw, RegistryTop, "", exc):
+            if message.startswith("schemaVersion"):
+                schema_error = f"{where}: {message} (expected 1 or 2)"
+                reg.errors.append(schema_error)
+            elif not message.startswith("sidecars:"):
+                reg.errors.append(f"{where}: {message}")
+    if "host" in data and not isinstance(data["host"], dict):
+        reg.errors.append(f"{where}: host: expected object, got {_kind(data['host'])}")
     if isinstance(data.get("host"), dict):
         host_raw.update(data["host"])
     if top is not None:
@@ -247,16 +284,31 @@ def _merge_file(reg: Registry, view: _FileView, host_raw: dict[str, Any]) -> Non
         elif not re.match(SIDECAR_ID_PATTERN, sid):
             entry.errors.append(f"{prefix}: sidecar id must match {SIDECAR_ID_PATTERN}")
         elif not isinstance(raw, dict):
-            entry.errors.append(f"{prefix}: expected object, got {type(raw).__name__}")
+            entry.errors.append(f"{prefix}: expected object, got {_kind(raw)}")
+        elif problems := value_problems(raw, prefix):
+            entry.errors += problems
         else:
             try:
                 entry.config = msgspec.convert(raw, SidecarConfig)
             except msgspec.ValidationError as exc:
-                entry.errors.append(describe(exc, raw, prefix))
+                entry.errors += all_problems(raw, SidecarConfig, prefix, exc)
             else:
                 entry.tools = list(entry.config.tools)
                 _check_semantics(entry, prefix)
         reg.sidecars[sid] = entry
+
+
+def _kind(value: Any) -> str:
+    """The JSON name of a value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _folders(entries: list[AutodiscoverEntry]) -> list[AutodiscoverConfig]:
@@ -270,12 +322,15 @@ def validate_entry(sid: str, raw: Any) -> list[str]:
     if not re.match(SIDECAR_ID_PATTERN, sid):
         return [f"{prefix}: sidecar id must match {SIDECAR_ID_PATTERN}"]
     if not isinstance(raw, dict):
-        return [f"{prefix}: expected object, got {type(raw).__name__}"]
+        return [f"{prefix}: expected object, got {_kind(raw)}"]
+    problems = value_problems(raw, prefix)
+    if problems:
+        return problems
     entry = SidecarEntry(id=sid, source="", config_dir="", config=None)
     try:
         entry.config = msgspec.convert(raw, SidecarConfig)
     except msgspec.ValidationError as exc:
-        return [describe(exc, raw, prefix)]
+        return all_problems(raw, SidecarConfig, prefix, exc)
     _check_semantics(entry, prefix)
     return entry.errors
 

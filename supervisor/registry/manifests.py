@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from supervisor.contracts.manifest import ManifestFile, ToolManifest
-from supervisor.contracts.validation import describe
+from supervisor.registry.check import all_problems, value_problems
 
 
 class KnownTool(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,13 +39,22 @@ def bundled_manifest_dir() -> Path:
 def load_manifest_file(path: Path) -> tuple[ManifestFile | None, str | None]:
     """Parse one TOML manifest; returns it or an error naming the file and JSON path."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return None, f"{path.name}: {exc}"
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        return None, f"{path.name}: cannot read: it is a directory, not a file"
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        return None, f"{path.name}: cannot read: {exc}"
+    try:
+        raw = tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError is a ValueError
+        return None, f"{path.name}: not valid TOML: {exc}"
+    problems = value_problems(raw, "")
+    if problems:
+        return None, f"{path.name}: " + "; ".join(problems)
     try:
         return msgspec.convert(raw, ManifestFile), None
     except msgspec.ValidationError as exc:
-        return None, f"{path.name}: {describe(exc, raw)}"
+        return None, f"{path.name}: " + "; ".join(all_problems(raw, ManifestFile, "", exc))
 
 
 def load_known_catalog(dirs: list[Path]) -> KnownCatalog:

@@ -55,6 +55,8 @@ class ToolPlan(msgspec.Struct, kw_only=True):
     """Listed in the registry (False: known only from what the sidecar announces)."""
     autodiscovered: bool = False
     """Found by autodiscovery; a registry sidecar announcing the same name takes it over."""
+    duplicates: list[str] = msgspec.field(default_factory=list)
+    """Every sidecar that declares this tool, when more than one does (then none serves it)."""
 
 
 class SidecarPlan(msgspec.Struct, kw_only=True):
@@ -121,10 +123,9 @@ def build_plan(
         entry = sp.entry
         cfg = entry.config
         for tool in entry.tools:
-            if tool in plan.tools and plan.tools[tool].sidecar != sid:
-                entry.warnings.append(
-                    f"sidecars.{sid}.tools: {tool} is already served by {plan.tools[tool].sidecar}"
-                )
+            first = plan.tools.get(tool)
+            if first is not None and first.sidecar != sid:
+                _mark_duplicate(plan, first, sid)
                 continue
             plan.tools[tool] = _plan_tool(sp, tool, known, host_version, cfg)
     for name, kt in known.tools.items():
@@ -155,6 +156,29 @@ def build_plan(
                 },
             )
     return plan
+
+
+def _mark_duplicate(plan: Plan, first: ToolPlan, other: str) -> None:
+    """Two sidecars declare the same tool: neither may serve it until the operator chooses; the
+    reason (and a warning on each entry) names both."""
+    owners = sorted({*first.duplicates, first.sidecar or "", other} - {""})
+    first.duplicates = owners
+    first.manifest_state = "invalid"
+    first.reasons["manifest"] = _reason(
+        "manifest",
+        "duplicate-tool",
+        f"{first.name} is declared by more than one sidecar: {', '.join(owners)}",
+        f"keep {first.name} in the tools of one of {', '.join(owners)}",
+    )
+    for sid in (first.sidecar, other):
+        sp = plan.sidecars.get(sid or "")
+        if sp is None:
+            continue
+        note = f"sidecars.{sid}.tools: {first.name} is also declared by " + ", ".join(
+            o for o in owners if o != sid
+        )
+        if note not in sp.entry.warnings:
+            sp.entry.warnings.append(note)
 
 
 def _plan_sidecar(

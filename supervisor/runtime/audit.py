@@ -24,6 +24,8 @@ import msgspec
 import trio
 import trio.lowlevel
 
+from supervisor.runtime.private import open_private
+
 log = logging.getLogger("toolhost.audit")
 
 FLUSH_DELAY_S = 0.02
@@ -213,10 +215,8 @@ class AuditLog:
 
     def _open(self) -> int:
         if self._fd is None:
-            folder = os.path.dirname(self.path)
-            if folder and not os.path.isdir(folder):
-                os.makedirs(folder, mode=0o700, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            # 0600, and an existing 0644 file is tightened (runtime/private.py).
+            self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
             self._size = os.fstat(self._fd).st_size
         return self._fd
 

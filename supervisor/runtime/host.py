@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -35,11 +36,13 @@ from supervisor.contracts.stats import StatsResult
 from supervisor.policy.naming import provider_name
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
+from supervisor.registry.check import every_problem
 from supervisor.registry.discover import add_discovered, scan_all
 from supervisor.registry.load import Registry, load_registry
 from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, load_known_catalog
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
-from supervisor.runtime import kinds, limits
+from supervisor.runtime import kinds, limits, zygote
+from supervisor.runtime.approvals import token_path
 from supervisor.runtime.audit import AuditLog
 from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
@@ -50,6 +53,8 @@ from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
 
 SUBSCRIBER_BUFFER = 256
+
+log = logging.getLogger("toolhost.host")
 
 
 class HostOptions(msgspec.Struct, kw_only=True):
@@ -120,6 +125,11 @@ class Host:
         self.safeguards = Safeguards(self.catalog, self._changed, lambda: self.pools)
         self.quotas = self.safeguards.quotas
         self.invoker = Invoker(self.catalog, self.pools, self.quotas, self.safeguards.record)
+        # Operator approval (runtime/approvals.py): the setting and the token next to the socket.
+        self.invoker.approvals.source = lambda: self.registry.host.approval_source
+        self.invoker.approvals.token_file = lambda: token_path(
+            self.endpoints.get("unix") or self.registry.path(self.registry.host.socket)
+        )
         self.services = HostServices(
             self.invoker,
             self.app_root,
@@ -127,6 +137,7 @@ class Host:
             manifest=self._manifest_of,
             count_request=self.safeguards.accounting.count_request,
         )
+        self.zygote: zygote.Zygote | None = None
 
     @property
     def registry_path(self) -> str | None:
@@ -158,6 +169,8 @@ class Host:
             self.registry.errors += add_discovered(
                 plan, self.registry, self.known, scan_all(self.registry), host_version=self.version
             )
+        for problem in every_problem(self.registry, self.known):
+            log.warning("registry: %s", problem)
         return plan
 
     # lifecycle ---------------------------------------------------------------------------
@@ -187,6 +200,7 @@ class Host:
                 await nursery.start(self.invoker.run_timers)
                 await nursery.start(self.services.run)
                 await self.safeguards.start(nursery)
+                await self._start_zygote(nursery)
                 for sp in self.plan.sidecars.values():
                     await self._start_pool(sp)
                 await nursery.start(self.upgrades.run)
@@ -198,10 +212,27 @@ class Host:
                 self.invoker.shutdown()
                 nursery.cancel_scope.cancel()
         finally:
+            if self.zygote is not None and zygote.active() is self.zygote:
+                zygote.activate(None)
             for ch in list(self._subscribers):
                 ch.close()
             self._subscribers.clear()
             self._stopped.set()
+
+    async def _start_zygote(self, nursery: trio.Nursery) -> None:
+        """Start this host's zygote (docs/zygote.md) unless it is off or another host in this
+        process already runs one."""
+        zcfg = self.registry.host.zygote
+        if not zcfg.enabled or zygote.forced_exec() or zygote.active() is not None:
+            return
+        self.zygote = zygote.Zygote(
+            zcfg.preload,
+            reply_timeout_s=zcfg.reply_timeout_ms / 1000.0,
+            app_root=self.app_root,
+            on_change=self._notify,
+        )
+        await nursery.start(self.zygote.run)
+        zygote.activate(self.zygote)
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop every sidecar gracefully and return."""
@@ -273,6 +304,9 @@ class Host:
                 )
             )
             self.safeguards.configure(self.registry, new_plan)
+            if self.zygote is not None:  # no worker may start from stale preloaded code
+                self.zygote.preload = zygote.preload_list(self.registry.host.zygote.preload)
+                self.zygote.replace()
             for sid in result.unchanged:
                 pool = self.pools.get(sid)
                 if pool is not None:
@@ -368,6 +402,9 @@ class Host:
             scripts=self._scripts(sp, cfg),
             max_line=limits.line_limit(cfg),
             limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
+            spawn="auto"
+            if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command, cfg.args)
+            else "exec",
         )
 
     @staticmethod
@@ -407,14 +444,15 @@ class Host:
         await self._pulse.wait()
 
     def _changed(self, changed: list[Descriptor], *, force: bool = False) -> None:
-        if not changed and not force:
+        removed = self.catalog.take_removed()
+        if not changed and not removed and not force:
             return
         self._notify()
         for d in changed:
             alias = provider_name(d.name)
             if alias != d.name:
                 self._aliases[alias] = d.name
-        event = CatalogChanged(revision=self.catalog.revision, tools=changed)
+        event = CatalogChanged(revision=self.catalog.revision, tools=changed, removed=removed)
         for ch in list(self._subscribers):
             try:
                 ch.send_nowait(event)
@@ -440,6 +478,7 @@ class Host:
             revision=self.catalog.revision,
             tools=self.catalog.tools(),
             sidecars=self.sidecar_statuses(),
+            zygote=self.zygote.status() if self.zygote is not None else None,
             registry=RegistryStatus(
                 files=list(self.registry.files),
                 errors=[*self.registry.errors, *self.known.errors],

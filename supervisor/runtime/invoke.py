@@ -22,6 +22,7 @@ from supervisor.contracts.rpc import Approval
 from supervisor.policy import gate, results
 from supervisor.registry.catalog import Catalog
 from supervisor.runtime import limits
+from supervisor.runtime.approvals import OPERATOR_PENDING, Approvals
 from supervisor.runtime.audit import AuditApproval, AuditLinks, AuditLog
 from supervisor.runtime.calls import Call, CallEngine, EnvelopeSink, ProgressSink
 from supervisor.runtime.pool import Pool
@@ -58,6 +59,8 @@ class Invoker:
         self.audit: AuditLog | None = None
         self.timers = Timers()
         self.engine = CallEngine(clock, self.timers, release=quotas.release, record=self._finished)
+        self.approvals = Approvals(self.timers, clock)
+        """Calls waiting for an operator (``host.approvalSource: "operator"``)."""
 
     # starting ------------------------------------------------------------------------------
 
@@ -74,6 +77,7 @@ class Invoker:
         client: str = "",
         session: str | None = None,
         parent: Call | None = None,
+        operator_approved: bool = False,
     ) -> Call | None:
         """Start one call; ``on_done`` gets its envelope, exactly once (maybe before this
         returns). Returns the call when it reached a pool (None: refused at the gate).
@@ -91,10 +95,14 @@ class Invoker:
             return None
         tp = catalog.tool_plan(tool)
         sidecar = desc.sidecar
+        policy = tp.sandbox if tp is not None else desc.stability.sandbox
+        # Operator approval (runtime/approvals.py): the kernel's own approval is not honoured;
+        # the gate passes the call, which then waits below for an operator's decision.
+        hold = not operator_approved and self.approvals.operator_decides(policy)
         refusal = gate.refuse(
             desc,
-            tp.sandbox if tp is not None else desc.stability.sandbox,
-            approval,
+            policy,
+            OPERATOR_PENDING if hold else approval,
             lambda: self.quotas.retry_after(sidecar, tool),
         )
         if refusal is not None:
@@ -106,6 +114,39 @@ class Invoker:
                 tool, "unavailable", f"{tool}: sidecar {sidecar} is not running"
             )
             self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            return None
+        if hold:
+            wait_ms = timeout_ms or desc.annotations.timeoutMs or pool.config.timeout_ms
+            if parent is not None:
+                wait_ms = min(wait_ms, parent.remaining_ms(t0))
+
+            def resume(granted: Approval) -> None:
+                self.start(
+                    tool,
+                    input_raw,
+                    on_done=on_done,
+                    timeout_ms=timeout_ms,
+                    approval=granted,
+                    on_progress=on_progress,
+                    call_key=call_key,
+                    client=client,
+                    session=session,
+                    parent=parent,
+                    operator_approved=True,
+                )
+
+            def refuse(env: Envelope) -> None:
+                self._refused(client, tool, input_raw, env, approval, on_done, parent)
+
+            self.approvals.hold(
+                tool=tool,
+                sidecar=sidecar,
+                input_raw=input_raw,
+                timeout_ms=wait_ms,
+                key=call_key,
+                resume=resume,
+                refuse=refuse,
+            )
             return None
         ticket = self.quotas.admit(sidecar, tool)
         if not isinstance(ticket, tuple):
@@ -144,7 +185,7 @@ class Invoker:
 
     def cancel(self, call_key: Any, message: str = "") -> bool:
         """Cancel the call registered under ``call_key``; False when there is none."""
-        return self.engine.cancel(call_key, message)
+        return self.engine.cancel(call_key, message) or self.approvals.cancel(call_key, message)
 
     def shutdown(self) -> None:
         """The host stops: calls waiting for a retry end now."""

@@ -27,7 +27,10 @@ NPROC_HEADROOM = 64
 other processes of the same user that start meanwhile (RLIMIT_NPROC counts all of them)."""
 CPU_KILL_GRACE_S = 2
 """Seconds between SIGXCPU (soft limit) and SIGKILL (hard limit)."""
-MIN_LINE = 1 << 20
+MIN_LINE = 2 * (4 << 20) + (64 << 10)
+"""The floor of a worker's line limit: what the former 4 MiB ``maxOutputBytes`` default gave.
+Lowering that default to 64 KiB (a model's context) must not turn answers of 1 to 8 MiB from
+cut into failed, nor refuse host-service requests that carry a state value at its 1 MiB limit."""
 MAX_LINE = 16 << 20
 
 INFINITY = resource.RLIM_INFINITY

@@ -516,6 +516,12 @@ class Pool:
                     inflight=w.inflight,
                     calls=w.calls_issued,
                     uptimeMs=round((now - w.started_at) * 1000.0, 1),
+                    startedBy=w.started_by,
+                    startMs=(
+                        round((w.ready_at - w.started_at) * 1000.0, 1)
+                        if w.ready_at is not None
+                        else None
+                    ),
                 )
                 for w in self.workers
             ],

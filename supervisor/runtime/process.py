@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import trio
 
@@ -175,6 +176,8 @@ class ChildProcess:
     ) -> None:
         self._popen = popen
         self.pid = popen.pid
+        self.started_by: Literal["zygote", "exec"] = "exec"
+        """How the process started: ``exec`` or ``zygote`` (PROTOCOL 6 ``startedBy``)."""
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
@@ -272,6 +275,7 @@ def spawn(
     stdin: bool = True,
     stdout: bool = True,
     stderr: bool = True,
+    zygote: bool = False,
 ) -> ChildProcess:
     """Fork and exec ``argv`` in its own session with pipes; never outlives the host.
 
@@ -283,10 +287,22 @@ def spawn(
         stdin: Give the child a stdin pipe (else /dev/null).
         stdout: Give the child a stdout pipe (else /dev/null).
         stderr: Give the child a stderr pipe (else /dev/null).
+        zygote: The sidecar allows forking from the host's zygote (``spawn: auto``); when the
+            zygote is available and the worker qualifies it is forked there, else exec'd with
+            one log line saying why (:mod:`supervisor.runtime.zygote`).
 
     Raises:
         OSError: The program could not be executed (the message names it).
     """
+    if zygote and stdin and stdout and stderr:
+        from supervisor.runtime import zygote as zyg
+
+        z = zyg.active()
+        if z is not None:
+            child, why = z.fork(argv, cwd=cwd, env=env, limits=limits)
+            if child is not None:
+                return child
+            z.fell_back(why)
     w = warden()
     w.start()
     fds: list[int] = []

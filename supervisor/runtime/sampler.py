@@ -20,6 +20,7 @@ per-worker and per-call resource quotas (``rssMb``, ``cpuSecondsPerCall``, ``lim
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from supervisor.runtime.pool import Pool
 
 MIB = 1024 * 1024
+log = logging.getLogger("toolhost.sampler")
 
 
 class TreeSample(msgspec.Struct, frozen=True):
@@ -177,9 +179,19 @@ class Sampler:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
+            failing = False
             while True:
                 await trio.sleep(self.interval_s)
-                await self.tick()
+                try:
+                    await self.tick()
+                except OSError as exc:  # EMFILE reading /proc, ...: skip this sample, keep going
+                    if not failing:
+                        log.warning("accounting sampler: cannot measure now: %s", exc)
+                    failing = True
+                else:
+                    if failing:
+                        log.info("accounting sampler: measuring again")
+                    failing = False
 
     async def tick(self) -> None:
         """Measure once and act on what was measured."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
@@ -147,15 +148,17 @@ class Upgrades:
         return await self._owned(self._rollback, pid)
 
     async def _stage(self, source: str) -> StageResult:
+        if not self.manager.exists():  # a refused first package must not leave the lock file
+            await trio.to_thread.run_sync(self.manager.check_stage, source)
         async with self._op_lock, self._file_lock():
-            await trio.to_thread.run_sync(self.manager.recover)
+            await trio.to_thread.run_sync(partial(self.manager.recover, refresh_next=False))
             result = await trio.to_thread.run_sync(self.manager.stage, source)
         self.refresh()
         return result
 
     async def _apply(self, pid: str, auto_rollback: bool) -> ApplyResult:
         async with self._op_lock, self._file_lock():
-            await trio.to_thread.run_sync(self.manager.recover)
+            await trio.to_thread.run_sync(partial(self.manager.recover, refresh_next=False))
             txn = await trio.to_thread.run_sync(
                 lambda: self.manager.prepare_apply(pid, auto_rollback=auto_rollback)
             )
@@ -163,7 +166,7 @@ class Upgrades:
 
     async def _rollback(self, pid: str) -> ApplyResult:
         async with self._op_lock, self._file_lock():
-            await trio.to_thread.run_sync(self.manager.recover)
+            await trio.to_thread.run_sync(partial(self.manager.recover, refresh_next=False))
             txn = await trio.to_thread.run_sync(self.manager.prepare_rollback, pid)
             return await self._transact(txn)
 

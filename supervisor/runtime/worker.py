@@ -25,7 +25,7 @@ from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.runtime.calls import Call, CallOutcome, ProgressSink
-from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, uncork
+from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
 from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 
@@ -90,6 +90,8 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """Calls in flight per worker where the protocol does not announce it (MCP, per-call)."""
     scripts: dict[str, list[str]] = msgspec.field(default_factory=dict)
     """simple-json: the argv of the script serving each tool."""
+    spawn: Literal["auto", "exec"] = "exec"
+    """``auto``: may be forked from the host's zygote (PROTOCOL 1 ``spawn``)."""
 
 
 class ProcessView(msgspec.Struct, frozen=True):
@@ -165,6 +167,8 @@ class Worker(ABC):
     calls_issued: int = 0
     started_at: float = 0.0
     ready_at: float | None = None
+    started_by: Literal["zygote", "exec"] = "exec"
+    """``zygote`` or ``exec`` (PROTOCOL 6 ``startedBy``)."""
     last_active: float = 0.0
     ready_msg: wire.Ready | None = None
     stderr: StderrRing
@@ -315,7 +319,11 @@ class LineWorker(Worker):
         self.started_at = self.last_active = trio.current_time()
         try:
             self.proc = spawn(
-                self.spec.argv, cwd=self.spec.cwd, env=self.spec.env, limits=self.spec.limits
+                self.spec.argv,
+                cwd=self.spec.cwd,
+                env=self.spec.env,
+                limits=self.spec.limits,
+                zygote=self.spec.spawn == "auto",
             )
         except OSError as exc:
             self.state = "exited"
@@ -327,6 +335,7 @@ class LineWorker(Worker):
             )
         proc = self.proc
         self.pid = proc.pid
+        self.started_by = proc.started_by
         rc: int | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -566,11 +575,11 @@ class LineWorker(Worker):
 
     async def _read_loop(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        stream = self.proc.stdout
+        fd = self.proc.stdout.fileno()  # non-blocking (trio's FdStream set it so)
         receive = self._receive
         try:
             while True:
-                data = await stream.receive_some(READ_CHUNK)
+                data = await read_ready(fd, READ_CHUNK)
                 if not data:
                     break
                 cork()

@@ -31,7 +31,7 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.packages.errors import PackageError
 from supervisor.runtime.host import Host
-from supervisor.server.codec import Codec
+from supervisor.server.codec import BadParams, Codec
 from supervisor.server.formats import render
 
 
@@ -167,6 +167,38 @@ def sidecar_logs(c: Call, raw: msgspec.Raw) -> Any:
     return {"sidecar": p.sidecar, "stderr": pool.stderr_tail(max(1, min(p.bytes, 64 * 1024)))}
 
 
+class DecideParams(msgspec.Struct, kw_only=True):
+    callId: str
+    token: str
+    by: str
+    granted: bool = True
+
+
+def approvals_list(c: Call, raw: msgspec.Raw) -> Any:
+    """Extension (docs/security.md): calls waiting for an operator's approval."""
+    c.params(raw, EmptyParams)
+    return {
+        "approvalSource": c.host.registry.host.approval_source,
+        "pending": c.host.invoker.approvals.pending(),
+    }
+
+
+def approvals_decide(c: Call, raw: msgspec.Raw) -> Any:
+    """Extension (docs/security.md): an operator grants or denies a waiting call."""
+    p = c.params(raw, DecideParams)
+    approvals = c.host.invoker.approvals
+    if not p.by.strip():
+        raise BadParams("params.by: name who decides")
+    if not approvals.check_token(p.token):
+        raise RpcFailure(
+            "unauthorized",
+            "params.token: not the operator token (operator.token next to the socket)",
+        )
+    if not approvals.decide(p.callId, granted=p.granted, by=p.by):
+        raise RpcFailure("not-found", f"no call {p.callId!r} is waiting for approval")
+    return {"callId": p.callId, "granted": p.granted}
+
+
 def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
     """Start ``tools.invoke``: no task waits for it; the response is sent from whichever tick
     ends the call (``tool.start`` and ``tool.progress`` events first when ``stream`` is set)."""
@@ -216,9 +248,10 @@ async def sidecar_restart(c: Call, raw: msgspec.Raw) -> Any:
             "restarting fails them, so it is an operator decision: send force: true",
             {"inflight": pool.inflight},
         )
+    replaced = [w.pid for w in pool.workers if w.pid is not None]
     with trio.move_on_after(30):
         await c.host.restart_sidecar(p.sidecar)
-    return {"restarted": True}
+    return {"restarted": True, "replaced": replaced}
 
 
 async def registry_reload(c: Call, raw: msgspec.Raw) -> Any:
@@ -278,6 +311,31 @@ async def packages_rollback(c: Call, raw: msgspec.Raw) -> Any:
         raise _package_failure(exc) from exc
 
 
+STATE_CHANGING_METHODS = frozenset(
+    {"sidecar.restart", "registry.reload", "packages.stage", "packages.apply", "packages.rollback"}
+)
+"""Methods that change the host's state: once their frame is read, they run to their end even
+when the client leaves first (``tools.invoke`` of a tool not marked read-only too)."""
+
+
+def changes_state(c: Call, method: str, raw: msgspec.Raw) -> bool:
+    """Whether a request must run to its end although its client has left.
+
+    ``tools.invoke`` changes state unless its tool's manifest says ``readOnly`` (a tool the host
+    does not know, or params that do not decode, would only be refused: nothing to keep).
+    """
+    if method in STATE_CHANGING_METHODS:
+        return True
+    if method != "tools.invoke":
+        return False
+    try:
+        p = c.params(raw, InvokeParams)
+    except BadParams:
+        return False
+    d = c.host.catalog.get(c.host.resolve_name(p.tool))
+    return d is not None and not d.annotations.readOnly
+
+
 SYNC_METHODS: dict[str, SyncMethod] = {
     "server.hello": hello,
     "capability.catalog.get": catalog_get,
@@ -287,6 +345,8 @@ SYNC_METHODS: dict[str, SyncMethod] = {
     "system.health": system_health,
     "system.stats": system_stats,
     "sidecar.logs": sidecar_logs,
+    "approvals.list": approvals_list,
+    "approvals.decide": approvals_decide,
 }
 
 StartedMethod = Callable[[Call, msgspec.Raw], None]

@@ -5,8 +5,11 @@
 # tick that ends it, with no task per call), and gives slow operator methods to a pool of
 # long-lived invoker tasks it owns, grown on demand. Everything it sends goes through the
 # transport's bounded :class:`OutQueue`; a client that stops reading is disconnected instead of
-# making the host buffer without bound. When the transport ends, the nursery holding the invokers
-# is cancelled, which cancels every call the client started.
+# making the host buffer without bound. When the client leaves (EOF, or a disconnect), the
+# transport stops reading and calls :meth:`Session.leave`: every request whose frame was read and
+# that changes state (``STATE_CHANGING_METHODS``, ``tools.invoke`` of a tool not marked
+# read-only) runs to its end with its answer dropped; read-only ones are dropped (cancelled if
+# running), each logged with why. Then the nursery holding the invokers is cancelled.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from supervisor.server.methods import (
     AsyncMethod,
     Call,
     RpcFailure,
+    changes_state,
 )
 
 log = logging.getLogger("toolhost.server")
@@ -65,6 +69,10 @@ class OutQueue:
         self._busy = False
         self._on_overflow = on_overflow
         self.closed = False
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
 
     def put(self, frame: bytes, binary: bool) -> None:
         if self.closed:
@@ -103,7 +111,8 @@ class OutQueue:
 
 class QueuedTransport:
     """Shared by the transports: a session, a bounded outbound queue, and a disconnect that
-    cancels everything the client started (the transport sets ``_scope`` while running)."""
+    stops the reading (the transport sets ``_scope`` around its reader, then lets the session
+    finish what changes state and cancels the rest)."""
 
     def __init__(self, host: Host, name: str, max_queue_bytes: int) -> None:
         self.session = Session(host, self, name)
@@ -135,15 +144,21 @@ class Session:
         self.client_name = name
         self._nursery: trio.Nursery | None = None
         self._inv_send, self._inv_recv = trio.open_memory_channel[
-            tuple[AsyncMethod, Call, msgspec.Raw]
+            tuple[str, AsyncMethod, Call, msgspec.Raw]
         ](math.inf)
         self._invokers = 0
         self._idle = 0
         self._queued = 0
         self._inflight: set[RequestId] = set()
         self._subscribed = False
-        self._started: set[RequestId] = set()
+        self._started: dict[RequestId, tuple[str, Call, msgspec.Raw]] = {}
+        self._running: dict[RequestId, tuple[str, Call, msgspec.Raw, trio.CancelScope]] = {}
+        self._leaving = False
+        self._settled = trio.Event()
         self.closed = False
+        # Fairness: past this many calls in flight the transport stops reading this client.
+        self.max_calls = host.registry.host.max_calls_per_client
+        self._room = trio.Event()
 
     def attach(self, nursery: trio.Nursery) -> None:
         """The nursery that owns the session's tasks (cancelled when the client leaves)."""
@@ -168,15 +183,76 @@ class Session:
         return (id(self), request_id)
 
     def call_done(self, request_id: RequestId) -> None:
-        self._started.discard(request_id)
+        self._started.pop(request_id, None)
         self._inflight.discard(request_id)
+        self._room.set()
+
+    @property
+    def full(self) -> bool:
+        """The client has ``host.maxCallsPerClient`` calls in flight (read no more frames)."""
+        return len(self._inflight) >= self.max_calls
+
+    async def wait_room(self) -> None:
+        """Wait until the client is under its cap again (or the session closed)."""
+        while self.full and not self.closed:
+            self._room = trio.Event()
+            await self._room.wait()
 
     def close(self) -> None:
-        """The client is gone: nothing more is sent, and its started calls are cancelled (the
-        awaited methods end with the transport's nursery)."""
+        """The client is gone: nothing more is sent, and its started calls still here are
+        cancelled (the awaited methods end with the transport's nursery)."""
         self.closed = True
         for rid in list(self._started):
             self.host.cancel(self.call_key(rid), "client disconnected")
+
+    async def leave(self, why: str = "the client left") -> None:
+        """The client left after the frames already read: finish what changes state, drop the
+        rest (logged, with ``why``), and return once nothing that must finish is left.
+
+        A request that changes state runs to its end (its answer goes nowhere); a read-only one
+        is cancelled if running, skipped if still queued. Called by the transport once it has
+        stopped reading; the transport then cancels the session's nursery.
+        """
+        self.closed = True
+        self._leaving = True
+        for rid, (name, call, params) in list(self._started.items()):
+            if changes_state(call, name, params):
+                self._keep(rid, name, why)
+                del self._started[rid]  # runs on its worker; close() must not cancel it
+            else:
+                self._drop(rid, name, why, "running")
+                self.host.cancel(self.call_key(rid), "client disconnected")
+        for rid, (name, call, params, scope) in list(self._running.items()):
+            if changes_state(call, name, params):
+                self._keep(rid, name, why)
+            else:
+                self._drop(rid, name, why, "running")
+                scope.cancel()
+        self._check_settled()
+        await self._settled.wait()
+
+    def _keep(self, rid: RequestId, method: str, why: str) -> None:
+        log.warning(
+            "request %r (%s) from %s runs to its end although %s; its answer is dropped",
+            rid,
+            method,
+            self.client_name,
+            why,
+        )
+
+    def _drop(self, rid: RequestId, method: str, why: str, stage: str) -> None:
+        log.warning(
+            "dropped request %r (%s, %s) from %s: %s, and it is read-only",
+            rid,
+            method,
+            stage,
+            self.client_name,
+            why,
+        )
+
+    def _check_settled(self) -> None:
+        if self._leaving and self._queued == 0 and not self._running:
+            self._settled.set()
 
     # handling ----------------------------------------------------------------------------
 
@@ -218,13 +294,13 @@ class Session:
                 codec,
             )
             return
-        if len(self._inflight) >= MAX_PENDING_REQUESTS:
+        if len(self._inflight) >= MAX_PENDING_REQUESTS:  # transports stop reading long before
             self.send(codec.error(rid, "overloaded", "too many requests in flight"), codec)
             return
         self._inflight.add(rid)
         call = Call(self, codec, rid)
         if started is not None:
-            self._started.add(rid)
+            self._started[rid] = (req.method, call, req.params)
             try:
                 started(call, req.params)
             except BadParams as exc:
@@ -243,7 +319,7 @@ class Session:
             return
         assert amethod is not None
         self._queued += 1
-        self._inv_send.send_nowait((amethod, call, req.params))
+        self._inv_send.send_nowait((req.method, amethod, call, req.params))
         if self._queued > self._idle and self._invokers < MAX_INVOKERS and self._nursery:
             self._invokers += 1
             self._nursery.start_soon(self._invoker)
@@ -254,14 +330,27 @@ class Session:
             while True:
                 self._idle += 1
                 try:
-                    method, call, params = await recv.receive()
+                    name, method, call, params = await recv.receive()
                 finally:
                     self._idle -= 1
                 self._queued -= 1
-                try:
-                    await self._run_async(method, call, params)
-                finally:
-                    self._inflight.discard(call.rid)
+                if self._leaving:
+                    if not changes_state(call, name, params):
+                        self._drop(call.rid, name, "the client left before it ran", "queued")
+                        self._inflight.discard(call.rid)
+                        self._room.set()
+                        self._check_settled()
+                        continue
+                    self._keep(call.rid, name, "the client left before it ran")
+                with trio.CancelScope() as scope:
+                    self._running[call.rid] = (name, call, params, scope)
+                    try:
+                        await self._run_async(method, call, params)
+                    finally:
+                        del self._running[call.rid]
+                        self._inflight.discard(call.rid)
+                        self._room.set()
+                        self._check_settled()
                 if self._idle >= MAX_IDLE_INVOKERS:
                     return
         finally:

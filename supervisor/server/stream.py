@@ -12,8 +12,9 @@ import trio
 
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
-from supervisor.runtime.direct_write import DirectWriter, cork, uncork
+from supervisor.runtime.direct_write import DirectWriter, cork, read_ready, uncork
 from supervisor.runtime.host import Host
+from supervisor.server.admission import ConnectionCount
 from supervisor.server.codec import Codec, Encoding
 from supervisor.server.session import QueuedTransport
 
@@ -25,6 +26,18 @@ RECV_CHUNK = 1 << 16
 class ConnectionLimits(msgspec.Struct, kw_only=True):
     max_frame: int = 16 * 1024 * 1024
     max_queue_bytes: int = 64 * 1024 * 1024
+    """Answers waiting for a client past this: it is disconnected (a last resort)."""
+    pause_bytes: int = 1024 * 1024
+    """Answers waiting for a client past this: its frames are not read until they are written."""
+    max_connections: int = 1024
+    count: ConnectionCount | None = None
+    """Shared by every transport of a host (made from ``max_connections`` when absent)."""
+
+    def connections(self) -> ConnectionCount:
+        """The shared live-connection count (created on first use)."""
+        if self.count is None:
+            self.count = ConnectionCount(self.max_connections)
+        return self.count
 
 
 def peer_name(stream: trio.abc.Stream, transport: str) -> str:
@@ -61,6 +74,8 @@ class StreamConnection(QueuedTransport):
         # Write-through: answers go out on the answering task, no writer hop (the drain task
         # only writes what the socket buffer could not take).
         self._direct = DirectWriter(stream.socket.fileno())
+        self.pauses = 0
+        """Times reading stopped because answers were piling up (for tests and stats)."""
 
     def send(self, frame: bytes, binary: bool) -> None:
         direct = self._direct
@@ -83,11 +98,12 @@ class StreamConnection(QueuedTransport):
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                self._scope = nursery.cancel_scope
                 self.session.attach(nursery)
                 nursery.start_soon(self._direct.run)
-                await self._reader()
-                nursery.cancel_scope.cancel()  # the client left: cancel its calls
+                with trio.CancelScope() as self._scope:  # disconnect() stops the reading
+                    await self._reader()
+                await self.session.leave(self.close_reason or "the client closed its end")
+                nursery.cancel_scope.cancel()  # the client left: cancel the rest
         finally:
             self.session.close()
             with trio.CancelScope(shield=True):
@@ -97,11 +113,16 @@ class StreamConnection(QueuedTransport):
                     pass
 
     async def _reader(self) -> None:
-        stream = self.stream
-        handle = self.session.handle
+        fd = self.stream.socket.fileno()
+        session = self.session
+        handle = session.handle
+        direct = self._direct
+        pause = self.limits.pause_bytes
         while not self.out.closed:
+            if direct.pending_bytes > pause:
+                await self._paused()
             try:
-                data = await stream.receive_some(RECV_CHUNK)
+                data = await read_ready(fd, RECV_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return
             if not data:
@@ -116,6 +137,12 @@ class StreamConnection(QueuedTransport):
                     i += 1
                     if self._lines is not None and not frame.strip():
                         continue
+                    if session.full:  # fairness: no more frames until one of its calls ends
+                        uncork()
+                        try:
+                            await session.wait_room()
+                        finally:
+                            cork()
                     handle(frame, self.codec)
                     if self._switch_to is not None:
                         frames = self._apply_switch(frames[i:])
@@ -134,6 +161,13 @@ class StreamConnection(QueuedTransport):
                 await self._direct.drain(timeout_s=1.0)
                 self.disconnect("oversized frame")
                 return
+
+    async def _paused(self) -> None:
+        """The client is not reading its answers: read none of its frames until they are out."""
+        direct = self._direct
+        self.pauses += 1
+        while direct.pending_bytes and not direct.broken and not self.out.closed:
+            await direct.drain(timeout_s=60.0)
 
     def _feed(self, data: bytes | bytearray) -> list[bytes]:
         if self._lines is not None:

@@ -12,6 +12,7 @@ import stat
 import trio
 
 from supervisor.runtime.host import Host
+from supervisor.server.admission import refuse_stream
 from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name
 
 log = logging.getLogger("toolhost.server")
@@ -80,14 +81,24 @@ async def serve_unix(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the kernel protocol on ``path`` until cancelled; removes the socket on exit."""
+    limits = limits or ConnectionLimits()
+    count = limits.connections()
     listener = await bind_unix(path)
     ino = os.stat(path).st_ino
 
     async def handler(stream: trio.SocketStream) -> None:
-        await StreamConnection(host, stream, limits=limits, name=peer_name(stream, "unix")).run()
+        if not count.try_enter():
+            await refuse_stream(stream, count.cap)
+            return
+        try:
+            conn = StreamConnection(host, stream, limits=limits, name=peer_name(stream, "unix"))
+            await conn.run()
+        finally:
+            count.leave()
 
     try:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(count.trimmer)
             await nursery.start(trio.serve_listeners, handler, [listener])
             task_status.started(path)
     finally:

@@ -20,6 +20,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 from supervisor.runtime.host import Host
+from supervisor.server.admission import overloaded_line
 from supervisor.server.codec import Codec
 from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
@@ -86,6 +87,7 @@ class WsConnection(QueuedTransport):
 
     def __init__(self, host: Host, ws: WebSocketConnection, limits: ConnectionLimits, name: str):
         super().__init__(host, name, limits.max_queue_bytes)
+        self.limits = limits
         self.ws = ws
         self.codecs = {
             "json": Codec("json", framed=False),
@@ -98,21 +100,30 @@ class WsConnection(QueuedTransport):
 
     async def run(self) -> None:
         json_codec, msgpack_codec = self.codecs["json"], self.codecs["msgpack"]
-        handle = self.session.handle
+        session = self.session
+        handle = session.handle
+        pause = self.limits.pause_bytes
         try:
             async with trio.open_nursery() as nursery:
-                self._scope = nursery.cancel_scope
-                self.session.attach(nursery)
+                session.attach(nursery)
                 nursery.start_soon(self._writer)
-                while not self.out.closed:
-                    try:
-                        message = await self.ws.get_message()
-                    except ConnectionClosed:
-                        break
-                    if isinstance(message, str):
-                        handle(message.encode("utf-8"), json_codec)
-                    else:
-                        handle(bytes(message), msgpack_codec)
+                with trio.CancelScope() as self._scope:  # disconnect() stops the reading
+                    while not self.out.closed:
+                        # Fairness and memory: read nothing more while its answers pile up or
+                        # it has its quota of calls in flight.
+                        while self.out.queued_bytes > pause and not self.out.closed:
+                            await self.out.drain(timeout_s=60.0)
+                        if session.full:
+                            await session.wait_room()
+                        try:
+                            message = await self.ws.get_message()
+                        except ConnectionClosed:
+                            break
+                        if isinstance(message, str):
+                            handle(message.encode("utf-8"), json_codec)
+                        else:
+                            handle(bytes(message), msgpack_codec)
+                await session.leave(self.close_reason or "the client closed the connection")
                 nursery.cancel_scope.cancel()
         finally:
             self.session.close()
@@ -140,6 +151,7 @@ async def serve_ws(
 ) -> None:
     """Serve the kernel protocol over WebSocket until cancelled; ``started`` gets the port."""
     limits = limits or ConnectionLimits()
+    count = limits.connections()
     bind, port = parse_listen(listen)
     if not is_loopback(bind):
         log.warning(
@@ -160,10 +172,21 @@ async def serve_ws(
                 body=b"unauthorized: send Authorization: Bearer <token from host.ws.tokenFile>\n",
             )
             return
-        ws = await request.accept()
-        await WsConnection(host, ws, limits, remote).run()
+        if not count.try_enter():
+            await request.reject(
+                503,
+                extra_headers=[(b"Content-Type", b"application/json")],
+                body=overloaded_line(count.cap) + b"\n",
+            )
+            return
+        try:
+            ws = await request.accept()
+            await WsConnection(host, ws, limits, remote).run()
+        finally:
+            count.leave()
 
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(count.trimmer)
         server = await nursery.start(
             lambda task_status: serve_websocket(
                 handler,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,15 +17,23 @@ TOOLHOST = [sys.executable, "-m", "supervisor"]
 
 @contextmanager
 def serve(
-    root: Path, *extra: str, env: dict[str, str] | None = None
+    root: Path, *extra: str, env: dict[str, str] | None = None, nofile: int | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``toolhost serve`` and return once it logged that it is serving."""
+    """Start ``toolhost serve`` and return once it logged that it is serving (``nofile``: its
+    soft open-file limit)."""
     full_env = {**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg"), **(env or {})}
+
+    def limit() -> None:
+        if nofile is not None:
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+
     proc = subprocess.Popen(
         [*TOOLHOST, "serve", "--app-root", str(root), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=full_env,
+        preexec_fn=limit if nofile is not None else None,
     )
     try:
         assert proc.stderr is not None

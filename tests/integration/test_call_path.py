@@ -6,7 +6,14 @@ import json
 import msgspec
 import trio
 
-from tests.conftest import echo, running_host, script, wait_available, wait_for
+from tests.conftest import (
+    echo,
+    read_only_manifests,
+    running_host,
+    script,
+    wait_available,
+    wait_for,
+)
 from tests.kernel import UnixPeer, served, unix_peer
 
 
@@ -71,8 +78,10 @@ async def test_cancel_a_direct_call(app):
                     await trio.sleep(0.01)
 
 
-async def test_disconnect_cancels_direct_calls_and_audits_them(app):
-    async with running_host(app, {"echo": echo(tools=["echo.sleep"])}) as host:
+async def test_disconnect_cancels_read_only_direct_calls_and_audits_them(app):
+    manifests = read_only_manifests(app, ["echo.sleep"])
+    reg = {"echo": echo(tools=["echo.sleep"])}
+    async with running_host(app, reg, manifest_dirs=manifests) as host:
         await wait_available(host, "echo.sleep")
         async with served(host, app) as srv:
             stream = await trio.open_unix_socket(str(srv.sock))

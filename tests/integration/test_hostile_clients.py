@@ -3,7 +3,7 @@
 import msgspec
 import trio
 
-from tests.conftest import echo, running_host, wait_available
+from tests.conftest import echo, read_only_manifests, running_host, wait_available
 from tests.kernel import UnixPeer, served, unix_peer
 
 
@@ -101,8 +101,10 @@ async def test_client_that_never_reads_is_disconnected_not_buffered(app):
             await healthy(srv)
 
 
-async def test_disconnect_mid_call_cancels_it(app):
-    async with running_host(app, {"echo": echo(tools=["echo.say", "echo.sleep"])}) as host:
+async def test_disconnect_mid_call_cancels_a_read_only_call(app):
+    manifests = read_only_manifests(app, ["echo.sleep"])
+    reg = {"echo": echo(tools=["echo.say", "echo.sleep"])}
+    async with running_host(app, reg, manifest_dirs=manifests) as host:
         await wait_available(host, "echo.sleep")
         async with served(host, app) as srv:
             stream = await trio.open_unix_socket(str(srv.sock))

@@ -227,6 +227,13 @@ async def test_bad_package_over_the_socket_is_refused_with_its_problems(app, tmp
         assert info.value.data["reason"] == "invalid-package"
         problems = "\n".join(info.value.data["problems"])
         assert "absolute paths are refused" in problems and "git.push is a builtin" in problems
+        unversioned = build(tmp_path / "u", "2.0.0", toml={"version": None, "checksum": None})
+        with pytest.raises(RpcError) as info:
+            await client.request("packages.stage", {"source": str(unversioned)})
+        assert info.value.data["problems"] == [
+            "package.toml: version: required field missing",
+            "package.toml: checksum: required field missing",
+        ]
         with pytest.raises(RpcError) as info:
             await client.request("packages.apply", {"id": "greet"})
         assert info.value.code == "not-found"

@@ -7,7 +7,9 @@ from tests.kernel import served
 
 
 async def test_stats_per_sidecar_tool_and_worker(app):
-    reg = {"echo": echo(pool={"min": 1, "max": 1})}
+    # Exec'd: its interpreter start costs CPU the sampler must see; a worker forked from the
+    # zygote may not use one clock tick (10 ms) for these calls.
+    reg = {"echo": echo(pool={"min": 1, "max": 1}, spawn="exec")}
     async with running_host(app, reg, host={"statsIntervalMs": 100}) as host:
         await wait_available(host, "echo.say", "echo.crash")
         for i in range(20):

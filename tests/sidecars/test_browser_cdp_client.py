@@ -22,6 +22,7 @@ from sidecars.browser_cdp.cdp import (
     EndpointDown,
     browser_socket_url,
     http_get_json,
+    is_gone_session,
 )
 from sidecars.sdk import ToolError
 
@@ -134,8 +135,8 @@ async def cdp_peer(nursery, behaviour):
             if answer == "close":
                 await ws.aclose()
                 return
-            if answer is not None:
-                await ws.send_message(msgspec.json.encode(answer).decode())
+            for one in answer if isinstance(answer, list) else [answer] if answer else []:
+                await ws.send_message(msgspec.json.encode(one).decode())
 
     server = await nursery.start(serve_websocket, handler, "127.0.0.1", 0, None)
     return f"ws://127.0.0.1:{server.port}/devtools/browser/x"
@@ -153,6 +154,9 @@ async def test_connection_results_errors_deadlines_and_a_peer_that_leaves():
             return {"id": msg["id"], "error": {"code": -32000, "message": "No target"}}
         if method == "Never.answer":
             return None
+        if method == "Close.tab":  # the tab of session S9 goes away; Chromium drops its requests
+            event = {"method": "Target.detachedFromTarget", "params": {"sessionId": "S9"}}
+            return [event, {"id": msg["id"], "result": {}}]
         return "close"
 
     async with trio.open_nursery() as nursery:
@@ -166,6 +170,23 @@ async def test_connection_results_errors_deadlines_and_a_peer_that_leaves():
         with pytest.raises(CDPTimeout):
             await conn.send("Never.answer", deadline=trio.current_time() + 0.2)
         assert conn.alive
+
+        # A tab closed under a waiting request (and an event wait) fails them at once.
+        async def on_closed_tab(out):
+            with pytest.raises(CDPError) as info:
+                await conn.send("Never.answer", session="S9")
+            out.append(is_gone_session(info.value))
+
+        seen: list[bool] = []
+        with conn.subscribe("S9", "Page.loadEventFired") as events:
+            async with trio.open_nursery() as inner:
+                inner.start_soon(on_closed_tab, seen)
+                await trio.testing.wait_all_tasks_blocked()
+                with trio.fail_after(5):
+                    await conn.send("Close.tab")
+            assert seen == [True] and "S9" in conn.detached
+            with trio.fail_after(5):
+                assert [e async for e in events] == []
 
         # A request waiting when the peer closes fails at once, and so does an event wait.
         async def waiting(out):

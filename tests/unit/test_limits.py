@@ -96,7 +96,7 @@ def test_nothing_above_the_host_hard_limit():
 @pytest.mark.parametrize(
     ("entry", "tool", "result_limit", "expected"),
     [
-        ({}, None, None, 4 * 1024 * 1024),
+        ({}, None, None, 64 * 1024),
         ({"maxOutputBytes": 1000}, None, None, 1000),
         ({"maxOutputBytes": 1000, "quota": {"maxOutputBytes": 500}}, None, None, 500),
         ({"quota": {"maxOutputBytes": 500}}, None, 100, 100),
@@ -119,7 +119,7 @@ def test_output_limit(entry, tool, result_limit, expected):
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
-        ({}, 2 * 4 * 1024 * 1024 + 65536),
+        ({}, MIN_LINE),  # 2 x 64 KiB + 64 KiB, raised to the 1 MiB floor
         ({"maxOutputBytes": 1000}, MIN_LINE),
         ({"maxOutputBytes": 100 * 1024 * 1024}, MAX_LINE),
         (

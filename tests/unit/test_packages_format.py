@@ -76,6 +76,40 @@ def test_a_refusal_names_every_problem(tmp_path):
     assert "command:" in text and "args[0]:" in text and "git.push is a builtin" in text
 
 
+def test_every_missing_field_is_named_not_just_the_first(tmp_path):
+    root = build(tmp_path, "1.0.0", toml={"version": None, "checksum": None, "bogus": 1})
+    with pytest.raises(PackageError) as info:
+        load_verified(root, HOST)
+    assert info.value.code == "invalid-package"
+    assert info.value.problems == [
+        "package.toml: bogus: unknown field",
+        "package.toml: version: required field missing",
+        "package.toml: checksum: required field missing",
+    ]
+    assert info.value.message == "the package has 3 problems"
+
+
+def test_problems_of_every_pass_are_named_together(tmp_path):
+    root = build(
+        tmp_path,
+        "1.0.0",
+        toml={"compatibleCore": ">=99", "checksum": "sha256:" + "1" * 64, "tools": ["file.read"]},
+    )
+    (root / "share" / "out").symlink_to("/etc")
+    with pytest.raises(PackageError) as info:
+        load_verified(root, HOST)
+    problems = info.value.problems
+    assert info.value.code == "invalid-package" and len(problems) == 2, problems
+    assert "file.read is a builtin" in problems[0] and "absolute path" in problems[1]
+    (root / "share" / "out").unlink()
+    build_ok = build(tmp_path / "b", "1.0.0", toml={"compatibleCore": ">=99"})
+    (build_ok / "share" / "extra").write_text("changes the checksum")
+    with pytest.raises(PackageError) as info:
+        load_verified(build_ok, HOST)
+    assert info.value.code == "incompatible"
+    assert len(info.value.problems) == 2 and "payload checksum is" in info.value.problems[1]
+
+
 def test_links_out_of_the_package_are_refused(tmp_path):
     root = build(tmp_path, "1.0.0")
     outside = tmp_path / "secret"

@@ -54,7 +54,7 @@ GOOD = {"command": "python", "args": ["-m", "x"], "tools": ["a.b"]}
         ),
         (
             {**GOOD, "quota": {"tools": {"a.b": {"rssMb": 1}}}},
-            "sidecars.s.quota.tools[...].rssMb: unknown field",
+            'sidecars.s.quota.tools["a.b"].rssMb: unknown field',
         ),
         (
             {**GOOD, "quota": {"callsPerMinute": -1}},

@@ -1,0 +1,231 @@
+"""Checks that make registry loading total: every problem reported, with its JSON path, nothing
+raised.
+
+# Strategy: three passes guard the loader. Before parsing, :func:`nesting_problem` scans the raw
+# text (strings and comments skipped) for brackets nested deeper than :data:`MAX_DEPTH`, so the
+# recursive JSON5 parser never sees a document that would exhaust the stack. After parsing,
+# :func:`value_problems` walks the data iteratively and reports what JSON cannot mean but JSON5
+# lets through (NaN, Infinity, integers beyond 64 bits). When msgspec refuses a struct (it stops
+# at the first error), :func:`struct_problems` validates field by field, descending into nested
+# structs, so an entry with three mistakes gets three messages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import types
+import typing
+from typing import Any
+
+import msgspec
+
+from supervisor.contracts.validation import describe
+
+MAX_DEPTH = 64
+"""Deepest nesting of objects and arrays accepted in a registry file (real ones use < 8)."""
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def nesting_problem(text: str, limit: int = MAX_DEPTH) -> str | None:
+    """A message when ``text`` nests ``{``/``[`` deeper than ``limit`` (JSON5 lexical rules)."""
+    depth = 0
+    i, n = 0, len(text)
+    line = 1
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return f"nested deeper than {limit} levels (line {line})"
+        elif c in "]}":
+            depth -= 1
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                if text[j] == "\\":
+                    j += 1
+                elif text[j] == "\n":
+                    line += 1
+                j += 1
+            i = j
+        elif c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            end = n if j < 0 else j + 2
+            line += text.count("\n", i, end)
+            i = end
+            continue
+        i += 1
+    return None
+
+
+def _join(prefix: str, key: str) -> str:
+    """``prefix.key``, or ``prefix["a.b"]`` for a key that is not a plain name."""
+    if not _PLAIN.match(key):
+        return f"{prefix}[{json.dumps(key, ensure_ascii=False)}]"
+    return f"{prefix}.{key}" if prefix else key
+
+
+def value_problems(value: Any, prefix: str) -> list[str]:
+    """Non-finite floats, out-of-range integers and over-deep nesting inside ``value``."""
+    problems: list[str] = []
+    stack: list[tuple[Any, str, int]] = [(value, prefix, 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        where = path or "$"
+        if isinstance(node, bool):
+            continue
+        if isinstance(node, float) and not math.isfinite(node):
+            shown = "NaN" if math.isnan(node) else ("Infinity" if node > 0 else "-Infinity")
+            problems.append(f"{where}: {shown} is not a number (JSON has no NaN or Infinity)")
+        elif isinstance(node, int) and not INT_MIN <= node <= INT_MAX:
+            digits = len(str(abs(node)))
+            problems.append(f"{where}: number with {digits} digits is out of the 64-bit range")
+        elif isinstance(node, str):
+            if _has_lone_surrogate(node):
+                problems.append(f"{where}: string contains an unpaired UTF-16 surrogate escape")
+        elif isinstance(node, dict | list):
+            if isinstance(node, dict):
+                for key in node:
+                    if isinstance(key, str) and _has_lone_surrogate(key):
+                        problems.append(
+                            f"{where}: a key contains an unpaired UTF-16 surrogate escape"
+                        )
+            if depth >= MAX_DEPTH:
+                problems.append(f"{where}: nested deeper than {MAX_DEPTH} levels")
+                continue
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            children = [
+                (v, _join(path, str(k)) if isinstance(node, dict) else f"{path}[{k}]", depth + 1)
+                for k, v in items
+            ]
+            stack.extend(reversed(children))
+    return problems
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def join_surrogates(value: Any) -> Any:
+    """``value`` with escaped UTF-16 surrogate pairs (``"\\ud83d\\ude00"``, which json5 leaves
+    as two code points) joined into one character; unpaired ones stay for
+    :func:`value_problems` to report."""
+
+    def fix(text: str) -> str:
+        if not _has_lone_surrogate(text):
+            return text
+        try:
+            return text.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            return text
+
+    if isinstance(value, str):
+        return fix(value)
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            items = list(node.items())
+            node.clear()
+            for k, v in items:
+                v = fix(v) if isinstance(v, str) else v
+                node[fix(k) if isinstance(k, str) else k] = v
+                stack.append(v)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                if isinstance(v, str):
+                    node[i] = fix(v)
+                else:
+                    stack.append(v)
+    return value
+
+
+def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
+    return tp if isinstance(tp, type) and issubclass(tp, msgspec.Struct) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    """``Annotated[X, ...]`` -> ``X``; ``X | None`` -> ``X`` when X is a struct."""
+    if typing.get_origin(tp) is typing.Annotated:
+        return typing.get_args(tp)[0]
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and _struct_type(args[0]) is not None:
+            return args[0]
+    return tp
+
+
+def struct_problems(raw: Any, struct: type[msgspec.Struct], prefix: str) -> list[str]:
+    """Every validation problem of ``raw`` against ``struct``, one message per bad field.
+
+    Nested structs (and ``dict[str, Struct]`` members) are checked member by member; any other
+    field is checked whole, so its message is msgspec's first for that field.
+    """
+    if not isinstance(raw, dict):
+        return _convert_problems(raw, struct, prefix)
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    problems: list[str] = []
+    for key, value in raw.items():
+        path = _join(prefix, str(key))
+        field = fields.get(key)
+        if field is None:
+            problems.append(f"{path}: unknown field")
+            continue
+        problems += _field_problems(value, field.type, path)
+    for name, field in fields.items():
+        if field.required and name not in raw:
+            problems.append(f"{_join(prefix, name)}: required field missing")
+    return problems
+
+
+def _field_problems(value: Any, tp: Any, path: str) -> list[str]:
+    bare = _unwrap(tp)
+    nested = _struct_type(bare)
+    if nested is not None and isinstance(value, dict):
+        return struct_problems(value, nested, path)
+    if typing.get_origin(bare) is dict and isinstance(value, dict):
+        _key_tp, value_tp = typing.get_args(bare)
+        inner = _struct_type(_unwrap(value_tp))
+        if inner is not None:
+            problems: list[str] = []
+            for k, v in value.items():
+                problems += _field_problems(v, inner, _join(path, str(k)))
+            return problems
+    return _convert_problems(value, tp, path)
+
+
+def _convert_problems(value: Any, tp: Any, path: str) -> list[str]:
+    try:
+        msgspec.convert(value, tp)
+    except msgspec.ValidationError as exc:
+        return [describe(exc, value, path)]
+    return []
+
+
+def all_problems(
+    raw: Any, struct: type[msgspec.Struct], prefix: str, exc: msgspec.ValidationError
+) -> list[str]:
+    """Every problem of ``raw`` (``exc`` is msgspec's first), never fewer than one message."""
+    try:
+        found = struct_problems(raw, struct, prefix)
+    except (RecursionError, TypeError, ValueError):
+        found = []
+    return found or [describe(exc, raw, prefix)]
+
+
+def every_problem(registry: Any, known: Any) -> list[str]:
+    """One line per problem of a loaded registry and manifest catalog (for the host's log)."""
+    lines = [*registry.errors, *known.errors]
+    for entry in registry.sidecars.values():
+        lines += entry.errors
+        lines += entry.warnings
+    return lines

@@ -1,0 +1,335 @@
+"""The zygote process: a preloaded Python interpreter that forks sidecar workers on request.
+
+# Strategy (docs/zygote.md): the host starts this module with its own interpreter, no flags and
+# the allow-listed environment, so the interpreter state it preloads is what a fresh worker would
+# build. It imports the preload list, runs ``gc.collect(); gc.freeze()`` (so the reference counts
+# a worker touches do not unshare the heap pages), then serves requests that arrive on the
+# inherited SOCK_SEQPACKET socket (fd 3): one JSON message plus the worker's stdin, stdout and
+# stderr ends by SCM_RIGHTS. Each request is a double fork: the intermediate child forks the
+# worker and exits at once, so the worker is adopted by the host (a child subreaper) and the
+# host, not this process, reaps it; killing the zygote leaves its workers alone. The worker waits
+# to be adopted, sets PDEATHSIG against the host, reports its own pid to the host on the socket
+# (so no worker exists that the host was not told of), starts its own session, takes its three
+# fds as 0/1/2, closes every other fd, and makes argv, environment, cwd, umask, rlimits, signal
+# dispositions and mask, ``sys.path`` and ``random`` what an exec'd ``python -m mod`` or
+# ``python script`` would have; then :func:`main` *returns* the request and the bootstrap runs
+# the module or script as ``__main__`` with no zygote frame left on the stack.
+#
+# This module imports only the standard library: it is the zygote's first import and must not
+# preload anything the preload list did not ask for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import importlib
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import sys
+import time
+import types
+from typing import Any
+
+ZYGOTE_FD = 3
+PR_SET_PDEATHSIG = 1
+MAX_MESSAGE = 1 << 20
+ADOPT_DEADLINE_S = 2.0
+
+# What a fresh interpreter has, recorded before the zygote touches anything.
+_FRESH_SIGNALS: dict[int, Any] = {}
+_FRESH_PATH: list[str] = []
+_FRESH_MODULES: dict[str, Any] = {}
+
+
+def _record_fresh_state(fresh_path: list[str]) -> None:
+    _FRESH_MODULES.update(sys.modules)
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            _FRESH_SIGNALS[sig] = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+    _FRESH_PATH[:] = fresh_path
+
+
+def _prctl() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    fn = libc.prctl
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def thread_count() -> int:
+    """Threads of this process as the kernel counts them (C threads included)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def _preload(modules: list[str]) -> tuple[list[str], list[dict[str, str]]]:
+    loaded: list[str] = []
+    failed: list[dict[str, str]] = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except BaseException as exc:  # a bad preload must not kill the zygote
+            failed.append({"module": name, "error": f"{type(exc).__name__}: {exc}"})
+    return loaded, failed
+
+
+def _module_files() -> list[str]:
+    files = []
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if isinstance(path, str) and os.path.isabs(path):
+            files.append(path)
+    return sorted(set(files))
+
+
+def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
+    sock.send(json.dumps(obj, separators=(",", ":")).encode())
+
+
+def _preloaded_tops() -> dict[str, str]:
+    """Top-level modules the preload imported, each with the folder it was found in (a worker
+    whose ``sys.path[0]`` holds another module of that name must be exec'd)."""
+    tops: dict[str, str] = {}
+    for name, mod in list(sys.modules.items()):
+        if "." in name or name in _FRESH_MODULES:
+            continue
+        path = getattr(mod, "__file__", None)
+        if not isinstance(path, str) or not os.path.isabs(path):
+            continue
+        folder = os.path.dirname(path)
+        if os.path.basename(path) == "__init__.py":
+            folder = os.path.dirname(folder)
+        tops[name] = folder
+    return tops
+
+
+def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
+    """Preload, then serve fork requests until the host goes away.
+
+    Args:
+        preload: Modules to import before forking.
+        fresh_path: ``sys.path`` of a fresh interpreter without its first entry.
+
+    Returns:
+        In the zygote: None once the host closed the socket (the zygote then exits). In a forked
+        worker: the request, for :func:`run_worker`.
+    """
+    _record_fresh_state(fresh_path)
+    sock = socket.socket(fileno=ZYGOTE_FD)
+    prctl = _prctl()
+    host_pid = os.getppid()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != host_pid:
+            os._exit(1)
+    loaded, failed = _preload(preload)
+    gc.collect()
+    gc.freeze()
+    _send(
+        sock,
+        {
+            "hello": True,
+            "pid": os.getpid(),
+            "preloaded": loaded,
+            "failed": failed,
+            "files": _module_files(),
+            "tops": _preloaded_tops(),
+            "threads": thread_count(),
+        },
+    )
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 3)
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        if not msg:
+            return None
+        try:
+            req = json.loads(msg)
+            rid = req["id"]
+        except (ValueError, KeyError, TypeError):
+            for fd in fds:
+                os.close(fd)
+            continue
+        threads = thread_count()
+        if threads != 1 or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            why = f"zygote has {threads} threads" if threads != 1 else "expected 3 fds"
+            _send(sock, {"id": rid, "error": why})
+            if threads != 1:
+                return None  # refuse to fork ever again; the host starts a fresh zygote
+            continue
+        worker = _fork_worker(sock, fds, req, host_pid, prctl)
+        if worker is not None:
+            return worker
+
+
+def _fork_worker(
+    sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int, prctl: Any
+) -> dict[str, Any] | None:
+    """Double fork; returns the request in the worker, None in the zygote.
+
+    The worker itself reports its pid to the host once it is the host's child, so a zygote that
+    dies mid-request cannot lose a worker: one that cannot report exits before it is a worker.
+    The zygote answers only when the fork failed.
+    """
+    rid = req["id"]
+    try:
+        mid = os.fork()
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"id": rid, "error": f"fork failed: {exc}"})
+        return None
+    if mid == 0:  # the intermediate: fork the worker and exit at once (-> adoption by the host)
+        code = 0
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _become_worker(sock, fds, req, host_pid, prctl)
+                return req
+        except BaseException:  # whatever happens, the intermediate exits
+            code = 1
+        os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    _pid, status = os.waitpid(mid, 0)
+    if status != 0:
+        _send(sock, {"id": rid, "error": f"intermediate fork failed (status {status})"})
+    return None
+
+
+def _become_worker(
+    sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int, prctl: Any
+) -> None:
+    """Turn this grandchild into what an exec'd worker would be (everything but ``__main__``)."""
+    # 1. Wait to be adopted by the host (the intermediate exits right after the fork), then die
+    #    with it. If we end up anywhere else the host is gone: leave.
+    mid = os.getppid()
+    deadline = time.monotonic() + ADOPT_DEADLINE_S
+    while os.getppid() == mid and mid != host_pid:
+        if time.monotonic() > deadline:
+            os._exit(1)
+        time.sleep(0.0002)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != host_pid:
+        os._exit(1)
+    # 2. Tell the host who we are. If it no longer listens (it gave up on this request and
+    #    restarted the zygote), leave now, before the new session: the host reaps us as an
+    #    adopted orphan.
+    try:
+        sock.send(json.dumps({"id": req["id"], "pid": os.getpid()}).encode())
+    except OSError:
+        os._exit(1)
+    # 3. A new session and process group, like start_new_session=True.
+    os.setsid()
+    # 4. stdio on 0/1/2, every other fd closed. The zygote's socket object gives up its fd first
+    #    so that no finaliser closes a number the worker reuses.
+    sock.detach()
+    for target, fd in enumerate(fds):
+        if fd != target:
+            os.dup2(fd, target)
+    os.closerange(3, _fd_ceiling())
+    # 5. Signal dispositions of a fresh interpreter, empty mask, no wakeup fd.
+    signal.set_wakeup_fd(-1)
+    for sig, handler in _FRESH_SIGNALS.items():
+        try:
+            signal.signal(sig, handler)
+        except (OSError, ValueError, TypeError):
+            continue
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    # 6. Environment (os.environ and the C environ), cwd, umask, rlimits.
+    env = req["env"]
+    os.environ.clear()
+    os.environ.update(env)
+    if hasattr(time, "tzset"):
+        time.tzset()
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None  # type: ignore[attr-defined]
+    os.chdir(req["cwd"])
+    os.umask(int(req["umask"]))
+    for which, soft, hard in req["rlimits"]:
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError):
+            pass
+    # 7. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
+    argv = req["argv"]
+    sys.orig_argv = list(argv)
+    if req["module"]:
+        sys.argv = ["-m", *argv[3:]]
+        sys.path[:] = [os.getcwd(), *_FRESH_PATH]
+    else:
+        script = argv[1]
+        sys.argv = list(argv[1:])
+        sys.path[:] = [os.path.dirname(os.path.realpath(script)), *_FRESH_PATH]
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    # 8. A fresh __main__ module, a fresh random state, GC as the interpreter starts it.
+    main_mod = types.ModuleType("__main__")
+    import builtins
+
+    main_mod.__dict__["__builtins__"] = builtins
+    main_mod.__annotations__ = {}
+    sys.modules["__main__"] = main_mod
+    random.seed()
+
+
+def _fd_ceiling() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        return 1 << 20
+    return max(soft, 256)
+
+
+def run_worker(req: dict[str, Any]) -> None:
+    """Run the worker's module or script as ``__main__`` (in the forked worker).
+
+    Exceptions propagate to the interpreter's top level, which prints them and exits 1, exactly
+    as ``python -m`` would; ``SystemExit`` ends the process with its code.
+    """
+    import runpy
+
+    if req["module"]:
+        runpy._run_module_as_main(req["module"], alter_argv=True)  # type: ignore[attr-defined]
+    else:
+        # What the interpreter does for ``python script``: compile the file and run it in the
+        # real ``__main__`` module.
+        from importlib.machinery import SourceFileLoader
+
+        path = req["argv"][1]
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+        main = sys.modules["__main__"].__dict__
+        main.update(
+            __file__=path,
+            __cached__=None,
+            __loader__=SourceFileLoader("__main__", path),
+            __package__=None,
+            __spec__=None,
+        )
+        exec(code, main)

@@ -1,0 +1,164 @@
+"""Admission of client connections: a host-wide cap shared by the Unix socket and the WebSocket.
+
+# Strategy: every accepted connection takes a place in one :class:`ConnectionCount` before it gets
+# a session; over ``host.maxConnections`` it is answered with one ``overloaded`` error line (or an
+# HTTP 503 carrying the same JSON, for a WebSocket handshake) and closed, so a flood of idle
+# clients cannot use up the host's file descriptors (workers need them to start). The cap is
+# also held to half the process's open-file limit. When descriptors run out anyway (another
+# process of the same user, a low ``ulimit -n``), trio's accept loop backs off on EMFILE/ENFILE
+# instead of dying; the connections wait in the listen backlog.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import resource
+from collections.abc import Callable
+
+import msgspec
+import trio
+
+log = logging.getLogger("toolhost.server")
+
+MIN_CONNECTIONS = 8
+TRIM_AFTER = 256
+"""Connections that must have left (and half of the most there were) before memory is trimmed."""
+TRIM_DELAY_S = 0.5
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MB (0 where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def release_memory() -> None:
+    """Collect the cycles closed connections left (trio tasks, nurseries, tracebacks) and
+    return the freed heap to the system (glibc ``malloc_trim``), so RSS goes back down after a
+    flood of clients or an oversized frame instead of staying at its peak."""
+    gc.collect()
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+def effective_cap(configured: int) -> int:
+    """``configured``, held to half the soft ``RLIMIT_NOFILE`` (the rest is for workers)."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return configured
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(MIN_CONNECTIONS, min(configured, soft // 2))
+
+
+def overloaded_line(cap: int) -> bytes:
+    """The one frame a refused client gets (NDJSON, as the socket's default encoding)."""
+    message = f"too many client connections (the host serves at most {cap}); try again later"
+    return msgspec.json.encode({"id": None, "error": {"code": "overloaded", "message": message}})
+
+
+class ConnectionCount:
+    """Live connections against a cap (one instance shared by every transport of a host).
+
+    Args:
+        cap: The configured ``host.maxConnections`` (see :func:`effective_cap`).
+    """
+
+    def __init__(self, cap: int = 1024) -> None:
+        self.cap = effective_cap(cap)
+        if self.cap < cap:
+            log.info("client connections capped at %d (half the open-file limit)", self.cap)
+        self.live = 0
+        self.peak = 0
+        self.refused = 0
+        self._high = 0
+        """Most connections since memory was last handed back."""
+        self.trims = 0
+        self.departures = 0
+        self._trim_wanted = trio.Event()
+        self._trimmer = False
+
+    def try_enter(self) -> bool:
+        """Take a place; False (and counted as refused) when the cap is reached."""
+        if self.live >= self.cap:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                log.warning(
+                    "refused a client connection: %d connections is the cap (%d refused so far)",
+                    self.cap,
+                    self.refused,
+                )
+            return False
+        self.live += 1
+        self.peak = max(self.peak, self.live)
+        self._high = max(self._high, self.live)
+        return True
+
+    def leave(self) -> None:
+        """Give the place back; after many clients left, have their memory handed back too."""
+        self.live -= 1
+        self.departures += 1
+        if self._high - self.live >= TRIM_AFTER and self.live * 2 <= self._high:
+            self._trim_wanted.set()
+
+    async def trimmer(self) -> None:
+        """Hand memory back once a crowd of clients has left (a moment later, so the last
+        connections' tasks are gone too); run by the first transport that starts."""
+        if self._trimmer:
+            return
+        self._trimmer = True
+        try:
+            while True:
+                await self._trim_wanted.wait()
+                # Wait until the crowd has finished leaving: a connection still open when the
+                # heap is trimmed pins pages it shares with those that left.
+                seen = -1
+                while seen != self.departures:
+                    seen = self.departures
+                    await trio.sleep(TRIM_DELAY_S)
+                self._trim_wanted = trio.Event()
+                left = self._high - self.live
+                self._high = self.live
+                self.trims += 1
+                before = rss_mb()
+                release_memory()
+                log.info(
+                    "%d clients left: memory handed back, RSS %.1f -> %.1f MB",
+                    left,
+                    before,
+                    rss_mb(),
+                )
+        finally:
+            self._trimmer = False
+
+
+async def refuse_stream(stream: trio.SocketStream, cap: int) -> None:
+    """Send the ``overloaded`` line (best effort, bounded) and close."""
+    with trio.move_on_after(1.0):
+        try:
+            await stream.send_all(overloaded_line(cap) + b"\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    with trio.CancelScope(shield=True):
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
