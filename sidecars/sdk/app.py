@@ -152,6 +152,7 @@ class ToolSpec(msgspec.Struct, kw_only=True):
     timeout_ms: int | None = None
     output_type: Any = None
     is_async: bool = False
+    requires: list[str] | None = None
 
     def input_schema(self) -> dict[str, Any]:
         return struct_schema(self.input_type)
@@ -214,8 +215,12 @@ class Sidecar:
         permission: str | None = None,
         sandbox: str | None = None,
         timeout_ms: int | None = None,
+        requires: list[str] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator registering ``func(args: InputStruct, ctx: Context)`` as tool ``name``.
+
+        ``requires`` lists the tools a composite tool invokes through the host (manifest
+        ``requires``): it is visible only while they are, and its approval covers them.
 
         ``func`` may be ``async def``: it then runs on the sidecar's Trio loop (see
         ``docs/sidecars.md``), and a host ``cancel`` cancels it for real.
@@ -244,6 +249,7 @@ class Sidecar:
                 timeout_ms=timeout_ms,
                 output_type=output_type,
                 is_async=inspect.iscoroutinefunction(func),
+                requires=list(requires) if requires else None,
             )
             return func
 

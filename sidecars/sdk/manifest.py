@@ -40,6 +40,19 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
         " (python -m sidecars.browser_cdp); it needs a running Chrome/Chromium with"
         " --remote-debugging-port (config.endpoint, see docs/sidecars/browser.md)",
     ),
+    "computer": (
+        "sidecars.computer",
+        "computer.native",
+        "bundled: `toolhost init --add computer` registers it as sidecar `computer.native`"
+        " (python -m sidecars.computer); it needs a display and xdotool/ImageMagick"
+        " (see docs/sidecars/computer.md)",
+    ),
+    "computer_use": (
+        "sidecars.computer_use",
+        "computer.use",
+        "bundled: `toolhost init --add computer_use` registers it as sidecar `computer.use`"
+        " (python -m sidecars.computer_use); it drives computer.native through the host",
+    ),
 }
 
 
@@ -80,6 +93,8 @@ def manifest_document(
             tool["sandbox"] = spec.sandbox
         if spec.timeout_ms:
             tool["timeoutMs"] = spec.timeout_ms
+        if spec.requires:
+            tool["requires"] = list(spec.requires)
         tool["inputSchema"] = _strip_none(spec.input_schema())
         out = spec.output_schema()
         if out is not None:

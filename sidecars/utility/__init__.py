@@ -1,4 +1,4 @@
-"""The ``utility`` sidecar: file hashing, archives and structured-data conversion.
+"""The ``utility`` sidecar: file hashing, archives, data conversion, LSP queries, background tasks.
 
 Run it with ``python -m sidecars.utility``; it answers the persistent process-json protocol
 (PROTOCOL 3.1) and a single Flyflor oneshot request (3.2). Importing this package only builds
@@ -41,6 +41,17 @@ Tools
     msgpack (``text`` in, ``base64`` out) is base64. Sources are limited to
     ``maxConvertBytes`` (config, default 16 MiB). See :mod:`sidecars.utility.convert`.
 
+``lsp.symbols`` / ``lsp.diagnostics`` ``{path}``
+    Ask the language server of ``config.lspCommand`` (kept running as this worker's child) for
+    a file's symbols or published diagnostics. See :mod:`sidecars.utility.lsp`.
+
+``task.background`` ``{action, args?, id?, stream?, offset?, maxBytes?}``
+    ``action`` is ``start``, ``status``, ``output`` or ``cancel``: background runs of
+    ``config.taskCommand``. See :mod:`sidecars.utility.tasks`.
+
+Both answer ``unavailable`` (in ``pong`` too) while their command is not configured or not
+found; docs/sidecars/lsp-task.md has the details.
+
 Paths and errors
 ----------------
 Every path is relative to ``projectDir`` and confined to it by
@@ -70,12 +81,28 @@ A malformed limit in the sidecar config is ``failed`` with reason ``bad-config``
 """
 
 from sidecars.sdk import Sidecar
-from sidecars.utility import archives, convert, extract, hashing
+from sidecars.utility import archives, convert, extract, hashing, lsp, tasks
+from supervisor.contracts import wire
 
 app = Sidecar("utility", version="1.0.0", concurrency=4)
 """The sidecar; ``app.run()`` serves it (see ``__main__``)."""
 
-for _module in (hashing, archives, extract, convert):
+for _module in (hashing, archives, extract, convert, lsp, tasks):
     _module.register(app)
+
+
+@app.health
+def _health(sidecar: Sidecar) -> dict[str, wire.ToolHealth]:
+    """``pong``: the lsp and task tools are unavailable until their command resolves."""
+    out: dict[str, wire.ToolHealth] = {}
+    reason = lsp.health(sidecar.config, sidecar.project_dir)
+    if reason is not None:
+        for name in ("lsp.symbols", "lsp.diagnostics"):
+            out[name] = wire.ToolHealth(status="unavailable", reason=reason)
+    reason = tasks.health(sidecar.config, sidecar.project_dir)
+    if reason is not None:
+        out["task.background"] = wire.ToolHealth(status="unavailable", reason=reason)
+    return out
+
 
 __all__ = ["app"]

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,47 @@ OPT_IN: dict[str, dict[str, Any]] = {
     # are found on this machine).
     "web": {},
     "media": {},
+    # computer.native: one worker (control actions are serialised in it); the display is passed
+    # explicitly because the host gives sidecars no DISPLAY. Delegates: see computer_delegates.
+    "computer": {
+        "pool": {"min": 1, "max": 1},
+        "env": {"DISPLAY": os.environ.get("DISPLAY") or ":0"},
+    },
+    # computer.use: the facade over computer.native (every step a host call).
+    "computer_use": {"pool": {"min": 1, "max": 1}},
 }
+
+# The bundled xdotool delegate of computer.mouse / computer.keyboard (sidecars/computer/xdo.py),
+# as argument templates with a PATH/python command only.
+XDO_MOUSE = ["python", "-m", "sidecars.computer.xdo", "mouse", "{action}", "{x}", "{y}"]
+XDO_MOUSE += ["{button}", "{toX}", "{toY}", "{direction}", "{amount}"]
+XDO_KEYBOARD = ["python", "-m", "sidecars.computer.xdo", "keyboard", "{action}", "{text}", "{keys}"]
+
+
+def computer_delegates(entry: dict[str, Any]) -> str:
+    """Enable the xdotool delegate in ``entry`` only when xdotool is found; say what was done."""
+    if shutil.which("xdotool") is None:
+        return (
+            "computer: xdotool was not found on PATH, so computer.mouse and computer.keyboard stay "
+            "unavailable (apt install xdotool, then `toolhost init --add computer --force`)"
+        )
+    entry["config"] = {"mouseCommand": XDO_MOUSE, "keyboardCommand": XDO_KEYBOARD}
+    return (
+        "computer: enabled the control tools computer.mouse and computer.keyboard through the "
+        "bundled xdotool delegate; they ask for approval on every call (sandbox approval-required)"
+    )
+
+
+# Per-family steps that depend on this machine; each returns a line to print.
+OPT_IN_CHECKS: dict[str, Callable[[dict[str, Any]], str]] = {"computer": computer_delegates}
+NOTES: dict[str, str] = {}
+"""What the last :func:`bundled_families` found per family (printed for the families added)."""
+
+
+def _print_notes(add: list[str]) -> None:
+    for family in add:
+        if family in NOTES:
+            print(NOTES[family])
 
 
 def bundled_families() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -61,6 +103,8 @@ def bundled_families() -> dict[str, tuple[str, dict[str, Any]]]:
         config, _notes = family_config(path.stem)
         if config:
             entry["config"] = config
+        if path.stem in OPT_IN_CHECKS:
+            NOTES[path.stem] = OPT_IN_CHECKS[path.stem](entry)
         families[path.stem] = (mf.sidecar, entry)
     return families
 
@@ -136,11 +180,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     target = Path(app_root(args)) / REGISTRY_RELPATH
     if target.exists() and add:
-        return _add_to_existing(target, add, args.force)
+        code = _add_to_existing(target, add, args.force)
+        if code == EXIT_OK:
+            _print_notes(add)
+        return code
     if target.exists() and not args.force:
         print(f"toolhost: {target} exists; use --force to overwrite it", file=sys.stderr)
         return EXIT_FAILED
     _write(target, text)
     count = len(bundled_registry(add)["sidecars"])
     print(f"wrote {target} with {count} bundled sidecar(s)")
+    _print_notes(add)
     return EXIT_OK

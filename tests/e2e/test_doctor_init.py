@@ -64,7 +64,16 @@ def test_init_writes_a_portable_registry_and_refuses_to_overwrite(tmp_path):
     doc = json.loads("\n".join(line for line in text.splitlines() if not line.startswith("//")))
     util = doc["sidecars"]["utility"]
     assert util["command"] == "python" and util["args"] == ["-m", "sidecars.utility"]
-    assert set(util["tools"]) == {"file.hash", "archive.create", "archive.extract", "data.convert"}
+    assert set(util["tools"]) == {
+        "file.hash",
+        "archive.create",
+        "archive.extract",
+        "data.convert",
+        # Listed, and unavailable in doctor until config.lspCommand / taskCommand are set.
+        "lsp.symbols",
+        "lsp.diagnostics",
+        "task.background",
+    }
     again = cli(root, "init")
     assert again.returncode == 1 and "--force" in again.stderr
     assert cli(root, "init", "--force").returncode == 0

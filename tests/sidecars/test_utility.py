@@ -281,6 +281,7 @@ def test_convert_refuses_to_overwrite_unless_asked(utility: Utility) -> None:
 def test_schemas_are_strict_and_camel_case(utility: Utility) -> None:
     ready = app.ready_message()
     names = ["file.hash", "archive.create", "archive.extract", "data.convert"]
+    names += ["lsp.symbols", "lsp.diagnostics", "task.background"]
     assert [t.name for t in ready.tools] == names
     for tool in ready.tools:
         assert tool.inputSchema["additionalProperties"] is False, tool.name
@@ -335,7 +336,15 @@ def test_persistent_protocol_hashes_a_file(utility: Utility, project: Path) -> N
         ready = receive()
         assert (ready["type"], ready["name"], ready["version"]) == ("ready", "utility", "1.0.0")
         names = {t["name"] for t in ready["tools"]}
-        assert names == {"file.hash", "archive.create", "archive.extract", "data.convert"}
+        assert names == {
+            "file.hash",
+            "archive.create",
+            "archive.extract",
+            "data.convert",
+            "lsp.symbols",
+            "lsp.diagnostics",
+            "task.background",
+        }
         send({"type": "call", "id": 7, "tool": "file.hash", "input": {"path": "blob.bin"}})
         send({"type": "call", "id": 8, "tool": "file.hash", "input": {"path": "../x"}})
         send({"type": "ping", "id": "p1"})
