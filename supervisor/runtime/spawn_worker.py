@@ -23,7 +23,7 @@ import msgspec
 import trio
 
 from supervisor.contracts import wire
-from supervisor.protocols import oneshot, simple_json
+from supervisor.protocols import fractalic_yaml, oneshot, simple_json
 from supervisor.protocols.answer import Answer
 from supervisor.protocols.errors import LineTooLong
 from supervisor.runtime.limits import cpu_limit_of
@@ -456,6 +456,17 @@ class SimpleJsonWorker(SpawnWorker):
                     f"{simple_json.TEST_ARG} with JSON quickly, or raise the probe timeout "
                     "(autodiscover probeTimeoutMs / sidecars.<id>.probe.timeoutMs)",
                 )
+        for name, route in self.spec.routes.items():
+            schema = route.parameters or dict(simple_json.ANY_OBJECT)
+            tools.append(
+                wire.ToolInfo(name=name, description=route.description, inputSchema=schema)
+            )
+            if route.kind == "unavailable":
+                health[name] = wire.ToolHealth(
+                    status="unavailable", code=route.code, reason=route.reason, hint=route.hint
+                )
+            else:
+                health[name] = wire.ToolHealth(status="healthy")
         self.ready_msg = wire.Ready(name=self.sidecar, concurrency=self.concurrency, tools=tools)
         self.hooks.on_pong(self, wire.Pong(id="discovery", status="healthy", tools=health))
 
@@ -501,6 +512,9 @@ class SimpleJsonWorker(SpawnWorker):
         return verdict, (dump.output if dump is not None and usable else None)
 
     async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
+        route = self.spec.routes.get(tool)
+        if route is not None:
+            return await self._call_route(tool, route, input_raw)
         argv = self.spec.scripts.get(tool)
         if argv is None:
             return CallOutcome(
@@ -520,3 +534,40 @@ class SimpleJsonWorker(SpawnWorker):
         if run.too_large:
             return self._too_large(tool, run)
         return self._outcome(simple_json.parse_answer(tool, run.output or b"", run.exit_code), run)
+
+    async def _call_route(
+        self, tool: str, route: fractalic_yaml.Route, input_raw: msgspec.Raw
+    ) -> CallOutcome:
+        """A tool declared by a ``*.yaml`` manifest: simple-json or a CLI (input as flags)."""
+        if route.kind == "unavailable":
+            return CallOutcome(ok=False, code="unavailable", error=route.reason)
+        if route.kind == "simple-json":
+            try:
+                full = simple_json.call_argv(route.argv, bytes(input_raw))
+            except UnicodeDecodeError:
+                return CallOutcome(
+                    ok=False, code="invalid-input", error=f"{tool}: input is not UTF-8"
+                )
+        else:
+            try:
+                flags = fractalic_yaml.cli_args(msgspec.json.decode(bytes(input_raw)))
+            except msgspec.DecodeError:
+                flags = "the input is not JSON"
+            if isinstance(flags, str):
+                return CallOutcome(ok=False, code="invalid-input", error=f"{tool}: {flags}")
+            full = [*route.argv, *flags]
+        try:
+            run = await self._run_once(full, None, first_line=False, tool=tool)
+        except SpawnFailed as exc:
+            return self._spawn_failed(tool, exc)
+        over = self._over_quota(tool, run)
+        if over is not None:
+            return over
+        if run.too_large:
+            return self._too_large(tool, run)
+        output = run.output or b""
+        if route.kind == "simple-json":
+            answer = simple_json.parse_answer(tool, output, run.exit_code)
+        else:
+            answer = fractalic_yaml.parse_cli_answer(tool, output, run.exit_code)
+        return self._outcome(answer, run)

@@ -1,0 +1,208 @@
+"""A Fractalic ``tools/`` folder hosted unchanged (PROTOCOL 3.3, issue 23): YAML manifests for
+``python-cli``/``bash-cli``/``simple-json``, a manifest overriding a script of the same stem,
+``mcp`` and ``python`` manifests listed unavailable with hints, broken and hostile YAML as
+unavailable descriptors naming the file and every problem, the host alive throughout."""
+
+import os
+import textwrap
+
+import msgspec
+
+from tests.conftest import raw, running_host, wait_available, wait_for
+
+GREET = """
+import argparse, json
+p = argparse.ArgumentParser(description="Greet someone")
+p.add_argument("--user-name", required=True)
+p.add_argument("--shout", action="store_true")
+p.add_argument("--times", type=int, default=1)
+a = p.parse_args()
+text = ("hello " + a.user_name) * a.times
+print(json.dumps({"greeting": text.upper() if a.shout else text, "pid": __import__("os").getpid()}))
+"""
+
+GREET_YAML = """
+name: greet
+description: Greet someone from argparse
+command: python-cli
+entry: greet.py
+parameters:
+  type: object
+  properties:
+    user_name: {type: string}
+    shout: {type: boolean}
+    times: {type: integer}
+  required: [user_name]
+"""
+
+WORDS_SH = """#!/bin/bash
+# prints plain text, fails when asked
+if [ "$1" = "--fail" ]; then echo "it went wrong" >&2; exit 4; fi
+echo "words: $*"
+"""
+
+WORDS_YAML = """
+name: words
+description: Echo words (bash)
+command: bash-cli
+entry: words.sh
+"""
+
+SJ = """
+import json, sys
+if sys.argv[1] == '{"__test__": true}':
+    print(json.dumps({"ok": True})); sys.exit(0)
+if sys.argv[1] == "--fractalic-dump-schema":
+    print(json.dumps({"description": "from the script", "parameters": {"type": "object"}}))
+    sys.exit(0)
+print(json.dumps({"echo": json.loads(sys.argv[1])}))
+"""
+
+SJ_YAML = """
+name: sj
+description: From the manifest
+command: simple-json
+entry: sj.py
+parameters: {type: object, properties: {q: {type: string}}}
+"""
+
+MCP_YAML = """
+name: files
+description: An MCP server
+command: mcp
+entry: npx -y @modelcontextprotocol/server-filesystem /data
+"""
+
+BOMB = """
+name: bomb
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+"""
+
+
+def write_folder(app):
+    folder = app / "tools"
+    folder.mkdir()
+    files = {
+        "greet.py": GREET,
+        "greet.yaml": GREET_YAML,
+        "words.sh": WORDS_SH,
+        "words.yaml": WORDS_YAML,
+        "sj.py": SJ,
+        "sj.yaml": SJ_YAML,
+        "files.yaml": MCP_YAML,
+        "broken.yaml": "name: broken\ncommand: [python-cli\n",
+        "bomb.yaml": BOMB,
+        "deep.yaml": "[" * 10_000 + "]" * 10_000,
+        "incomplete.yaml": "name: incomplete\ncommand: cobol\n",
+        "escape.yaml": "name: escape\ncommand: python-cli\nentry: ../../outside.py\n",
+        "fn.yaml": "name: fn\ncommand: python\nentry: 'mymod:run'\n",
+    }
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text).lstrip())
+    os.chmod(folder / "words.sh", 0o755)
+    return folder
+
+
+def folder_cfg():
+    return [{"path": "tools", "probeTimeoutMs": 5000}]
+
+
+def reasons(host, tool):
+    d = host.catalog.get(tool)
+    return d and d.stability.effective == "unavailable" and d.stability.reasons
+
+
+async def test_a_fractalic_folder_is_hosted_unchanged(app):
+    write_folder(app)
+    async with running_host(app, {}, autodiscover=folder_cfg()) as host:
+        await wait_available(host, "greet", "words", "sj")
+
+        # python-cli: schema from the manifest, input as flags (_ -> -, true bare, false omitted).
+        d = host.catalog.get("greet")
+        assert d.sidecar == "auto:tools" and d.description == "Greet someone from argparse"
+        assert d.inputSchema["required"] == ["user_name"]
+        assert d.stability.details.path.command == "./tools/greet.yaml"
+        env = await host.invoke("greet", raw({"user_name": "ada", "shout": True, "times": 2}))
+        assert env.status == "success", env
+        assert msgspec.json.decode(env.data)["greeting"] == "HELLO ADAHELLO ADA"
+        env = await host.invoke("greet", raw({"user_name": "bo", "shout": False}))
+        assert msgspec.json.decode(env.data)["greeting"] == "hello bo"
+        # argparse refuses a missing required flag: exit 2, failed, stderr tail kept.
+        env = await host.invoke("greet", raw({"times": 1}))
+        assert env.status == "failed" and env.error.code == "failed"
+        assert env.error.exitCode == 2 and "--user-name" in env.error.stderr
+
+        # bash-cli: plain stdout becomes {"result": text}; a non-zero exit is failed.
+        env = await host.invoke("words", raw({"color": "red", "very_loud": True}))
+        assert msgspec.json.decode(env.data) == {"result": "words: --color red --very-loud"}
+        env = await host.invoke("words", raw({"fail": True}))
+        assert env.status == "failed" and env.error.exitCode == 4
+        assert "it went wrong" in env.error.stderr
+        env = await host.invoke("words", raw([1, 2]))
+        assert env.status == "failed" and env.error.code == "invalid-input"
+
+        # The manifest overrides the simple-json script of the same stem.
+        d = host.catalog.get("sj")
+        assert d.description == "From the manifest"
+        assert d.inputSchema["properties"] == {"q": {"type": "string"}}
+        env = await host.invoke("sj", raw({"q": "x"}))
+        assert msgspec.json.decode(env.data) == {"echo": {"q": "x"}}
+
+        # Unusable manifests: unavailable descriptors naming the file and every problem.
+        def all_listed():
+            names = ("files", "broken", "bomb", "deep", "incomplete", "escape", "fn")
+            return all(reasons(host, n) for n in names)
+
+        await wait_for(host, all_listed)
+        (r,) = reasons(host, "files")
+        assert r.code == "mcp-manifest" and "tools/files.yaml" in r.message
+        assert '"protocol":"mcp"' in r.hint and '"command":"npx"' in r.hint
+        (r,) = reasons(host, "broken")
+        assert r.code == "manifest-invalid" and "tools/broken.yaml: bad YAML" in r.message
+        (r,) = reasons(host, "bomb")
+        assert "tools/bomb.yaml" in r.message and "aliases followed" in r.message
+        (r,) = reasons(host, "deep")
+        assert "tools/deep.yaml" in r.message and "deeper than 64" in r.message
+        (r,) = reasons(host, "incomplete")
+        assert "unknown command 'cobol'" in r.message and "entry is missing" in r.message
+        (r,) = reasons(host, "escape")
+        assert "outside the folder" in r.message
+        (r,) = reasons(host, "fn")
+        assert r.code == "unsupported-command" and "module:function" in r.message
+        env = await host.invoke("bomb", raw({}))
+        assert env.status == "unavailable"
+
+        # Still alive, and editing a manifest then reloading changes the schema.
+        (app / "tools" / "greet.yaml").write_text(
+            GREET_YAML.replace("required: [user_name]", "required: [user_name, times]")
+        )
+        result = await host.reload()
+        assert result.restarted == ["auto:tools"]
+
+        def required_changed():
+            d = host.catalog.get("greet")
+            return d and d.inputSchema.get("required") == ["user_name", "times"]
+
+        await wait_for(host, required_changed)
+        await wait_available(host, "greet")
+        env = await host.invoke("greet", raw({"user_name": "cy"}))
+        assert msgspec.json.decode(env.data)["greeting"] == "hello cy"
+
+
+async def test_registry_entry_overrides_a_manifest(app):
+    from tests.conftest import echo
+
+    folder = write_folder(app)
+    (folder / "echo.say.yaml").write_text("name: echo.say\ncommand: python-cli\nentry: greet.py\n")
+    async with running_host(
+        app, {"echo": echo(tools=["echo.say"])}, autodiscover=folder_cfg()
+    ) as host:
+        await wait_available(host, "echo.say", "greet")
+        assert host.catalog.get("echo.say").sidecar == "echo"
+        errors = host.catalog_snapshot().registry.errors
+        assert any("echo.say is served by sidecar echo" in e for e in errors)
