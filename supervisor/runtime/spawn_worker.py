@@ -23,7 +23,7 @@ import msgspec
 import trio
 
 from supervisor.contracts import wire
-from supervisor.protocols import fractalic_yaml, oneshot, simple_json
+from supervisor.protocols import cli_help, fractalic_yaml, oneshot, simple_json
 from supervisor.protocols.answer import Answer
 from supervisor.protocols.errors import LineTooLong
 from supervisor.runtime.limits import cpu_limit_of
@@ -426,14 +426,24 @@ class OneshotWorker(SpawnWorker):
 class SimpleJsonWorker(SpawnWorker):
     """simple-json scripts: probed at start, then one run per call with the input as argv."""
 
+    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
+        super().__init__(spec, hooks, index)
+        self.help_routes: dict[str, fractalic_yaml.Route] = {}
+        """Scripts that failed the simple-json probe but answer ``--help``: CLI tools."""
+
     async def _startup(self) -> None:
         scripts = self.spec.scripts
         verdicts: dict[str, tuple[simple_json.ProbeVerdict, bytes | None]] = {}
+        helps: dict[str, tuple[str, dict[str, Any]]] = {}
         limiter = trio.CapacityLimiter(PROBE_PARALLEL)
 
         async def probe(key: str, argv: list[str]) -> None:
             async with limiter:
                 verdicts[key] = await self._probe(argv)
+                if not verdicts[key][0].ok and verdicts[key][0].code != "probe-error":
+                    found = await self._help(argv)
+                    if found is not None:
+                        helps[key] = found
 
         unique = {"\0".join(argv): argv for argv in scripts.values()}
         async with trio.open_nursery() as nursery:
@@ -444,6 +454,20 @@ class SimpleJsonWorker(SpawnWorker):
         for name, argv in scripts.items():
             verdict, dump = verdicts["\0".join(argv)]
             where = _display(argv, self.spec.cwd)
+            helped = helps.get("\0".join(argv))
+            if helped is not None:
+                # Not simple-json, but a CLI with argparse/GNU-style --help (PROTOCOL 3.3).
+                description, schema = helped
+                self.help_routes[name] = fractalic_yaml.Route(kind="cli", argv=list(argv))
+                tools.append(
+                    wire.ToolInfo(
+                        name=name,
+                        description=description or f"CLI script {where} (schema from --help)",
+                        inputSchema=schema,
+                    )
+                )
+                health[name] = wire.ToolHealth(status="healthy")
+                continue
             tools.append(simple_json.tool_info(name, dump, f"simple-json script {where}"))
             if verdict.ok:
                 health[name] = wire.ToolHealth(status="healthy")
@@ -469,6 +493,18 @@ class SimpleJsonWorker(SpawnWorker):
                 health[name] = wire.ToolHealth(status="healthy")
         self.ready_msg = wire.Ready(name=self.sidecar, concurrency=self.concurrency, tools=tools)
         self.hooks.on_pong(self, wire.Pong(id="discovery", status="healthy", tools=health))
+
+    async def _help(self, argv: list[str]) -> tuple[str, dict[str, Any]] | None:
+        """``--help`` read as argparse/GNU-style help: ``(description, schema)`` or None."""
+        run: ProcessRun | None = None
+        try:
+            with trio.move_on_after(self.spec.probe_timeout_s):
+                run = await self._run_once([*argv, "--help"], None, first_line=False)
+        except SpawnFailed:
+            return None
+        if run is None or run.exit_code != 0 or not run.output:
+            return None
+        return cli_help.schema_from_help(run.output.decode("utf-8", "replace"))
 
     async def _probe(self, argv: list[str]) -> tuple[simple_json.ProbeVerdict, bytes | None]:
         """Run the test probe, then (if it passed) the schema dump, each within the timeout.
@@ -512,7 +548,7 @@ class SimpleJsonWorker(SpawnWorker):
         return verdict, (dump.output if dump is not None and usable else None)
 
     async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
-        route = self.spec.routes.get(tool)
+        route = self.spec.routes.get(tool) or self.help_routes.get(tool)
         if route is not None:
             return await self._call_route(tool, route, input_raw)
         argv = self.spec.scripts.get(tool)

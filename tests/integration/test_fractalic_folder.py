@@ -206,3 +206,79 @@ async def test_registry_entry_overrides_a_manifest(app):
         assert host.catalog.get("echo.say").sidecar == "echo"
         errors = host.catalog_snapshot().registry.errors
         assert any("echo.say is served by sidecar echo" in e for e in errors)
+
+
+LOUD_SH = """#!/bin/bash
+if [ "$1" = "--help" ]; then
+  cat <<'HELP'
+Usage: loud.sh [OPTIONS] --text TEXT
+Say a text, loudly if asked.
+
+Options:
+  -t, --text TEXT      what to say
+  --loud               upper-case it
+  --mode {plain,box}   how to frame it
+  -h, --help           show this help
+HELP
+  exit 0
+fi
+text=""; loud=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --text) text="$2"; shift 2;;
+    --loud) loud=1; shift;;
+    *) shift;;
+  esac
+done
+if [ $loud = 1 ]; then text="${text^^}"; fi
+echo "$text"
+"""
+
+COUNT_PY = """
+import argparse, json
+p = argparse.ArgumentParser(description="Count letters")
+p.add_argument("--word_text", required=True, help="the word")
+a = p.parse_args()
+print(json.dumps({"count": len(a.word_text)}))
+"""
+
+
+async def test_cli_scripts_without_manifest_are_read_from_their_help(app):
+    folder = app / "tools"
+    folder.mkdir()
+    (folder / "loud.sh").write_text(LOUD_SH)
+    os.chmod(folder / "loud.sh", 0o755)
+    (folder / "count.py").write_text(COUNT_PY)
+    async with running_host(app, {}, autodiscover=folder_cfg()) as host:
+        await wait_available(host, "loud", "count")
+        d = host.catalog.get("loud")
+        assert d.description == "Say a text, loudly if asked."
+        props = d.inputSchema["properties"]
+        assert props["loud"] == {"type": "boolean", "description": "upper-case it"}
+        assert props["mode"]["enum"] == ["plain", "box"]
+        assert d.inputSchema["required"] == ["text"] and "help" not in props
+        env = await host.invoke("loud", raw({"text": "hi there", "loud": True}))
+        assert msgspec.json.decode(env.data) == {"result": "HI THERE"}
+        d = host.catalog.get("count")
+        assert d.inputSchema["required"] == ["word_text"]
+        assert d.description == "Count letters"
+        # argparse wrote --word_text; the flag mapping turns _ into -, which argparse refuses:
+        # a failed call with argparse's own message, not a host error.
+        env = await host.invoke("count", raw({"word_text": "abc"}))
+        assert env.status == "failed" and env.error.exitCode == 2
+
+        # Edit the help and reload: the schema follows.
+        (folder / "loud.sh").write_text(
+            LOUD_SH.replace(
+                "--loud               upper-case it", "--shout              upper-case it"
+            )
+        )
+        result = await host.reload()
+        assert result.restarted == ["auto:tools"]
+
+        def changed():
+            d = host.catalog.get("loud")
+            return d and "shout" in d.inputSchema.get("properties", {})
+
+        await wait_for(host, changed)
+        assert "loud" not in host.catalog.get("loud").inputSchema["properties"]
