@@ -94,6 +94,23 @@ def _read_capped(path: str) -> bytes:
         return f.read(fractalic_yaml.MAX_YAML_BYTES + 1)
 
 
+def _entry_path(scan: FolderScan, entry: str) -> tuple[str, str]:
+    path = os.path.normpath(os.path.join(scan.folder, entry))
+    return path, os.path.realpath(path)
+
+
+def _entry_problems(scan: FolderScan, entry: str, real_root: str) -> list[str]:
+    """Why a script ``entry`` cannot be used (outside the folder, leaving the root, missing)."""
+    path, real = _entry_path(scan, entry)
+    if os.path.isabs(entry) or not is_inside(scan.folder, path):
+        return [f"entry {entry!r} is outside the folder {scan.rel}"]
+    if not is_inside(real_root, real):
+        return [f"entry {entry!r} links outside the app root"]
+    if not os.path.isfile(real):
+        return [f"entry {entry!r}: no such file"]
+    return []
+
+
 def _manifest_route(
     scan: FolderScan,
     file_rel: str,
@@ -124,17 +141,10 @@ def _manifest_route(
             reason=f"{file_rel}: command python (entry module:function) is not hosted yet",
             hint="publish the function as a python-cli or simple-json script meanwhile",
         )
-    problems: list[str] = []
-    path = os.path.normpath(os.path.join(scan.folder, manifest.entry))
-    real = os.path.realpath(path)
+    path, real = _entry_path(scan, manifest.entry)
+    problems = _entry_problems(scan, manifest.entry, real_root)
     argv: list[str] = []
-    if os.path.isabs(manifest.entry) or not is_inside(scan.folder, path):
-        problems.append(f"entry {manifest.entry!r} is outside the folder {scan.rel}")
-    elif not is_inside(real_root, real):
-        problems.append(f"entry {manifest.entry!r} links outside the app root")
-    elif not os.path.isfile(real):
-        problems.append(f"entry {manifest.entry!r}: no such file")
-    else:
+    if not problems:
         scan.stamps.append((path, *_stamp(path)))
         if manifest.command == "python-cli":
             argv = [host_python, path]
@@ -196,6 +206,9 @@ def _scan_manifests(
             continue
         stems.add(stem)
         if manifest is None:
+            entry = doc.get("entry") if isinstance(doc, dict) else None
+            if isinstance(entry, str) and entry and ":" not in entry:
+                problems += _entry_problems(scan, entry, real_root)
             scan.routes[name] = Route(
                 kind="unavailable",
                 source=file_rel,
@@ -232,6 +245,7 @@ def scan_folder(app_root: str, cfg: AutodiscoverConfig, *, host_python: str) -> 
     stems = _scan_manifests(scan, names, real_root, host_python)
     for name in scan.routes:
         seen[name] = "a manifest"
+    entries = {r.argv[-1] for r in scan.routes.values() if r.argv}
     for fname in names:
         if fname.startswith((".", "_")) or fname.endswith(MANIFEST_SUFFIXES):
             continue
@@ -243,8 +257,8 @@ def scan_folder(app_root: str, cfg: AutodiscoverConfig, *, host_python: str) -> 
         if not stat.S_ISREG(st.st_mode):
             continue
         argv = _script_argv(path, fname, st.st_mode, host_python)
-        if argv is None:
-            continue
+        if argv is None or path in entries:
+            continue  # not a script, or a manifest's entry (the manifest is the tool)
         file_rel = os.path.join(rel, fname)
         if not is_inside(real_root, os.path.realpath(path)):
             scan.errors.append(f"{file_rel}: links outside the app root; skipped")
