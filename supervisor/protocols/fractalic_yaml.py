@@ -29,7 +29,7 @@ MAX_SCALAR = 64 * 1024
 MAX_NODES = 20_000
 """Nodes the document may expand to, aliases followed (an alias bomb needs millions)."""
 COMMANDS = ("simple-json", "python-cli", "bash-cli", "python", "mcp")
-RouteKind = Literal["simple-json", "cli", "unavailable"]
+RouteKind = Literal["simple-json", "cli", "python", "unavailable"]
 
 
 class Route(msgspec.Struct, frozen=True, kw_only=True):

@@ -36,6 +36,8 @@ from supervisor.registry.plan import Plan, SidecarPlan, _plan_tool
 
 AUTO_PREFIX = "auto:"
 """Synthetic sidecar ids are ``auto:<folder>``; the colon keeps them apart from registry ids."""
+PYTHON_PREFIX = "auto-python:"
+"""The folder's ``command: python`` (``module:function``) tools: ``auto-python:<folder>``."""
 
 
 class Script(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,12 +137,8 @@ def _manifest_route(
             hint=fractalic_yaml.mcp_hint(manifest.name, manifest.entry),
         )
     if manifest.command == "python":
-        return replace(
-            base,
-            code="unsupported-command",
-            reason=f"{file_rel}: command python (entry module:function) is not hosted yet",
-            hint="publish the function as a python-cli or simple-json script meanwhile",
-        )
+        # Served by the folder's long-lived ``python`` worker (sidecars.fractalic_python).
+        return replace(base, kind="python", argv=[manifest.entry])
     path, real = _entry_path(scan, manifest.entry)
     problems = _entry_problems(scan, manifest.entry, real_root)
     argv: list[str] = []
@@ -245,7 +243,11 @@ def scan_folder(app_root: str, cfg: AutodiscoverConfig, *, host_python: str) -> 
     stems = _scan_manifests(scan, names, real_root, host_python)
     for name in scan.routes:
         seen[name] = "a manifest"
-    entries = {r.argv[-1] for r in scan.routes.values() if r.argv}
+    entries = {r.argv[-1] for r in scan.routes.values() if r.argv and r.kind != "python"}
+    for r in scan.routes.values():
+        if r.kind == "python":  # the module file of a module:function tool is not a script
+            module = r.argv[0].split(":", 1)[0]
+            entries.add(os.path.join(scan.folder, *module.split(".")) + ".py")
     for fname in names:
         if fname.startswith((".", "_")) or fname.endswith(MANIFEST_SUFFIXES):
             continue
@@ -332,6 +334,10 @@ def add_discovered(
                 )
                 continue
             routes[name] = route
+        python = {n: r for n, r in routes.items() if r.kind == "python"}
+        routes = {n: r for n, r in routes.items() if r.kind != "python"}
+        if python:
+            _add_python_sidecar(plan, registry, known, scan, python, host_version=host_version)
         if not taken and not routes:
             continue
         names = [s.name for s in taken] + list(routes)
@@ -397,3 +403,67 @@ def add_discovered(
             )
             plan.tools[name] = tp
     return problems
+
+
+def _add_python_sidecar(
+    plan: Plan,
+    registry: Registry,
+    known: KnownCatalog,
+    scan: FolderScan,
+    tools: dict[str, Route],
+    *,
+    host_version: str,
+) -> None:
+    """One long-lived SDK worker for the folder's ``command: python`` manifests (PROTOCOL 3.3)."""
+    cfg = scan.config
+    sid = PYTHON_PREFIX + scan.rel
+    table = {
+        "folder": scan.folder,
+        "tools": [
+            {
+                "name": name,
+                "entry": r.argv[0],
+                "description": r.description,
+                "parameters": r.parameters,
+            }
+            for name, r in tools.items()
+        ],
+    }
+    config = SidecarConfig(
+        command="python",
+        args=["-m", "sidecars.fractalic_python"],
+        env={"TOOLHOST_FRACTALIC_TOOLS": msgspec.json.encode(table).decode()},
+        protocol="process-json",
+        tools=list(tools),
+        timeout_ms=cfg.timeout_ms,
+        pool=PoolConfig(min=1, max=1),
+        sandbox=cfg.sandbox,
+        spawn="exec",
+    )
+    entry = SidecarEntry(
+        id=sid,
+        source=f"autodiscover:{scan.rel}",
+        config_dir=registry.app_root,
+        config=config,
+        tools=list(tools),
+        fingerprint=msgspec.json.encode([cfg, tools, scan.stamps]),
+    )
+    details = PathDetails(
+        base="host-python", command="python", mode="path", portable=True, rootSafe=True
+    )
+    sp = SidecarPlan(
+        id=sid,
+        entry=entry,
+        resolution=Resolution(state="resolved", details=details),
+        argv=[sys.executable, "-m", "sidecars.fractalic_python"],
+        cwd=registry.app_root,
+        runnable=True,
+    )
+    plan.sidecars[sid] = sp
+    for name, route in tools.items():
+        tp = _plan_tool(sp, name, known, host_version, config)
+        tp.autodiscovered = True
+        tp.path_details = PathDetails(
+            base="app", command=f"./{route.source}", mode="relative", portable=True, rootSafe=True
+        )
+        plan.tools[name] = tp

@@ -100,7 +100,6 @@ def write_folder(app):
         "deep.yaml": "[" * 10_000 + "]" * 10_000,
         "incomplete.yaml": "name: incomplete\ncommand: cobol\n",
         "escape.yaml": "name: escape\ncommand: python-cli\nentry: ../../outside.py\n",
-        "fn.yaml": "name: fn\ncommand: python\nentry: 'mymod:run'\n",
     }
     for name, text in files.items():
         (folder / name).write_text(textwrap.dedent(text).lstrip())
@@ -155,7 +154,7 @@ async def test_a_fractalic_folder_is_hosted_unchanged(app):
 
         # Unusable manifests: unavailable descriptors naming the file and every problem.
         def all_listed():
-            names = ("files", "broken", "bomb", "deep", "incomplete", "escape", "fn")
+            names = ("files", "broken", "bomb", "deep", "incomplete", "escape")
             return all(reasons(host, n) for n in names)
 
         await wait_for(host, all_listed)
@@ -172,8 +171,6 @@ async def test_a_fractalic_folder_is_hosted_unchanged(app):
         assert "unknown command 'cobol'" in r.message and "entry is missing" in r.message
         (r,) = reasons(host, "escape")
         assert "outside the folder" in r.message
-        (r,) = reasons(host, "fn")
-        assert r.code == "unsupported-command" and "module:function" in r.message
         env = await host.invoke("bomb", raw({}))
         assert env.status == "unavailable"
 
@@ -282,3 +279,50 @@ async def test_cli_scripts_without_manifest_are_read_from_their_help(app):
 
         await wait_for(host, changed)
         assert "loud" not in host.catalog.get("loud").inputSchema["properties"]
+
+
+MYMOD = """
+import os
+with open(os.environ.get("IMPORT_LOG", "imports.log"), "a") as f:
+    f.write(f"{os.getpid()}\\n")
+
+def add(a, b, scale=1):
+    return {"sum": (a + b) * scale, "pid": os.getpid()}
+
+def explode(reason):
+    raise ValueError(f"no good: {reason}")
+"""
+
+
+async def test_python_module_function_tools_run_in_one_long_lived_worker(app):
+    folder = app / "tools"
+    folder.mkdir()
+    (folder / "mymod.py").write_text(MYMOD)
+    (folder / "add.yaml").write_text(
+        "name: add\ndescription: Add two numbers\ncommand: python\nentry: 'mymod:add'\n"
+        "parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}}\n"
+    )
+    (folder / "explode.yaml").write_text("command: python\nentry: 'mymod:explode'\n")
+    (folder / "nofunc.yaml").write_text("command: python\nentry: 'mymod:missing'\n")
+    async with running_host(app, {}, autodiscover=folder_cfg()) as host:
+        await wait_available(host, "add", "explode")
+        d = host.catalog.get("add")
+        assert d.sidecar == "auto-python:tools" and d.description == "Add two numbers"
+        assert d.inputSchema["properties"]["a"] == {"type": "integer"}
+        assert host.catalog.get("mymod") is None  # the module is not a script tool
+        pids = set()
+        for i in range(200):
+            env = await host.invoke("add", raw({"a": i, "b": 1, "scale": 2}))
+            assert env.status == "success", env
+            data = msgspec.json.decode(env.data)
+            assert data["sum"] == (i + 1) * 2
+            pids.add(data["pid"])
+        assert len(pids) == 1  # one worker
+        assert (app / "imports.log").read_text().split() == [str(pids.pop())]  # one import
+        env = await host.invoke("explode", raw({"reason": "bad day"}))
+        assert env.status == "failed" and env.error.code == "failed"
+        assert "ValueError: no good: bad day" in env.error.message
+        env = await host.invoke("add", raw({"a": 1}))  # missing argument: TypeError
+        assert env.status == "failed" and "TypeError" in env.error.message
+        env = await host.invoke("nofunc", raw({}))
+        assert env.status in ("failed", "unavailable") and "no function missing" in str(env)
