@@ -137,7 +137,12 @@ def _manifest_route(
             hint=fractalic_yaml.mcp_hint(manifest.name, manifest.entry),
         )
     if manifest.command == "python":
-        # Served by the folder's long-lived ``python`` worker (sidecars.fractalic_python).
+        # Served by the folder's long-lived ``python`` worker (sidecars.fractalic_python);
+        # the module file's stamp makes a reload restart that worker when the module changes.
+        module = manifest.entry.split(":", 1)[0]
+        module_path = os.path.join(scan.folder, *module.split(".")) + ".py"
+        if os.path.isfile(module_path):
+            scan.stamps.append((module_path, *_stamp(module_path)))
         return replace(base, kind="python", argv=[manifest.entry])
     path, real = _entry_path(scan, manifest.entry)
     problems = _entry_problems(scan, manifest.entry, real_root)

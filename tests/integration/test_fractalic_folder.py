@@ -326,3 +326,11 @@ async def test_python_module_function_tools_run_in_one_long_lived_worker(app):
         assert env.status == "failed" and "TypeError" in env.error.message
         env = await host.invoke("nofunc", raw({}))
         assert env.status in ("failed", "unavailable") and "no function missing" in str(env)
+        # Editing the module and reloading restarts the worker: a new import in a new process.
+        (folder / "mymod.py").write_text(MYMOD.replace("(a + b) * scale", "(a + b) * scale + 1"))
+        result = await host.reload()
+        assert "auto-python:tools" in result.restarted
+        await wait_available(host, "add")
+        env = await host.invoke("add", raw({"a": 1, "b": 1}))
+        assert msgspec.json.decode(env.data)["sum"] == 3
+        assert len((app / "imports.log").read_text().split()) == 2
