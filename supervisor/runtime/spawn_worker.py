@@ -445,10 +445,22 @@ class SimpleJsonWorker(SpawnWorker):
                     if found is not None:
                         helps[key] = found
 
+        manifest_helps: dict[str, tuple[str, dict[str, Any]]] = {}
+
+        async def read_help(name: str, argv: list[str]) -> None:
+            async with limiter:
+                found = await self._help(argv)
+                if found is not None:
+                    manifest_helps[name] = found
+
         unique = {"\0".join(argv): argv for argv in scripts.values()}
         async with trio.open_nursery() as nursery:
             for key, argv in unique.items():
                 nursery.start_soon(probe, key, argv)
+            for name, route in self.spec.routes.items():
+                # A CLI manifest without ``parameters``: the schema comes from --help.
+                if route.kind == "cli" and route.parameters is None:
+                    nursery.start_soon(read_help, name, route.argv)
         tools: list[wire.ToolInfo] = []
         health: dict[str, wire.ToolHealth] = {}
         for name, argv in scripts.items():
@@ -481,7 +493,8 @@ class SimpleJsonWorker(SpawnWorker):
                     "(autodiscover probeTimeoutMs / sidecars.<id>.probe.timeoutMs)",
                 )
         for name, route in self.spec.routes.items():
-            schema = route.parameters or dict(simple_json.ANY_OBJECT)
+            helped = manifest_helps.get(name)
+            schema = route.parameters or (helped[1] if helped else dict(simple_json.ANY_OBJECT))
             tools.append(
                 wire.ToolInfo(name=name, description=route.description, inputSchema=schema)
             )

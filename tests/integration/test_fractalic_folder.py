@@ -95,6 +95,7 @@ def write_folder(app):
         "sj.py": SJ,
         "sj.yaml": SJ_YAML,
         "files.yaml": MCP_YAML,
+        "greet_auto.yaml": "name: greet_auto\ncommand: python-cli\nentry: greet.py\n",
         "broken.yaml": "name: broken\ncommand: [python-cli\n",
         "bomb.yaml": BOMB,
         "deep.yaml": "[" * 10_000 + "]" * 10_000,
@@ -135,6 +136,17 @@ async def test_a_fractalic_folder_is_hosted_unchanged(app):
         env = await host.invoke("greet", raw({"times": 1}))
         assert env.status == "failed" and env.error.code == "failed"
         assert env.error.exitCode == 2 and "--user-name" in env.error.stderr
+
+        # A CLI manifest without parameters: the schema comes from the script's --help.
+        await wait_available(host, "greet_auto")
+        auto = host.catalog.get("greet_auto").inputSchema
+        assert (
+            auto["required"] == ["user_name"] and auto["properties"]["shout"]["type"] == "boolean"
+        )
+        assert host.catalog.get("words").inputSchema == {
+            "type": "object",
+            "additionalProperties": True,
+        }
 
         # bash-cli: plain stdout becomes {"result": text}; a non-zero exit is failed.
         env = await host.invoke("words", raw({"color": "red", "very_loud": True}))
