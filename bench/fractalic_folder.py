@@ -6,7 +6,8 @@ Two ratios, each against a baseline measured in the same process run:
   run the way Fractalic runs CLI tools: a fresh interpreter per call (``python tool.py --a 1 ...``);
   target: toolhost at least 50x faster at p50;
 - a ``python-cli`` tool called through toolhost vs running the same script directly with the
-  same flags (``subprocess.run`` from plain Python); target: toolhost at most 1.2x at p50.
+  same flags (``subprocess.run`` from plain Python, interleaved call by call with the hosted
+  runs so both see the same machine load); target: toolhost at most 1.2x at p50.
 
 toolhost runs in-process here (``Host.invoke``, the same call path the kernel socket ends in,
 without the socket hop); the flags and the folder are written to a temporary app root.
@@ -64,13 +65,17 @@ def _direct(argv: list[str]) -> float:
     return elapsed
 
 
-async def _hosted(root: Path, calls: int, cli_calls: int) -> tuple[list[float], list[float]]:
+async def _hosted(
+    root: Path, calls: int, cli_calls: int, direct_argv: list[str]
+) -> tuple[list[float], list[float], list[float]]:
+    """Hosted calls; the direct CLI runs are interleaved with the hosted ones (same load)."""
     from supervisor.runtime.host import Host, HostOptions
 
     host = Host(HostOptions(app_root=str(root), use_global=False, manifest_dirs=[]))
     raw = msgspec.Raw(b'{"a": 1, "b": 2}')
     py: list[float] = []
     cli: list[float] = []
+    direct: list[float] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
         with trio.fail_after(30):
@@ -86,6 +91,7 @@ async def _hosted(root: Path, calls: int, cli_calls: int) -> tuple[list[float], 
                 py.append(time.perf_counter() - t0)
             assert env.status == "success", env
         for _ in range(cli_calls):
+            direct.append(_direct(direct_argv))  # blocks the loop: the host is idle meanwhile
             t0 = time.perf_counter()
             env = await host.invoke("add_cli", raw)
             cli.append(time.perf_counter() - t0)
@@ -94,7 +100,7 @@ async def _hosted(root: Path, calls: int, cli_calls: int) -> tuple[list[float], 
         with trio.move_on_after(15):
             await host.wait_stopped()
         nursery.cancel_scope.cancel()
-    return py, cli
+    return py, cli, direct
 
 
 def main() -> None:
@@ -107,10 +113,9 @@ def main() -> None:
         _write_app(root)
         script = str(root / "tools" / "add_cli.py")
         flags = ["--a", "1", "--b", "2"]
-        direct = [_direct([sys.executable, script, *flags]) for _ in range(args.spawns)]
-        py, cli = trio.run(_hosted, root, args.calls, args.spawns)
-        direct2 = [_direct([sys.executable, script, *flags]) for _ in range(args.spawns)]
-    direct_p50 = statistics.median(direct + direct2)
+        argv = [sys.executable, script, *flags]
+        py, cli, direct = trio.run(_hosted, root, args.calls, args.spawns, argv)
+    direct_p50 = statistics.median(direct)
     py_p50 = statistics.median(py)
     cli_p50 = statistics.median(cli)
     rows = {
