@@ -29,6 +29,7 @@ from supervisor.contracts.snapshot import (
 from supervisor.policy.paths import Resolution, resolve_command
 from supervisor.policy.sandbox import default_for
 from supervisor.policy.version import compatibility
+from supervisor.protocols.fractalic_yaml import Route
 from supervisor.registry.load import Registry, SidecarEntry, is_builtin
 from supervisor.registry.manifests import KnownCatalog
 
@@ -71,6 +72,8 @@ class SidecarPlan(msgspec.Struct, kw_only=True):
     problem: str = ""
     scripts: dict[str, list[str]] = msgspec.field(default_factory=dict)
     """simple-json: the argv of the script behind each tool (autodiscovered folders)."""
+    routes: dict[str, Route] = msgspec.field(default_factory=dict)
+    """Tools of autodiscovered folders declared by ``*.yaml`` manifests (PROTOCOL 3.3)."""
 
     @property
     def config(self) -> SidecarConfig | None:

@@ -400,6 +400,7 @@ class Host:
             stop_grace_s=self.options.stop_grace_ms / 1000.0,
             concurrency=kinds.concurrency(cfg),
             scripts=self._scripts(sp, cfg),
+            routes=dict(sp.routes),
             max_line=limits.line_limit(cfg),
             limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
             spawn="auto"
@@ -413,7 +414,7 @@ class Host:
         tools, or one tool named after the sidecar)."""
         if cfg.protocol != "simple-json":
             return {}
-        if sp.scripts:
+        if sp.scripts or sp.routes:
             return {tool: list(argv) for tool, argv in sp.scripts.items()}
         return {tool: list(sp.argv) for tool in (sp.entry.tools or [sp.id])}
 

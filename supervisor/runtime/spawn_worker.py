@@ -23,7 +23,7 @@ import msgspec
 import trio
 
 from supervisor.contracts import wire
-from supervisor.protocols import oneshot, simple_json
+from supervisor.protocols import cli_help, fractalic_yaml, oneshot, simple_json
 from supervisor.protocols.answer import Answer
 from supervisor.protocols.errors import LineTooLong
 from supervisor.runtime.limits import cpu_limit_of
@@ -426,24 +426,60 @@ class OneshotWorker(SpawnWorker):
 class SimpleJsonWorker(SpawnWorker):
     """simple-json scripts: probed at start, then one run per call with the input as argv."""
 
+    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
+        super().__init__(spec, hooks, index)
+        self.help_routes: dict[str, fractalic_yaml.Route] = {}
+        """Scripts that failed the simple-json probe but answer ``--help``: CLI tools."""
+
     async def _startup(self) -> None:
         scripts = self.spec.scripts
         verdicts: dict[str, tuple[simple_json.ProbeVerdict, bytes | None]] = {}
+        helps: dict[str, tuple[str, dict[str, Any]]] = {}
         limiter = trio.CapacityLimiter(PROBE_PARALLEL)
 
         async def probe(key: str, argv: list[str]) -> None:
             async with limiter:
                 verdicts[key] = await self._probe(argv)
+                if not verdicts[key][0].ok and verdicts[key][0].code != "probe-error":
+                    found = await self._help(argv)
+                    if found is not None:
+                        helps[key] = found
+
+        manifest_helps: dict[str, tuple[str, dict[str, Any]]] = {}
+
+        async def read_help(name: str, argv: list[str]) -> None:
+            async with limiter:
+                found = await self._help(argv)
+                if found is not None:
+                    manifest_helps[name] = found
 
         unique = {"\0".join(argv): argv for argv in scripts.values()}
         async with trio.open_nursery() as nursery:
             for key, argv in unique.items():
                 nursery.start_soon(probe, key, argv)
+            for name, route in self.spec.routes.items():
+                # A CLI manifest without ``parameters``: the schema comes from --help.
+                if route.kind == "cli" and route.parameters is None:
+                    nursery.start_soon(read_help, name, route.argv)
         tools: list[wire.ToolInfo] = []
         health: dict[str, wire.ToolHealth] = {}
         for name, argv in scripts.items():
             verdict, dump = verdicts["\0".join(argv)]
             where = _display(argv, self.spec.cwd)
+            helped = helps.get("\0".join(argv))
+            if helped is not None:
+                # Not simple-json, but a CLI with argparse/GNU-style --help (PROTOCOL 3.3).
+                description, schema = helped
+                self.help_routes[name] = fractalic_yaml.Route(kind="cli", argv=list(argv))
+                tools.append(
+                    wire.ToolInfo(
+                        name=name,
+                        description=description or f"CLI script {where} (schema from --help)",
+                        inputSchema=schema,
+                    )
+                )
+                health[name] = wire.ToolHealth(status="healthy")
+                continue
             tools.append(simple_json.tool_info(name, dump, f"simple-json script {where}"))
             if verdict.ok:
                 health[name] = wire.ToolHealth(status="healthy")
@@ -456,8 +492,32 @@ class SimpleJsonWorker(SpawnWorker):
                     f"{simple_json.TEST_ARG} with JSON quickly, or raise the probe timeout "
                     "(autodiscover probeTimeoutMs / sidecars.<id>.probe.timeoutMs)",
                 )
+        for name, route in self.spec.routes.items():
+            helped = manifest_helps.get(name)
+            schema = route.parameters or (helped[1] if helped else dict(simple_json.ANY_OBJECT))
+            tools.append(
+                wire.ToolInfo(name=name, description=route.description, inputSchema=schema)
+            )
+            if route.kind == "unavailable":
+                health[name] = wire.ToolHealth(
+                    status="unavailable", code=route.code, reason=route.reason, hint=route.hint
+                )
+            else:
+                health[name] = wire.ToolHealth(status="healthy")
         self.ready_msg = wire.Ready(name=self.sidecar, concurrency=self.concurrency, tools=tools)
         self.hooks.on_pong(self, wire.Pong(id="discovery", status="healthy", tools=health))
+
+    async def _help(self, argv: list[str]) -> tuple[str, dict[str, Any]] | None:
+        """``--help`` read as argparse/GNU-style help: ``(description, schema)`` or None."""
+        run: ProcessRun | None = None
+        try:
+            with trio.move_on_after(self.spec.probe_timeout_s):
+                run = await self._run_once([*argv, "--help"], None, first_line=False)
+        except SpawnFailed:
+            return None
+        if run is None or run.exit_code != 0 or not run.output:
+            return None
+        return cli_help.schema_from_help(run.output.decode("utf-8", "replace"))
 
     async def _probe(self, argv: list[str]) -> tuple[simple_json.ProbeVerdict, bytes | None]:
         """Run the test probe, then (if it passed) the schema dump, each within the timeout.
@@ -501,6 +561,9 @@ class SimpleJsonWorker(SpawnWorker):
         return verdict, (dump.output if dump is not None and usable else None)
 
     async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
+        route = self.spec.routes.get(tool) or self.help_routes.get(tool)
+        if route is not None:
+            return await self._call_route(tool, route, input_raw)
         argv = self.spec.scripts.get(tool)
         if argv is None:
             return CallOutcome(
@@ -520,3 +583,40 @@ class SimpleJsonWorker(SpawnWorker):
         if run.too_large:
             return self._too_large(tool, run)
         return self._outcome(simple_json.parse_answer(tool, run.output or b"", run.exit_code), run)
+
+    async def _call_route(
+        self, tool: str, route: fractalic_yaml.Route, input_raw: msgspec.Raw
+    ) -> CallOutcome:
+        """A tool declared by a ``*.yaml`` manifest: simple-json or a CLI (input as flags)."""
+        if route.kind == "unavailable":
+            return CallOutcome(ok=False, code="unavailable", error=route.reason)
+        if route.kind == "simple-json":
+            try:
+                full = simple_json.call_argv(route.argv, bytes(input_raw))
+            except UnicodeDecodeError:
+                return CallOutcome(
+                    ok=False, code="invalid-input", error=f"{tool}: input is not UTF-8"
+                )
+        else:
+            try:
+                flags = fractalic_yaml.cli_args(msgspec.json.decode(bytes(input_raw)))
+            except msgspec.DecodeError:
+                flags = "the input is not JSON"
+            if isinstance(flags, str):
+                return CallOutcome(ok=False, code="invalid-input", error=f"{tool}: {flags}")
+            full = [*route.argv, *flags]
+        try:
+            run = await self._run_once(full, None, first_line=False, tool=tool)
+        except SpawnFailed as exc:
+            return self._spawn_failed(tool, exc)
+        over = self._over_quota(tool, run)
+        if over is not None:
+            return over
+        if run.too_large:
+            return self._too_large(tool, run)
+        output = run.output or b""
+        if route.kind == "simple-json":
+            answer = simple_json.parse_answer(tool, output, run.exit_code)
+        else:
+            answer = fractalic_yaml.parse_cli_answer(tool, output, run.exit_code)
+        return self._outcome(answer, run)

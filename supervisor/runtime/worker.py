@@ -24,6 +24,7 @@ import trio
 from supervisor.contracts import wire
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
+from supervisor.protocols.fractalic_yaml import Route
 from supervisor.runtime.calls import Call, CallOutcome, ProgressSink
 from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
 from supervisor.runtime.limits import cpu_limit_of
@@ -90,6 +91,8 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """Calls in flight per worker where the protocol does not announce it (MCP, per-call)."""
     scripts: dict[str, list[str]] = msgspec.field(default_factory=dict)
     """simple-json: the argv of the script serving each tool."""
+    routes: dict[str, Route] = msgspec.field(default_factory=dict)
+    """simple-json folders: tools declared by ``*.yaml`` manifests (PROTOCOL 3.3)."""
     spawn: Literal["auto", "exec"] = "exec"
     """``auto``: may be forked from the host's zygote (PROTOCOL 1 ``spawn``)."""
 
