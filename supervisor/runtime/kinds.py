@@ -4,6 +4,7 @@
 |---------------------------|---------------------|-----------------------------------------------|
 | process-json persistent   | ProcessWorker       | as configured                                 |
 | mcp                       | McpWorker           | as configured; ``MCP_CONCURRENCY`` calls each |
+| mcp-http                  | McpHttpWorker       | as configured; ``MCP_CONCURRENCY`` calls each |
 | process-json oneshot      | OneshotWorker       | one call site running up to ``pool.max``      |
 | simple-json               | SimpleJsonWorker    | one call site running up to ``pool.max``      |
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import msgspec
 
 from supervisor.contracts.registry import SidecarConfig
+from supervisor.runtime.mcp_http_worker import McpHttpWorker
 from supervisor.runtime.mcp_worker import McpWorker
 from supervisor.runtime.pool import WorkerFactory
 from supervisor.runtime.process_json_worker import ProcessWorker
@@ -38,6 +40,8 @@ def worker_factory(cfg: SidecarConfig) -> WorkerFactory:
     cls: type[Worker]
     if cfg.protocol == "mcp":
         cls = McpWorker
+    elif cfg.protocol == "mcp-http":
+        cls = McpHttpWorker
     elif cfg.protocol == "simple-json":
         cls = SimpleJsonWorker
     elif cfg.mode == "oneshot":
@@ -66,6 +70,6 @@ def concurrency(cfg: SidecarConfig) -> int:
     """Calls in flight per worker where the protocol does not announce it."""
     if is_per_call(cfg):
         return cfg.pool.max
-    if cfg.protocol == "mcp":
+    if cfg.protocol in ("mcp", "mcp-http"):
         return MCP_CONCURRENCY
     return 1
