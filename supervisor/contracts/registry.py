@@ -185,7 +185,7 @@ class VaultDecl(_Config):
 class SidecarConfig(_Config):
     """One entry of ``sidecars``."""
 
-    command: str = ""
+    command: Annotated[str, Meta(min_length=1)] | None = None
     """Required for every protocol but ``mcp-http`` (checked by the loader with the JSON path)."""
     url: str | None = None
     """``mcp-http`` only: the Streamable HTTP endpoint of a remote MCP server (http/https)."""

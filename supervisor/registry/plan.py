@@ -206,7 +206,7 @@ def _plan_sidecar(
         return sp
     env_path = cfg.env.get("PATH", path_env)
     sp.resolution = resolve_command(
-        cfg.command,
+        cfg.command or "",
         anchor_name=anchor,
         anchor_dir=anchor_dir,
         path_env=env_path,

@@ -403,7 +403,7 @@ class Host:
             max_line=limits.line_limit(cfg),
             limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
             spawn="auto"
-            if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command, cfg.args)
+            if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command or "", cfg.args)
             else "exec",
         )
 
