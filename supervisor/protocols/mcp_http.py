@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import msgspec
@@ -20,6 +22,10 @@ ACCEPT = "application/json, text/event-stream"
 _RESERVED = frozenset(
     ("host", "content-length", "content-type", "accept", "connection", "transfer-encoding")
 ) | {SESSION_HEADER, VERSION_HEADER}
+
+
+VAULT_REF = re.compile(r"\$\{vault:([^}]*)\}")
+"""``${vault:KEY}`` in a ``config.headers`` value: the vault's value of KEY (PROTOCOL 3.5)."""
 
 
 class Endpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,6 +104,72 @@ def extra_headers(config: dict[str, object]) -> list[tuple[str, str]]:
         for k, v in headers.items()
         if isinstance(v, str) and str(k).lower() not in _RESERVED
     ]
+
+
+def header_problems(config: dict[str, object], declared: set[str]) -> list[tuple[str, str]]:
+    """``(header, problem)`` for every ``config.headers`` value that is not a string, holds a
+    line break, or names a vault key not in ``declared`` (the entry's ``vault`` list)."""
+    headers = config.get("headers")
+    if headers is None:
+        return []
+    if not isinstance(headers, dict):
+        return [("", "expected an object of strings")]
+    out: list[tuple[str, str]] = []
+    for name, value in headers.items():
+        if not isinstance(value, str):
+            out.append((name, "expected a string"))
+        elif any(c in value for c in "\r\n\0"):
+            out.append((name, "a header value cannot hold a line break or NUL"))
+        else:
+            for key in VAULT_REF.findall(value):
+                if key not in declared:
+                    out.append((name, f"vault key {key!r} is not declared in the entry's vault"))
+    return out
+
+
+def resolve_headers(
+    config: dict[str, object], lookup: Callable[[str], str | None]
+) -> tuple[dict[str, object], str | None]:
+    """``config`` with every ``${vault:KEY}`` in ``headers`` replaced by ``lookup(KEY)``.
+
+    Returns:
+        The new config and None, or the config without ``headers`` and why a value is missing
+        (``lookup`` returned None, raised ValueError, or the value holds a line break). The
+        message never contains a secret.
+    """
+    headers = config.get("headers")
+    if not isinstance(headers, dict):
+        return config, None
+    resolved: dict[str, object] = {}
+    for name, value in headers.items():
+        if not isinstance(value, str):
+            continue
+        problem: list[str] = []
+
+        def one(match: re.Match[str], name: str = name, problem: list[str] = problem) -> str:
+            key = match.group(1)
+            try:
+                secret = lookup(key)
+            except ValueError as exc:
+                problem.append(f"config.headers.{name}: vault key {key!r}: {exc}")
+                return ""
+            if secret is None:
+                problem.append(
+                    f"config.headers.{name}: vault key {key!r} is not set "
+                    f"(`toolhost vault set {key}`)"
+                )
+                return ""
+            if any(c in secret for c in "\r\n\0"):
+                problem.append(f"config.headers.{name}: vault key {key!r} holds a line break")
+                return ""
+            return secret
+
+        text = VAULT_REF.sub(one, value)
+        if problem:
+            rest = {k: v for k, v in config.items() if k != "headers"}
+            return rest, problem[0]
+        resolved[name] = text
+    return {**config, "headers": resolved}, None
 
 
 def request_headers(

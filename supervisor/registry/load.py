@@ -24,7 +24,7 @@ from supervisor.contracts.registry import (
     RegistryTop,
     SidecarConfig,
 )
-from supervisor.protocols.mcp_http import url_problem
+from supervisor.protocols.mcp_http import header_problems, url_problem
 from supervisor.registry.check import (
     all_problems,
     join_surrogates,
@@ -378,9 +378,8 @@ def _endpoint_problems(cfg: SidecarConfig, prefix: str) -> list[str]:
         problem = url_problem(cfg.url)
         if problem is not None:
             problems.append(f"{prefix}.url: {problem}")
-    headers = cfg.config.get("headers")
-    if headers is not None and not (
-        isinstance(headers, dict) and all(isinstance(v, str) for v in headers.values())
-    ):
-        problems.append(f"{prefix}.config.headers: expected an object of strings")
+    declared = {d.key for d in cfg.vault}
+    for name, problem in header_problems(cfg.config, declared):
+        where = f"{prefix}.config.headers.{name}" if name else f"{prefix}.config.headers"
+        problems.append(f"{where}: {problem}")
     return problems

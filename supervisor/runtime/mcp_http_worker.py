@@ -97,10 +97,11 @@ class McpHttpWorker(Worker):
 
     async def run(self) -> WorkerExit:
         self.started_at = self.last_active = trio.current_time()
-        if self.endpoint is None:
+        if self.endpoint is None or self.spec.problem is not None:
             self.state = "exited"
             self._exited.set()
-            return WorkerExit(reason="start-failed", message=f"bad url: {self._bad_url}")
+            message = self.spec.problem or f"bad url: {self._bad_url}"
+            return WorkerExit(reason="start-failed", message=message)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -419,7 +420,8 @@ class McpHttpWorker(Worker):
         except (Lost, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._lost(str(exc) or type(exc).__name__)
         except (h11.LocalProtocolError, ValueError) as exc:  # e.g. a header value h11 refuses
-            self._lost(f"cannot send the request: {exc}")
+            # Not str(exc): it may quote a header value, i.e. a secret.
+            self._lost(f"cannot send the request ({type(exc).__name__}): check config.headers")
         finally:
             if rid is not None:
                 self._scopes.pop(rid, None)

@@ -231,3 +231,29 @@ async def test_bad_url_is_manifest_invalid_with_the_json_path(app):
         assert "sidecars.ftp.url" in messages["a"] and "http or https" in messages["a"]
         assert "sidecars.nourl.url" in messages["b"] and "required" in messages["b"]
         assert "sidecars.both.command" in messages["c"]
+
+
+async def test_headers_from_the_vault(app, tmp_path):
+    from supervisor.runtime.vault import Vault, vault_path
+
+    with http_server(tmp_path) as server:
+        await server.listening()
+        e = entry(
+            server.port,
+            tools=["header"],
+            config={"headers": {"Authorization": "Bearer ${vault:MCP_TOKEN}"}},
+            vault=[{"key": "MCP_TOKEN"}],
+        )
+        async with running_host(app, {"remote": e}) as host:
+
+            def stability() -> str:
+                return msgspec.json.encode(host.catalog.get("header").stability).decode()
+
+            # No value yet: the worker cannot start, and says which key to set (never a value).
+            await wait_for(host, lambda: "is not set" in stability())
+            assert "toolhost vault set MCP_TOKEN" in stability()
+            assert effective(host, "header") != "available"
+            Vault(vault_path(str(app))).set("MCP_TOKEN", "v4ult-s3cret")
+            await wait_available(host, "header", timeout=30)
+            env = await host.invoke("header", raw({"name": "authorization"}))
+            assert env.status == "success" and env.content == "Bearer v4ult-s3cret"

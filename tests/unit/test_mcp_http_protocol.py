@@ -92,9 +92,52 @@ def test_registry_rules_for_mcp_http():
         'sidecars.r.command: protocol "mcp-http" connects to a url; it runs no command'
     ]
     assert validate_entry("r", {**ok, "config": {"headers": {"A": 1}}}) == [
+        "sidecars.r.config.headers.A: expected a string"
+    ]
+    assert validate_entry("r", {**ok, "config": {"headers": ["A"]}}) == [
         "sidecars.r.config.headers: expected an object of strings"
     ]
     assert validate_entry("r", {"command": "x", "url": "http://h/mcp"}) == [
         'sidecars.r.url: only for protocol "mcp-http"'
     ]
     assert validate_entry("r", {"args": []}) == ["sidecars.r.command: required field missing"]
+
+
+def test_vault_references_in_headers():
+    config = {"headers": {"Authorization": "Bearer ${vault:TOK}", "X": "plain"}, "other": 1}
+    assert mcp_http.header_problems(config, {"TOK"}) == []
+    assert mcp_http.header_problems(config, set()) == [
+        ("Authorization", "vault key 'TOK' is not declared in the entry's vault")
+    ]
+    assert mcp_http.header_problems({"headers": {"A": "x\r\nB: y"}}, set()) == [
+        ("A", "a header value cannot hold a line break or NUL")
+    ]
+    resolved, problem = mcp_http.resolve_headers(config, {"TOK": "s3"}.get)
+    assert problem is None
+    assert resolved == {"headers": {"Authorization": "Bearer s3", "X": "plain"}, "other": 1}
+    resolved, problem = mcp_http.resolve_headers(config, {}.get)
+    assert problem == (
+        "config.headers.Authorization: vault key 'TOK' is not set (`toolhost vault set TOK`)"
+    )
+    assert "headers" not in resolved
+    _, problem = mcp_http.resolve_headers(config, {"TOK": "a\nb"}.get)
+    assert problem is not None and "line break" in problem and "a\nb" not in problem
+
+    def broken(key):
+        raise ValueError("refusing to read the vault: mode 0644")
+
+    _, problem = mcp_http.resolve_headers(config, broken)
+    assert problem is not None and "mode 0644" in problem
+
+
+def test_registry_checks_vault_keys_of_headers():
+    entry = {
+        "protocol": "mcp-http",
+        "url": "https://example.org/mcp",
+        "config": {"headers": {"Authorization": "Bearer ${vault:TOK}"}},
+    }
+    assert validate_entry("r", entry) == [
+        "sidecars.r.config.headers.Authorization: vault key 'TOK' is not declared in the "
+        "entry's vault"
+    ]
+    assert validate_entry("r", {**entry, "vault": [{"key": "TOK"}]}) == []
