@@ -23,7 +23,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 ToolName = Annotated[str, Meta(pattern=TOOL_NAME_PATTERN)]
 
 Anchor = Literal["app", "project", "config", "workspace"]
-Protocol = Literal["process-json", "simple-json", "mcp"]
+Protocol = Literal["process-json", "simple-json", "mcp", "mcp-http"]
 Mode = Literal["persistent", "oneshot"]
 SandboxValue = Literal["allowed", "approval-required", "denied"]
 UpgradeState = Literal["idle", "staged", "applying", "rollback-required", "failed"]
@@ -185,7 +185,10 @@ class VaultDecl(_Config):
 class SidecarConfig(_Config):
     """One entry of ``sidecars``."""
 
-    command: Annotated[str, Meta(min_length=1)]
+    command: Annotated[str, Meta(min_length=1)] | None = None
+    """Required for every protocol but ``mcp-http`` (checked by the loader with the JSON path)."""
+    url: str | None = None
+    """``mcp-http`` only: the Streamable HTTP endpoint of a remote MCP server (http/https)."""
     args: list[str] = msgspec.field(default_factory=list)
     cwd: Anchor = "app"
     env: dict[str, str] = msgspec.field(default_factory=dict)

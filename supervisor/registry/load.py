@@ -24,6 +24,7 @@ from supervisor.contracts.registry import (
     RegistryTop,
     SidecarConfig,
 )
+from supervisor.protocols.mcp_http import header_problems, url_problem
 from supervisor.registry.check import (
     all_problems,
     join_surrogates,
@@ -339,7 +340,7 @@ def _check_semantics(entry: SidecarEntry, prefix: str) -> None:
     """Rules a struct cannot express; any failure makes the entry invalid."""
     cfg = entry.config
     assert cfg is not None
-    problems: list[str] = []
+    problems: list[str] = _endpoint_problems(cfg, prefix)
     if cfg.pool.min > cfg.pool.max:
         problems.append(f"{prefix}.pool.min: {cfg.pool.min} is above pool.max {cfg.pool.max}")
     if cfg.mode == "oneshot" and cfg.protocol != "process-json":
@@ -357,3 +358,28 @@ def _check_semantics(entry: SidecarEntry, prefix: str) -> None:
     if problems:
         entry.errors.extend(problems)
         entry.config = None
+
+
+def _endpoint_problems(cfg: SidecarConfig, prefix: str) -> list[str]:
+    """``command`` for a local sidecar, ``url`` (and no command) for ``mcp-http``."""
+    if cfg.protocol != "mcp-http":
+        problems = [] if cfg.command else [f"{prefix}.command: required field missing"]
+        if cfg.url is not None:
+            problems.append(f'{prefix}.url: only for protocol "mcp-http"')
+        return problems
+    problems = []
+    if cfg.command or cfg.args:
+        problems.append(
+            f'{prefix}.command: protocol "mcp-http" connects to a url; it runs no command'
+        )
+    if cfg.url is None:
+        problems.append(f'{prefix}.url: required for protocol "mcp-http"')
+    else:
+        problem = url_problem(cfg.url)
+        if problem is not None:
+            problems.append(f"{prefix}.url: {problem}")
+    declared = {d.key for d in cfg.vault}
+    for name, problem in header_problems(cfg.config, declared):
+        where = f"{prefix}.config.headers.{name}" if name else f"{prefix}.config.headers"
+        problems.append(f"{where}: {problem}")
+    return problems

@@ -199,9 +199,17 @@ def _plan_sidecar(
     anchor = "app" if cfg.cwd == "project" else cfg.cwd
     anchor_dir = registry.anchor_dir(entry, anchor)
     sp.cwd = anchor_dir
+    if cfg.protocol == "mcp-http":
+        # A remote server: nothing to resolve; its worker connects to argv[0], the URL.
+        sp.argv = [cfg.url or ""]
+        if not cfg.enabled:
+            sp.problem = "disabled"
+        else:
+            sp.runnable = True
+        return sp
     env_path = cfg.env.get("PATH", path_env)
     sp.resolution = resolve_command(
-        cfg.command,
+        cfg.command or "",
         anchor_name=anchor,
         anchor_dir=anchor_dir,
         path_env=env_path,

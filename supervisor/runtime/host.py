@@ -380,9 +380,10 @@ class Host:
             os.environ,
             {**cfg.env, "TOOLHOST_SIDECAR": sp.id, "TOOLHOST_PROTOCOL": cfg.protocol},
         )
+        config, problem = kinds.remote_config(cfg, self.services.vault)
         init = wire.Init(
             sidecar=sp.id,
-            config=cfg.config,
+            config=config,
             projectDir=self.registry.project_dir,
             configDir=sp.entry.config_dir,
             cwd=sp.cwd,
@@ -404,8 +405,9 @@ class Host:
             max_line=limits.line_limit(cfg),
             limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
             spawn="auto"
-            if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command, cfg.args)
+            if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command or "", cfg.args)
             else "exec",
+            problem=problem,
         )
 
     @staticmethod

@@ -4,6 +4,7 @@
 |---------------------------|---------------------|-----------------------------------------------|
 | process-json persistent   | ProcessWorker       | as configured                                 |
 | mcp                       | McpWorker           | as configured; ``MCP_CONCURRENCY`` calls each |
+| mcp-http                  | McpHttpWorker       | as configured; ``MCP_CONCURRENCY`` calls each |
 | process-json oneshot      | OneshotWorker       | one call site running up to ``pool.max``      |
 | simple-json               | SimpleJsonWorker    | one call site running up to ``pool.max``      |
 
@@ -13,13 +14,18 @@ the snapshot says ``probe: skipped`` (simple-json reports its discovery probe pe
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from supervisor.contracts.registry import SidecarConfig
+from supervisor.protocols.mcp_http import resolve_headers
+from supervisor.runtime.mcp_http_worker import McpHttpWorker
 from supervisor.runtime.mcp_worker import McpWorker
 from supervisor.runtime.pool import WorkerFactory
 from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.spawn_worker import OneshotWorker, SimpleJsonWorker
+from supervisor.runtime.vault import Vault, VaultError
 from supervisor.runtime.worker import LaunchSpec, Worker, WorkerHooks
 
 MCP_CONCURRENCY = 8
@@ -38,6 +44,8 @@ def worker_factory(cfg: SidecarConfig) -> WorkerFactory:
     cls: type[Worker]
     if cfg.protocol == "mcp":
         cls = McpWorker
+    elif cfg.protocol == "mcp-http":
+        cls = McpHttpWorker
     elif cfg.protocol == "simple-json":
         cls = SimpleJsonWorker
     elif cfg.mode == "oneshot":
@@ -66,6 +74,23 @@ def concurrency(cfg: SidecarConfig) -> int:
     """Calls in flight per worker where the protocol does not announce it."""
     if is_per_call(cfg):
         return cfg.pool.max
-    if cfg.protocol == "mcp":
+    if cfg.protocol in ("mcp", "mcp-http"):
         return MCP_CONCURRENCY
     return 1
+
+
+def remote_config(cfg: SidecarConfig, vault: Vault) -> tuple[dict[str, Any], str | None]:
+    """The ``config`` a worker gets: for ``mcp-http``, ``${vault:KEY}`` in ``config.headers``
+    replaced by the vault's value (read at every connection, so ``toolhost vault set`` applies
+    to the next session), and why not when a key is not set or the vault cannot be read."""
+    if cfg.protocol != "mcp-http":
+        return cfg.config, None
+    scopes: dict[str, list[str]] = {d.key: [str(s) for s in d.scopes] for d in cfg.vault}
+
+    def lookup(key: str) -> str | None:
+        try:
+            return vault.get(key, scopes.get(key, ["shared"]))
+        except VaultError as exc:
+            raise ValueError(exc.message) from exc
+
+    return resolve_headers(cfg.config, lookup)

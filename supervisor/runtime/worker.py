@@ -95,6 +95,8 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """simple-json folders: tools declared by ``*.yaml`` manifests (PROTOCOL 3.3)."""
     spawn: Literal["auto", "exec"] = "exec"
     """``auto``: may be forked from the host's zygote (PROTOCOL 1 ``spawn``)."""
+    problem: str | None = None
+    """mcp-http: why the worker cannot start (a vault key its headers need is not set)."""
 
 
 class ProcessView(msgspec.Struct, frozen=True):
