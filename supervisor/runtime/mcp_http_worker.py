@@ -30,7 +30,7 @@ from supervisor.protocols import mcp as proto
 from supervisor.protocols import mcp_http
 from supervisor.protocols.answer import preview
 from supervisor.protocols.errors import ProtocolError
-from supervisor.runtime.mcp_worker import MAX_TOOL_PAGES
+from supervisor.runtime.mcp_worker import Relister, list_tools
 from supervisor.runtime.process import StderrRing
 from supervisor.runtime.worker import (
     Call,
@@ -82,8 +82,13 @@ class McpHttpWorker(Worker):
         self._exited = trio.Event()
         self._idle = trio.Event()
         self._end = None
-        self._relisting = False
-        self._relist_again = False
+        self._relist = Relister(
+            self._list_tools,
+            spec.start_timeout_s,
+            on_tools=self._tools_changed,
+            on_broken=self._broke,
+            log=self.stderr.write,
+        )
 
     @property
     def inflight(self) -> int:
@@ -167,47 +172,15 @@ class McpHttpWorker(Worker):
             self.hooks.on_ready(self)
 
     async def _list_tools(self) -> list[wire.ToolInfo] | None:
-        """Every page of ``tools/list`` (None if the worker ended meanwhile)."""
-        server = self.conn.server
-        if server is not None and server.capabilities.tools is None:
-            return []
-        tools: list[wire.ToolInfo] = []
-        cursor: str | None = None
-        for _ in range(MAX_TOOL_PAGES):
-            response = await self._request(*self.conn.list_tools(cursor))
-            if response is None:
-                return None
-            page, cursor = proto.tools_page(response)
-            tools.extend(page)
-            if cursor is None:
-                return tools
-        raise ProtocolError(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
+        return await list_tools(self.conn, self._request)
 
-    async def _relist(self) -> None:
-        """Re-read the tool list after ``tools/list_changed`` (coalescing bursts)."""
-        if self._relisting:
-            self._relist_again = True
-            return
-        self._relisting = True
-        try:
-            while True:
-                self._relist_again = False
-                tools: list[wire.ToolInfo] | None = None
-                try:
-                    with trio.move_on_after(self.spec.start_timeout_s):
-                        tools = await self._list_tools()
-                except proto.RequestFailed as exc:
-                    self.stderr.write(f"[toolhost] tools/list after list_changed: {exc}\n".encode())
-                except ProtocolError as exc:
-                    self.kill("protocol-error", f"protocol error: {exc.message}")
-                    return
-                if tools is not None and self.ready_msg is not None and self._alive:
-                    self.ready_msg = msgspec.structs.replace(self.ready_msg, tools=tools)
-                    self.hooks.on_tools(self)
-                if not self._relist_again:
-                    return
-        finally:
-            self._relisting = False
+    def _tools_changed(self, tools: list[wire.ToolInfo]) -> None:
+        if self.ready_msg is not None and self._alive:
+            self.ready_msg = msgspec.structs.replace(self.ready_msg, tools=tools)
+            self.hooks.on_tools(self)
+
+    def _broke(self, message: str) -> None:
+        self.kill("protocol-error", f"protocol error: {message}")
 
     def _exit_record(self) -> WorkerExit:
         reason, message = self._end or ("crashed", f"{self.url}: the session ended")
@@ -389,7 +362,7 @@ class McpHttpWorker(Worker):
                 self._nursery.start_soon(self._exchange, event.data, None)
         elif type(event) is proto.ToolsChanged:
             if self.state == "ready" and self._nursery is not None:
-                self._nursery.start_soon(self._relist)
+                self._nursery.start_soon(self._relist.run)
         elif type(event) is proto.Log:
             self.stderr.write(event.text.encode("utf-8", "replace") + b"\n")
 

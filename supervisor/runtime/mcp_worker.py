@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import msgspec
 import trio
 
@@ -33,6 +35,80 @@ MAX_TOOL_PAGES = 100
 """A server that keeps answering ``nextCursor`` past this many pages is broken."""
 
 
+Request = Callable[[int, bytes], Awaitable["proto.Response | None"]]
+
+
+async def list_tools(conn: proto.McpConnection, request: Request) -> list[wire.ToolInfo] | None:
+    """Every page of ``tools/list`` through ``request`` (None if the worker ended meanwhile).
+
+    Raises:
+        RequestFailed: The server answered ``tools/list`` with an error.
+        ProtocolError: A page is malformed or pagination does not end.
+    """
+    server = conn.server
+    if server is not None and server.capabilities.tools is None:
+        return []  # the server offers no tools: ready, serving nothing
+    tools: list[wire.ToolInfo] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        response = await request(*conn.list_tools(cursor))
+        if response is None:
+            return None
+        page, cursor = proto.tools_page(response)
+        tools.extend(page)
+        if cursor is None:
+            return tools
+    raise ProtocolError(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
+
+
+class Relister:
+    """Re-reads an MCP server's tool list after ``tools/list_changed``, coalescing bursts (one
+    run at a time; a change during a run makes it read once more). Shared by the stdio and the
+    Streamable HTTP workers.
+    """
+
+    def __init__(
+        self,
+        list_all: Callable[[], Awaitable[list[wire.ToolInfo] | None]],
+        timeout_s: float,
+        *,
+        on_tools: Callable[[list[wire.ToolInfo]], None],
+        on_broken: Callable[[str], None],
+        log: Callable[[bytes], object],
+    ) -> None:
+        self._list_all = list_all
+        self._timeout_s = timeout_s
+        self._on_tools = on_tools
+        self._on_broken = on_broken
+        self._log = log
+        self._running = False
+        self._again = False
+
+    async def run(self) -> None:
+        if self._running:
+            self._again = True
+            return
+        self._running = True
+        try:
+            while True:
+                self._again = False
+                tools: list[wire.ToolInfo] | None = None
+                try:
+                    with trio.move_on_after(self._timeout_s):
+                        tools = await self._list_all()
+                except proto.RequestFailed as exc:
+                    self._log(f"[toolhost] tools/list after list_changed: {exc}\n".encode())
+                except ProtocolError as exc:
+                    self._on_broken(exc.message)
+                    return
+                if tools is not None:
+                    self._on_tools(tools)
+                if not self._again:
+                    return
+        finally:
+            self._running = False
+
+
 class McpWorker(LineWorker):
     """One MCP server process, speaking JSON-RPC 2.0 lines on stdio."""
 
@@ -44,8 +120,13 @@ class McpWorker(LineWorker):
             max_line=spec.max_line, client_name="toolhost", client_version=supervisor.__version__
         )
         self.concurrency = max(1, spec.concurrency)
-        self._relisting = False
-        self._relist_again = False
+        self._relist = Relister(
+            self._list_tools,
+            spec.start_timeout_s,
+            on_tools=self._tools_changed,
+            on_broken=self._broke,
+            log=self.stderr.write,
+        )
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -93,53 +174,16 @@ class McpWorker(LineWorker):
         return response
 
     async def _list_tools(self) -> list[wire.ToolInfo] | None:
-        """Every page of ``tools/list`` (None if the worker ended meanwhile).
+        return await list_tools(self.conn, self._request)
 
-        Raises:
-            RequestFailed: The server answered ``tools/list`` with an error.
-            ProtocolError: A page is malformed or pagination does not end.
-        """
-        server = self.conn.server
-        if server is not None and server.capabilities.tools is None:
-            return []  # the server offers no tools: ready, serving nothing
-        tools: list[wire.ToolInfo] = []
-        cursor: str | None = None
-        for _ in range(MAX_TOOL_PAGES):
-            response = await self._request(*self.conn.list_tools(cursor))
-            if response is None:
-                return None
-            page, cursor = proto.tools_page(response)
-            tools.extend(page)
-            if cursor is None:
-                return tools
-        raise ProtocolError(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
+    def _tools_changed(self, tools: list[wire.ToolInfo]) -> None:
+        if self.ready_msg is not None and self._alive:
+            self.ready_msg = msgspec.structs.replace(self.ready_msg, tools=tools)
+            self.hooks.on_tools(self)
 
-    async def _relist(self) -> None:
-        """Re-read the tool list after ``tools/list_changed`` (coalescing bursts)."""
-        if self._relisting:
-            self._relist_again = True
-            return
-        self._relisting = True
-        try:
-            while True:
-                self._relist_again = False
-                try:
-                    with trio.move_on_after(self.spec.start_timeout_s):
-                        tools = await self._list_tools()
-                except proto.RequestFailed as exc:
-                    self.stderr.write(f"[toolhost] tools/list after list_changed: {exc}\n".encode())
-                    tools = None
-                except ProtocolError as exc:
-                    self._protocol_error = exc.message
-                    self.kill("protocol-error", f"protocol error: {exc.message}")
-                    return
-                if tools is not None and self.ready_msg is not None and self._alive:
-                    self.ready_msg = msgspec.structs.replace(self.ready_msg, tools=tools)
-                    self.hooks.on_tools(self)
-                if not self._relist_again:
-                    return
-        finally:
-            self._relisting = False
+    def _broke(self, message: str) -> None:
+        self._protocol_error = message
+        self.kill("protocol-error", f"protocol error: {message}")
 
     # calls -------------------------------------------------------------------------------
 
@@ -209,6 +253,6 @@ class McpWorker(LineWorker):
             self._write(event.data)
         elif type(event) is proto.ToolsChanged:
             if self.state == "ready" and self._nursery is not None:
-                self._nursery.start_soon(self._relist)
+                self._nursery.start_soon(self._relist.run)
         elif type(event) is proto.Log:
             self.stderr.write(event.text.encode("utf-8", "replace") + b"\n")
