@@ -7,6 +7,7 @@ no internet). Without Chromium the tests skip locally; with ``CI=true`` they fai
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import psutil
 import pytest
 import trio
 
@@ -192,9 +194,21 @@ class Chromium:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        _reap_adopted_crashpad()
         if self.profile:
             shutil.rmtree(self.profile, ignore_errors=True)
             self.profile = None
+
+
+def _reap_adopted_crashpad() -> None:
+    """Chromium's crashpad handlers double-fork out of its process group; while a test host
+    (a child subreaper) runs in this process they are adopted by it. End and reap them here so
+    they outlive neither their browser nor the test as zombies."""
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if child.name().startswith("chrome_crashpad"):
+                child.kill()
+                os.waitpid(child.pid, 0)
 
 
 def find_chromium() -> str:

@@ -3,6 +3,7 @@ hang or absence only ever makes workers exec'd; nothing is left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -136,9 +137,28 @@ async def test_many_sidecars_with_their_own_env_and_cwd_are_forked_at_once(app):
     assert not _zombie_children()
 
 
+def _zombies() -> set[int]:
+    found = set()
+    for c in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if c.status() == psutil.STATUS_ZOMBIE:
+                found.add(c.pid)
+    return found
+
+
+_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _zombies_before_the_test():
+    """Zombies some earlier test left (a helper its own child adopted) are not this test's."""
+    _BEFORE.clear()
+    _BEFORE.update(_zombies())
+
+
 def _zombie_children() -> list[int]:
-    me = psutil.Process()
-    return [c.pid for c in me.children() if c.status() == psutil.STATUS_ZOMBIE]
+    """Zombie children of this process that appeared during the test."""
+    return sorted(_zombies() - _BEFORE)
 
 
 async def test_killing_the_zygote_leaves_its_workers_and_their_exit_statuses(app):
