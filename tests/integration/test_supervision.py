@@ -44,12 +44,17 @@ async def test_scale_up_on_queue_then_idle_retire(app):
         await wait_available(host, "echo.sleep")
         envs = []
 
-        async def call():
-            envs.append(await host.invoke("echo.sleep", raw({"seconds": 0.5})))
+        async def call(seconds: float):
+            envs.append(await host.invoke("echo.sleep", raw({"seconds": seconds})))
 
+        # The first call holds the only worker far longer than a worker takes to start (even on
+        # a loaded machine), so the queued second call is served by a second worker.
         async with trio.open_nursery() as n:
-            for _ in range(2):
-                n.start_soon(call)
+            n.start_soon(call, 3.0)
+            with trio.fail_after(15):  # inflight is no catalog change: poll it
+                while not any(w.inflight for w in host.pools["echo"].workers):
+                    await trio.sleep(0.01)
+            n.start_soon(call, 0.01)
         assert [e.status for e in envs] == ["success", "success"]
         assert len(pids_of(envs)) == 2  # the second call got a second worker
         await wait_for(host, lambda: len(host.pools["echo"].workers) == 1, timeout=10)
