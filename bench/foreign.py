@@ -21,7 +21,7 @@ from functools import partial
 from bench.clients import LineClient, check_envelope, invoke_request, ndjson
 from bench.floors import ECHO, SIDECARS, echo_env
 from bench.latency import NDJSON
-from bench.machine import REPO
+from bench.mcp_server import drive_mcp_direct
 from bench.run import PAYLOAD, Bench
 from bench.stats import Target, latency_row, timed
 
@@ -120,28 +120,7 @@ def foreign(b: Bench) -> None:
             baseline=NDJSON,
         )
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.mcp_direct",
-            "--calls",
-            str(s.mcp_calls),
-            "--warmup",
-            str(max(10, s.mcp_calls // 10)),
-            "--payload-bytes",
-            str(len(PAYLOAD)),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=str(REPO),
-        timeout=600,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"bench.mcp_direct failed:\n{out.stderr[-2000:]}")
-    measured = json.loads(out.stdout.strip().splitlines()[-1])
-    row = latency_row(
-        "foreign", MCP_DIRECT, measured["samples"], baseline=NDJSON, startS=measured["startS"]
-    )
+    samples, start_s = drive_mcp_direct(b)
+    row = latency_row("foreign", MCP_DIRECT, samples, baseline=NDJSON, startS=start_s)
     row.target = Target("toolhost p50 >= 10x lower", 10.0, "ge")
     b.results.add(row)

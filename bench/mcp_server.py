@@ -35,7 +35,7 @@ KERNEL = "mcp: kernel socket ndjson"
 MCP_CMD = [sys.executable, "-m", "supervisor", "mcp"]
 
 
-def _drive(b: Bench, *via: str) -> tuple[list[float], float]:
+def drive_mcp_direct(b: Bench, *via: str) -> tuple[list[float], float]:
     """Run :mod:`bench.mcp_direct` with ``via``; (samples in seconds, start seconds)."""
     s = b.settings
     out = subprocess.run(
@@ -76,15 +76,19 @@ def mcp_server(b: Bench) -> None:
         c.close()
     b.results.add(latency_row("mcp_server", KERNEL, samples))
 
-    samples, start = _drive(b, "--via", "direct")
+    samples, start = drive_mcp_direct(b, "--via", "direct")
     b.results.add(latency_row("mcp_server", DIRECT, samples, startS=start))
 
-    samples, start = _drive(b, "--via", "toolhost", "--app-root", root, "--tool", "bench.echo")
+    samples, start = drive_mcp_direct(
+        b, "--via", "toolhost", "--app-root", root, "--tool", "bench.echo"
+    )
     row = latency_row("mcp_server", STDIO, samples, baseline=DIRECT, startS=start)
     row.target = Target("toolhost mcp p50 <= 0.7x the SDK server's", 0.7, "le")
     b.results.add(row)
 
-    samples, start = _drive(b, "--via", "embedded", "--app-root", root, "--tool", "bench.echo")
+    samples, start = drive_mcp_direct(
+        b, "--via", "embedded", "--app-root", root, "--tool", "bench.echo"
+    )
     b.results.add(latency_row("mcp_server", EMBEDDED, samples, baseline=DIRECT, startS=start))
 
     proc = subprocess.Popen(
@@ -104,7 +108,7 @@ def mcp_server(b: Bench) -> None:
         if not url:
             raise RuntimeError("toolhost mcp --http did not start")
         token_file = str(host.root / ".toolhost" / "mcp.token")
-        samples, start = _drive(
+        samples, start = drive_mcp_direct(
             b, "--via", "http", "--url", url, "--token-file", token_file, "--tool", "bench.echo"
         )
     finally:
