@@ -13,7 +13,9 @@ def test_a_100_mb_line_is_refused_while_reading_and_its_memory_given_back():
     assert "frame too large" in got["oversizedAnswer"]
     assert got["garbageLinesRefused"] == 200
     assert got["rssPeakMb"] - got["rssIdleMb"] < 40  # never assembled whole
-    assert got["afterMinusIdleMb"] < 10, got
+    # Given back: well under one refused frame plus slack for a loaded machine's allocator
+    # (a 100 MB line kept, or one 16 MiB frame buffer per garbage line, would be far above).
+    assert got["afterMinusIdleMb"] < 20, got
 
 
 @pytest.mark.slow
