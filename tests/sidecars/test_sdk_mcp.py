@@ -99,6 +99,7 @@ def test_async_sdk_sidecar_as_mcp_server(tmp_path):
                 "aecho.sleep", {"seconds": 30, "steps": 300, "marker": str(marker)}
             )
         with anyio.fail_after(10):
+            # The fixture writes the marker atomically (temp + rename): exists means complete.
             while not marker.exists():
                 await session.send_ping()
         assert marker.read_text() == "cancelled"
