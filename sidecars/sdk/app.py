@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.decode
+_DESTRUCTIVE = {None, "write", "execute", "computer"}
+"""Permissions whose tools are destructive unless read-only (the MCP face's rule too)."""
 
 
 class ToolError(Exception):
@@ -156,6 +158,14 @@ class ToolSpec(msgspec.Struct, kw_only=True):
 
     def input_schema(self) -> dict[str, Any]:
         return struct_schema(self.input_type)
+
+    def hints(self) -> dict[str, bool]:
+        """MCP-style hints: read-only, and destructive when not read-only and the permission
+        is write, execute, computer or unknown (``toolhost mcp``'s rule)."""
+        return {
+            "readOnlyHint": self.read_only,
+            "destructiveHint": (not self.read_only) and self.permission in _DESTRUCTIVE,
+        }
 
     def output_schema(self) -> dict[str, Any] | None:
         if self.output_type is None:
@@ -282,6 +292,7 @@ class Sidecar:
                     description=spec.description,
                     inputSchema=spec.input_schema(),
                     outputSchema=spec.output_schema(),
+                    annotations=spec.hints(),
                 )
                 for spec in self.tools.values()
             ],

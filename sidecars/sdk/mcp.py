@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from sidecars.sdk.app import Context, Sidecar, ToolSpec
 
 READ_CHUNK = 1 << 16
-_DESTRUCTIVE = {None, "write", "execute", "computer"}
 
 
 def wants_mcp(argv: list[str]) -> bool:
@@ -54,10 +53,7 @@ def mcp_tool(spec: ToolSpec) -> dict[str, Any]:
         "name": spec.name,
         "description": spec.description,
         "inputSchema": spec.input_schema(),
-        "annotations": {
-            "readOnlyHint": spec.read_only,
-            "destructiveHint": (not spec.read_only) and spec.permission in _DESTRUCTIVE,
-        },
+        "annotations": spec.hints(),
     }
     output = spec.output_schema()
     if output is not None:

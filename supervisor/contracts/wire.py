@@ -81,6 +81,9 @@ class ToolInfo(Struct, kw_only=True, omit_defaults=True):
     description: str = ""
     inputSchema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
     outputSchema: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+    """MCP-style behaviour hints (``readOnlyHint``, ``destructiveHint``); a toolhost extension
+    of ``ready`` that the host reads for tools no manifest describes."""
 
 
 class Ready(_Msg, tag="ready", kw_only=True):

@@ -308,6 +308,7 @@ def tools_page(response: Response) -> tuple[list[ToolInfo], str | None]:
             description=t.description or t.title or "",
             inputSchema=t.inputSchema,
             outputSchema=t.outputSchema,
+            annotations=t.annotations,
         )
         for t in page.tools
     ]

@@ -343,7 +343,13 @@ class Catalog:
         else:
             description = info.description if info else ""
             schema = info.inputSchema if info else {"type": "object"}
-            annotations = Annotations(outputSchema=info.outputSchema if info else None)
+            # No manifest: the sidecar's own hints decide read-only (an absent or non-boolean
+            # hint means state-changing, the safe side for disconnects and the MCP face).
+            hints = (info.annotations if info else None) or {}
+            annotations = Annotations(
+                readOnly=hints.get("readOnlyHint") is True,
+                outputSchema=info.outputSchema if info else None,
+            )
         return Descriptor(
             name=name,
             description=description,

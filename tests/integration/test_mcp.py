@@ -47,6 +47,8 @@ async def test_tools_from_tools_list_and_calls(app):
         assert d.description.startswith("Sleep for")
         assert d.inputSchema["required"] == ["seconds"]
         assert d.stability.probe == "healthy" and d.stability.runtime == "ready"
+        # No manifest: the server's readOnlyHint decides (absent means state-changing).
+        assert host.catalog.get("whoami").annotations.readOnly and not d.annotations.readOnly
         status = next(s for s in host.sidecar_statuses() if s.id == "fx")
         assert {"slow", "explode", "whoami", "grow"} <= set(status.tools)
         pid = await whoami(host)
