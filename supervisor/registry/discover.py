@@ -383,6 +383,7 @@ def add_discovered(
             runnable=True,
             scripts={s.name: list(s.argv) for s in taken},
             routes=routes,
+            announces=True,
         )
         plan.sidecars[sid] = sp
         for script in taken:
