@@ -435,7 +435,7 @@ class SimpleJsonWorker(SpawnWorker):
         self.discoveries: dict[str, Discovery] = {}
         """What discovery found for each script (by its path for messages), for the doctor."""
         self.discovery_notes: list[str] = []
-        """Tools a script published that could not be registered, and why."""
+        """Tools a multi-tool script published that another tool of the folder already had."""
 
     async def _introspect(self, argv: list[str]) -> fractalic_probe.Ran | None:
         """One discovery run within the probe deadline (None: timed out)."""
@@ -549,7 +549,6 @@ class SimpleJsonWorker(SpawnWorker):
         health: dict[str, wire.ToolHealth],
     ) -> None:
         """A multi-tool script's tools (each called with its name as the first argument)."""
-        self.discovery_notes.extend(f"{where}: {note}" for note in disc.notes)
         for tool in disc.tools:
             if tool.name in taken:
                 self.discovery_notes.append(
