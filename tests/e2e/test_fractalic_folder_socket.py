@@ -128,6 +128,19 @@ if sys.argv[1] == "--fractalic-dump-schema":
 print(json.dumps({"echo": json.loads(sys.argv[1])}))
 """
 
+PLAIN = """
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+if sys.argv[1].startswith("--") or sys.argv[1] == '{"__test__": true}':
+    with open(os.path.join(here, "_probes.log"), "a") as f:
+        f.write("plain " + sys.argv[1] + "\\n")
+if sys.argv[1] == '{"__test__": true}':
+    print(json.dumps({"success": True, "_simple": True})); sys.exit(0)
+if sys.argv[1].startswith("--"):
+    sys.exit(1)
+print(json.dumps({"plain": json.loads(sys.argv[1])}))
+"""
+
 SJ_YAML = """
 name: sj
 description: From the manifest
@@ -173,6 +186,9 @@ def write_folder(root):
         "huge.yaml": "name: huge\ndescription: " + "x" * 100_000 + "\n",
         "incomplete.yaml": "name: incomplete\ncommand: cobol\n",
         "notes.txt": "not a tool\n",
+        "plain.py": PLAIN,
+        "recursive.yaml": "name: recursive\nparameters: &p {type: object, items: [*p]}\n",
+        "badkey.yaml": "name: badkey\ncommand: python-cli\nentry: greet.py\nx: {true: 1}\n",
     }
     for name, text in files.items():
         body = text if name.endswith(".sh") else textwrap.dedent(text).lstrip()
@@ -202,7 +218,7 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
     folder = write_folder(root)
     write_registry(root, {}, autodiscover=[{"path": "tools", "probeTimeoutMs": 5000}])
     sock = root / ".toolhost" / "host.sock"
-    working = ["greet", "count", "add", "shout", "repeat", "sj"]
+    working = ["greet", "count", "add", "shout", "repeat", "sj", "plain"]
 
     with serve(root) as proc:
 
@@ -234,8 +250,13 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
                 assert unavailable(cat["huge"], "tools/huge.yaml", "a scalar of")
                 # All problems of a manifest, not only the first.
                 assert unavailable(
-                    cat["incomplete"], "tools/incomplete.yaml", "unknown command", "entry is missing"
+                    cat["incomplete"],
+                    "tools/incomplete.yaml",
+                    "unknown command",
+                    "entry is missing",
                 )
+                assert unavailable(cat["recursive"], "tools/recursive.yaml", "contains it")
+                assert unavailable(cat["badkey"], "tools/badkey.yaml", "not representable")
                 assert "notes" not in cat and "mathmod" not in cat
 
                 # python-cli: underscores become dashes, true a bare flag, an int as text.
@@ -259,6 +280,8 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
                 # A simple-json script overridden by YAML still runs as simple-json.
                 env = await client.invoke("sj", {"q": "x"})
                 assert env.data == {"echo": {"q": "x"}}
+                env = await client.invoke("plain", {"n": 1})
+                assert env.data == {"plain": {"n": 1}}
                 env = await client.invoke("files", {})
                 assert env.status == "unavailable"  # refused at the gate, the host unharmed
                 # module:function 200 times: one worker, one import.
@@ -274,6 +297,7 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
                 # Edit count.sh's help (a new --upper flag) and reload: its schema changes; the
                 # unchanged scripts' discovery is served from the cache (no new probe runs).
                 probes_before = (folder / "_probes.log").read_text()
+                assert "plain {" in probes_before and "--fractalic-dump-multi" in probes_before
                 text = (folder / "count.sh").read_text()
                 text = text.replace(
                     "  -h, --help", "  -u, --upper         shout the words\n  -h, --help"
@@ -282,9 +306,11 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
                 await client.request("registry.reload")
                 cat = await wait_catalog(
                     client,
-                    lambda c: "upper" in c.get("count").inputSchema.get("properties", {})
-                    if c.get("count")
-                    else False,
+                    lambda c: (
+                        "upper" in c.get("count").inputSchema.get("properties", {})
+                        if c.get("count")
+                        else False
+                    ),
                     "count's new schema",
                 )
                 assert cat["count"].inputSchema["properties"]["upper"]["type"] == "boolean"

@@ -161,9 +161,11 @@ async def test_results_are_cached_until_the_script_changes(tmp_path, monkeypatch
     assert slow.runs.count("--help") == 2
     broken = Script({'{"__test__": true}': "cannot"})
     d = await discover(broken, path)
-    assert d.route == "none" and d.verdict.code == "probe-error" and broken.runs == [
-        '{"__test__": true}'
-    ]
+    assert (
+        d.route == "none"
+        and d.verdict.code == "probe-error"
+        and broken.runs == ['{"__test__": true}']
+    )
 
 
 def test_the_cache_is_bounded():
