@@ -1,7 +1,7 @@
-"""Reload of a Fractalic folder with the probe cache (issue 23): ``python -m bench.fractalic_reload``.
+"""A Fractalic folder's reload with the probe cache: ``python -m bench.fractalic_reload``.
 
-A folder of ``--scripts`` simple-json scripts (each with a multi-schema-free, help-free body that
-answers the ``{"__test__": true}`` probe and ``--fractalic-dump-schema``); one script is edited
+A folder of ``--scripts`` simple-json scripts (each answers the ``{"__test__": true}`` probe and
+``--fractalic-dump-schema``, issue 23); one script is edited
 and the registry reloaded, which restarts the folder's sidecar. Measured: from ``Host.reload()``
 until every tool of the folder is available again. Baseline: the same reload with the probe cache
 emptied first (every script probed again, as before the cache); rounds alternate between the two
@@ -24,7 +24,8 @@ import json, sys
 if sys.argv[1] == '{"__test__": true}':
     print(json.dumps({"success": True, "_simple": True})); sys.exit(0)
 if sys.argv[1] == "--fractalic-dump-schema":
-    print(json.dumps({"description": "tool %(n)d, version %(v)d", "parameters": {"type": "object"}}))
+    schema = {"type": "object"}
+    print(json.dumps({"description": "tool %(n)d, version %(v)d", "parameters": schema}))
     sys.exit(0)
 print(json.dumps({"n": %(n)d}))
 """
