@@ -141,6 +141,17 @@ if sys.argv[1].startswith("--"):
 print(json.dumps({"plain": json.loads(sys.argv[1])}))
 """
 
+DUMPED = """
+import argparse, json, sys
+if sys.argv[1:] == ["--fractalic-dump-schema"]:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    print(json.dumps({"description": "Weather by city (legacy CLI)", "parameters": schema}))
+    sys.exit(0)
+p = argparse.ArgumentParser()
+p.add_argument("--city", required=True)
+print(json.dumps({"city": p.parse_args().city, "sky": "clear"}))
+"""
+
 SJ_YAML = """
 name: sj
 description: From the manifest
@@ -187,6 +198,7 @@ def write_folder(root):
         "incomplete.yaml": "name: incomplete\ncommand: cobol\n",
         "notes.txt": "not a tool\n",
         "plain.py": PLAIN,
+        "dumped.py": DUMPED,
         "recursive.yaml": "name: recursive\nparameters: &p {type: object, items: [*p]}\n",
         "badkey.yaml": "name: badkey\ncommand: python-cli\nentry: greet.py\nx: {true: 1}\n",
     }
@@ -218,7 +230,7 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
     folder = write_folder(root)
     write_registry(root, {}, autodiscover=[{"path": "tools", "probeTimeoutMs": 5000}])
     sock = root / ".toolhost" / "host.sock"
-    working = ["greet", "count", "add", "shout", "repeat", "sj", "plain"]
+    working = ["greet", "count", "add", "shout", "repeat", "sj", "plain", "dumped"]
 
     with serve(root) as proc:
 
@@ -280,6 +292,11 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
                 # A simple-json script overridden by YAML still runs as simple-json.
                 env = await client.invoke("sj", {"q": "x"})
                 assert env.data == {"echo": {"q": "x"}}
+                # A legacy CLI script with --fractalic-dump-schema: its schema, input as flags.
+                assert cat["dumped"].description == "Weather by city (legacy CLI)"
+                assert cat["dumped"].inputSchema["required"] == ["city"]
+                env = await client.invoke("dumped", {"city": "Oslo"})
+                assert env.data == {"city": "Oslo", "sky": "clear"}, env
                 env = await client.invoke("plain", {"n": 1})
                 assert env.data == {"plain": {"n": 1}}
                 env = await client.invoke("files", {})
@@ -338,6 +355,8 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
     assert "entry of a manifest" in files["tools/greet.py"]["why"][0]
     assert files["tools/count.sh"]["route"] == "help"
     assert any("--fractalic-dump-multi-schema" in w for w in files["tools/count.sh"]["why"])
+    assert files["tools/dumped.py"]["route"] == "schema dump"
+    assert files["tools/plain.py"]["route"] == "simple-json probe"
     assert files["tools/multi.py"]["route"] == "multi-schema"
     assert files["tools/multi.py"]["tools"] == ["shout", "repeat"]
     assert any("not a valid tool name" in w for w in files["tools/multi.py"]["why"])
