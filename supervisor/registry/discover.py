@@ -189,6 +189,10 @@ def _scan_manifests(
         if not os.path.isfile(path):
             continue
         file_rel = os.path.join(scan.rel, fname)
+        if not is_inside(real_root, os.path.realpath(path)):
+            # Never read a file outside the root (its text would end up in a reason).
+            scan.errors.append(f"{file_rel}: links outside the app root; skipped")
+            continue
         stem = fname.rsplit(".", 1)[0]
         scan.stamps.append((path, *_stamp(path)))
         try:
@@ -270,12 +274,12 @@ def scan_folder(app_root: str, cfg: AutodiscoverConfig, *, host_python: str) -> 
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
+        if path in entries:  # a manifest's entry: the manifest is the tool
+            scan.skipped.append((file_rel, "the entry of a manifest (the manifest is the tool)"))
+            continue
         argv = _script_argv(path, fname, st.st_mode, host_python)
         if argv is None:
             scan.skipped.append((file_rel, "not a script (neither .py nor executable)"))
-            continue
-        if path in entries:  # a manifest's entry: the manifest is the tool
-            scan.skipped.append((file_rel, "the entry of a manifest (the manifest is the tool)"))
             continue
         if not is_inside(real_root, os.path.realpath(path)):
             scan.errors.append(f"{file_rel}: links outside the app root; skipped")
