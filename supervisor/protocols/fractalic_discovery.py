@@ -74,6 +74,8 @@ def _decode(stdout: bytes) -> Any:
         return msgspec.json.decode(text)
     except msgspec.DecodeError:
         raise ValueError(f"printed something that is not JSON: {preview(text)}") from None
+    except RecursionError:
+        raise ValueError("printed JSON nested too deeply") from None
 
 
 def parse_multi_schema(

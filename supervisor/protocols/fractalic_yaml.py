@@ -251,7 +251,7 @@ def parse_cli_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
     try:
         msgspec.json.decode(text)
         return Answer(ok=True, data=msgspec.Raw(text))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
         return Answer(ok=True, data=raw_json({"result": text.decode("utf-8", "replace")}))
 
 
