@@ -1,0 +1,29 @@
+"""JSON nested past the parser's recursion limit, from any worker or script, is a protocol
+error or an unparsed answer: never a RecursionError escaping into the host (issue 23 found it)."""
+
+import pytest
+
+from supervisor.protocols import fractalic_discovery, fractalic_yaml, oneshot, simple_json
+from supervisor.protocols.errors import ProtocolError
+from supervisor.protocols.process_json import ProcessJsonConnection
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+def test_process_json_line_is_a_protocol_error():
+    conn = ProcessJsonConnection()
+    with pytest.raises(ProtocolError, match="invalid message"):
+        conn.feed(b'{"type":"result","id":1,"ok":true,"data":' + DEEP + b"}\n")
+    assert conn.state == "error"
+
+
+def test_oneshot_and_simple_json_answers():
+    answer = oneshot.parse_answer("t", b'{"ok":true,"x":' + DEEP + b"}", 0)
+    assert not answer.ok and answer.code == "protocol-error"
+    answer = simple_json.parse_answer("t", DEEP, 0)
+    assert answer.ok and answer.content.startswith("[[[")
+    answer = fractalic_yaml.parse_cli_answer("t", DEEP, 0)
+    assert answer.ok and b'"result":"[[[[' in bytes(answer.data)
+    assert simple_json.tool_info("t", DEEP, "fallback").description == "fallback"
+    why = fractalic_discovery.parse_multi_schema(DEEP, ["s"], r"^\w+$", "s.py")
+    assert why == "printed JSON nested too deeply"
