@@ -27,3 +27,11 @@ def test_oneshot_and_simple_json_answers():
     assert simple_json.tool_info("t", DEEP, "fallback").description == "fallback"
     why = fractalic_discovery.parse_multi_schema(DEEP, ["s"], r"^\w+$", "s.py")
     assert why == "printed JSON nested too deeply"
+
+
+def test_mcp_line_is_a_protocol_error():
+    from supervisor.protocols.mcp import McpConnection
+
+    conn = McpConnection()
+    with pytest.raises(ProtocolError, match="not a JSON-RPC message"):
+        conn.feed(b'{"jsonrpc":"2.0","id":1,"result":' + DEEP + b"}\n")
