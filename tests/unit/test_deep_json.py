@@ -35,3 +35,19 @@ def test_mcp_line_is_a_protocol_error():
     conn = McpConnection()
     with pytest.raises(ProtocolError, match="not a JSON-RPC message"):
         conn.feed(b'{"jsonrpc":"2.0","id":1,"result":' + DEEP + b"}\n")
+
+
+def test_kernel_codec_and_mcp_face_refuse_deep_frames():
+    import msgspec
+
+    from supervisor.protocols.mcp_server import McpServerConnection
+    from supervisor.server.codec import BadFrame, BadParams, Codec
+
+    with pytest.raises(BadFrame, match="nested too deeply"):
+        Codec().request(b'{"id":1,"method":"m","params":' + DEEP + b"}")
+    with pytest.raises(BadParams, match="nested too deeply"):
+        Codec().params(msgspec.Raw(DEEP), list)
+    conn = McpServerConnection()
+    for message in (DEEP, b'{"jsonrpc":"2.0","id":1,"method":"x","params":' + DEEP + b"}"):
+        (event,) = conn.receive(message)
+        assert "error" in msgspec.json.decode(event.data)
