@@ -21,7 +21,7 @@ import msgspec
 
 from supervisor.protocols import fractalic_discovery as fd
 from supervisor.protocols import simple_json
-from supervisor.protocols.fractalic_discovery import Discovery, FoundTool
+from supervisor.protocols.fractalic_discovery import Discovery, DiscoveryRoute, FoundTool
 
 PROBE_TRIES = 2
 """Tries of a simple-json probe that times out (a busy machine can delay a start)."""
@@ -175,50 +175,43 @@ async def _discover(
         )
         return Discovery(route="simple-json", verdict=verdict, tools=[tool], transient=flaky)
     steps = [f"simple-json probe: {verdict.message}"]
-    if verdict.code == "probe-error":  # the script cannot run at all: nothing more to ask
+    if transient:  # could not run, or no answer in time: asking more would only wait longer
+        steps.append(STOPPED)
         return Discovery(route="none", verdict=verdict, steps=steps, transient=True)
-    if multi:
-        out, why, flaky = await _step(run, [*argv, fd.MULTI_SCHEMA_ARG], ms)
-        transient |= flaky
+    order: list[tuple[DiscoveryRoute, str]] = [
+        ("multi-schema", fd.MULTI_SCHEMA_ARG),
+        ("schema-dump", simple_json.DUMP_SCHEMA_ARG),
+        ("help", fd.HELP_ARG),
+    ]
+    for route, arg in order if multi else order[1:]:
+        out, why, flaky = await _step(run, [*argv, arg], ms)
         if out is not None:
-            listed = fd.parse_multi_schema(out, argv, pattern, where)
-            if not isinstance(listed, str):
-                tools, notes = listed
+            found = _judge(route, out, argv, name=name, where=where, pattern=pattern)
+            if not isinstance(found, str):
+                tools, notes = found
                 return Discovery(
-                    route="multi-schema",
-                    verdict=verdict,
-                    tools=tools,
-                    steps=steps,
-                    notes=notes,
-                    transient=transient,
+                    route=route, verdict=verdict, tools=tools, steps=steps, notes=notes
                 )
-            why = listed
-        steps.append(f"{fd.MULTI_SCHEMA_ARG}: {why}")
-    out, why, flaky = await _step(run, [*argv, simple_json.DUMP_SCHEMA_ARG], ms)
-    transient |= flaky
-    if out is not None:
-        dumped = fd.parse_schema_dump(out, name, argv, where)
-        if not isinstance(dumped, str):
-            return Discovery(
-                route="schema-dump",
-                verdict=verdict,
-                tools=[dumped],
-                steps=steps,
-                transient=transient,
-            )
-        why = dumped
-    steps.append(f"{simple_json.DUMP_SCHEMA_ARG}: {why}")
-    out, why, flaky = await _step(run, [*argv, fd.HELP_ARG], ms)
-    transient |= flaky
-    if out is not None:
-        helped = fd.parse_help(out, name, argv, where)
-        if not isinstance(helped, str):
-            return Discovery(
-                route="help", verdict=verdict, tools=[helped], steps=steps, transient=transient
-            )
-        why = helped
-    steps.append(f"{fd.HELP_ARG}: {why}")
-    return Discovery(route="none", verdict=verdict, steps=steps, transient=transient)
+            why = found
+        steps.append(f"{arg}: {why}")
+        if flaky:
+            steps.append(STOPPED)
+            return Discovery(route="none", verdict=verdict, steps=steps, transient=True)
+    return Discovery(route="none", verdict=verdict, steps=steps)
+
+
+STOPPED = "the later steps were not tried (a script that does not answer in time is not asked more)"
+
+
+def _judge(
+    route: DiscoveryRoute, out: bytes, argv: list[str], *, name: str, where: str, pattern: str
+) -> tuple[list[FoundTool], list[str]] | str:
+    """What one step's output gives: ``(tools, notes)``, or why it gives none."""
+    if route == "multi-schema":
+        return fd.parse_multi_schema(out, argv, pattern, where)
+    parse = fd.parse_schema_dump if route == "schema-dump" else fd.parse_help
+    found = parse(out, name, argv, where)
+    return found if isinstance(found, str) else ([found], [])
 
 
 async def read_help(

@@ -156,9 +156,13 @@ async def test_results_are_cached_until_the_script_changes(tmp_path, monkeypatch
     slow = Script({'{"__test__": true}': "timeout", "--help": (b"usage: m\n", 0)})
     d = await discover(slow, path)
     assert d.transient and d.verdict.code == "probe-timeout"
-    assert slow.runs[:2] == ['{"__test__": true}'] * 2  # the probe gets a second try
+    # The probe gets a second try; a script that never answers in time is not asked more.
+    assert slow.runs == ['{"__test__": true}'] * 2 and "not tried" in d.steps[-1]
     await discover(slow, path)
-    assert slow.runs.count("--help") == 2
+    assert len(slow.runs) == 4  # not cached
+    hangs = Script({"--fractalic-dump-multi-schema": "timeout", "--help": (b"usage: m\n", 0)})
+    d = await discover(hangs, path)
+    assert d.route == "none" and d.transient and hangs.runs[-1] == "--fractalic-dump-multi-schema"
     broken = Script({'{"__test__": true}': "cannot"})
     d = await discover(broken, path)
     assert (
