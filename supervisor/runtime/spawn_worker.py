@@ -506,7 +506,10 @@ class SimpleJsonWorker(SpawnWorker):
                 )
             else:
                 health[name] = wire.ToolHealth(status="healthy")
-        taken = set(scripts) | set(tools)
+        # Names a multi-tool script may not take (it may take its own: it is no tool itself).
+        taken = set(tools) | {
+            n for n, argv in scripts.items() if found["\0".join(argv)].route != "multi-schema"
+        }
         for name, argv in scripts.items():
             where = _display(argv, self.spec.cwd)
             disc = found["\0".join(argv)]
@@ -516,9 +519,8 @@ class SimpleJsonWorker(SpawnWorker):
                 continue
             if disc.route != "none":
                 tool = disc.tools[0]
-                self.found_routes[name] = fractalic_yaml.Route(kind="cli", argv=list(tool.argv))
-                if tool.kind == "simple-json":
-                    self.found_routes.pop(name)  # the script path below serves it
+                if tool.kind != "simple-json":  # simple-json: the script path of _call
+                    self.found_routes[name] = fractalic_yaml.Route(kind="cli", argv=list(tool.argv))
                 tools[name] = wire.ToolInfo(
                     name=name, description=tool.description, inputSchema=tool.schema
                 )
