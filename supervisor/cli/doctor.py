@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import trio
 
+from supervisor.cli import doctor_folders
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
 from supervisor.cli.render import zygote_text
 from supervisor.contracts.snapshot import Descriptor
@@ -40,6 +41,8 @@ class Report(msgspec.Struct, kw_only=True):
     tools: list[dict[str, Any]]
     zygote: str = ""
     """One line: the zygote's state, or why it is unavailable (docs/zygote.md)."""
+    folders: list[doctor_folders.FolderReport] = msgspec.field(default_factory=list)
+    """Each ``autodiscover`` folder, file by file: its route, or why it is not a tool."""
 
 
 def _settled(host: Host) -> bool:
@@ -126,6 +129,7 @@ def _report(host: Host) -> Report:
             for d in host.catalog.tools()
         ],
         zygote=_zygote_line(host),
+        folders=doctor_folders.folders(host),
     )
 
 
@@ -159,6 +163,7 @@ def render(report: Report) -> str:
         if s.stderr and not s.ok:
             tail = "\n".join("       | " + line for line in s.stderr.splitlines()[-8:])
             out.append("     stderr (last lines):\n" + tail)
+    out.extend(doctor_folders.render(report.folders))
     missing = [t for t in report.tools if t["sidecar"] is None]
     if missing:
         out.append("not installed (known tools no sidecar serves):")

@@ -70,6 +70,10 @@ def check_events(text: str) -> list[str]:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             size = 0
             if isinstance(event, yaml.AliasEvent):
+                if any(frame[1] == event.anchor for frame in stack):
+                    # An alias inside its own anchor: a recursive document, which no JSON
+                    # Schema can be (and whose encoding would never end).
+                    return [f"the alias *{event.anchor} refers to a node that contains it"]
                 size = anchors.get(event.anchor or "", 1)
             elif isinstance(event, yaml.ScalarEvent):
                 if len(event.value) > MAX_SCALAR:
@@ -125,11 +129,18 @@ def load_yaml(data: bytes) -> tuple[Any, list[str]]:
     if problems:
         return None, problems
     try:
-        return yaml.safe_load(text), []
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         return None, [f"bad YAML: {_one_line(str(exc))}"]
     except (RecursionError, ValueError, TypeError) as exc:
         return None, [f"bad YAML: {_one_line(str(exc))}"]
+    # The manifest becomes JSON (descriptors, fingerprints): dates, sets and binary turn into
+    # their JSON forms here, and what JSON cannot hold (a ``true`` or ``null`` mapping key) is a
+    # problem now rather than a failure later.
+    try:
+        return msgspec.json.decode(msgspec.json.encode(doc)), []
+    except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
+        return None, [f"not representable as JSON: {_one_line(str(exc))}"]
 
 
 def validate(doc: Any, stem: str, name_pattern: str) -> tuple[Manifest | None, str, list[str]]:
@@ -240,7 +251,7 @@ def parse_cli_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
     try:
         msgspec.json.decode(text)
         return Answer(ok=True, data=msgspec.Raw(text))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
         return Answer(ok=True, data=raw_json({"result": text.decode("utf-8", "replace")}))
 
 

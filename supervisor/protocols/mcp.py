@@ -209,7 +209,7 @@ class McpConnection:
             if line.lstrip().startswith(b"["):
                 return _decode_batch(line)
             return [_decode(line)]
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             raise ProtocolError(
                 f"not a JSON-RPC message on stdout: {exc}: {preview(line)}"
             ) from exc

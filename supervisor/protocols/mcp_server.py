@@ -127,7 +127,7 @@ class McpServerConnection:
         if body.startswith(b"["):
             try:
                 items = msgspec.json.decode(body, type=list[msgspec.Raw])
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, RecursionError) as exc:  # nested too deeply
                 return [self._parse_error(exc)]
             if not items:
                 return [self._reply_error(None, mcp.INVALID_REQUEST, "empty batch")]
@@ -137,7 +137,7 @@ class McpServerConnection:
     def _one(self, raw: bytes) -> Event:
         try:
             msg = _decode(raw)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deeply
             return self._parse_error(exc)
         except msgspec.ValidationError as exc:
             return self._reply_error(None, mcp.INVALID_REQUEST, f"not a JSON-RPC message: {exc}")

@@ -119,7 +119,7 @@ def parse_answer(tool: str, line: bytes | None, exit_code: int | None) -> Answer
     if line is not None and line.strip():
         try:
             obj = msgspec.json.decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
             obj = None
     if isinstance(obj, dict) and isinstance(obj.get("ok"), bool):
         return _from_object(tool, obj)

@@ -98,7 +98,7 @@ class ProcessJsonConnection:
                     continue
                 try:
                     msg = _decode(line)
-                except msgspec.DecodeError as exc:
+                except (msgspec.DecodeError, RecursionError) as exc:  # nested too deeply
                     raise ProtocolError(
                         f"invalid message on stdout: {exc}: {preview(line)}"
                     ) from exc

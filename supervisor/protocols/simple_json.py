@@ -62,7 +62,7 @@ def judge_probe(
         )
     try:
         msgspec.json.decode(text)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
         return ProbeVerdict(
             ok=False,
             code="probe-not-json",
@@ -80,7 +80,7 @@ def tool_info(name: str, dump: bytes | None, fallback: str) -> ToolInfo:
     if dump and dump.strip():
         try:
             obj = msgspec.json.decode(dump.strip())
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
             obj = None
     if not isinstance(obj, dict):
         return ToolInfo(name=name, description=fallback, inputSchema=dict(ANY_OBJECT))
@@ -109,7 +109,7 @@ def parse_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
         try:
             obj = msgspec.json.decode(text)
             parsed = True
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
             parsed = False
     status = describe_status(exit_code)
     if exit_code is not None and exit_code < 0:

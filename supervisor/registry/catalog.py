@@ -163,8 +163,19 @@ class Catalog:
         names = set(self._plan.tools)
         for sid, facts in self._facts.items():
             sp = self._plan.sidecars.get(sid)
-            if facts.announced and sp is not None and sp.config is not None and not sp.config.tools:
+            if not facts.announced or sp is None or sp.config is None:
+                continue
+            if not sp.config.tools:
                 names |= set(facts.announced)
+            elif sp.announces:
+                # An autodiscovered folder: a multi-tool script's tools join, and the script's
+                # own planned name leaves (it is not a tool itself).
+                names |= set(facts.announced)
+                names -= {
+                    n
+                    for n, tp in self._plan.tools.items()
+                    if tp.sidecar == sid and tp.autodiscovered and n not in facts.announced
+                }
         return names
 
     def _refresh(self, names: Iterable[str]) -> list[Descriptor]:
@@ -218,8 +229,10 @@ class Catalog:
             if facts.announced and name in facts.announced:
                 sp = self._plan.sidecars[sid]
                 cfg = sp.config
-                if cfg is None or cfg.tools:
+                if cfg is None or (cfg.tools and not sp.announces):
                     continue
+                if sp.announces and name in self._plan.tools:
+                    continue  # a planned tool keeps its own plan (and its file's path)
                 tp = ToolPlan(
                     name=name,
                     sidecar=sid,
@@ -230,6 +243,7 @@ class Catalog:
                     path_details=sp.resolution.details if sp.resolution else None,
                     sandbox=sandbox_for(cfg, name, None),
                     declared=False,
+                    autodiscovered=sp.announces,
                 )
                 if is_builtin(name):
                     tp.manifest_state = "invalid"

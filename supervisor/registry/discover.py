@@ -63,6 +63,9 @@ class FolderScan(msgspec.Struct, kw_only=True):
     """Tools declared by ``*.yaml`` manifests (PROTOCOL 3.3), by tool name."""
     stamps: list[tuple[str, int, int]] = msgspec.field(default_factory=list)
     """``(file, size, mtime_ns)`` of every manifest and manifest entry (the fingerprint)."""
+    skipped: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    """``(file, why)`` of files that are not tools by design (helpers, data files, manifest
+    entries, scripts a manifest overrides); ``toolhost doctor`` lists them."""
 
     @property
     def sidecar(self) -> str:
@@ -186,6 +189,10 @@ def _scan_manifests(
         if not os.path.isfile(path):
             continue
         file_rel = os.path.join(scan.rel, fname)
+        if not is_inside(real_root, os.path.realpath(path)):
+            # Never read a file outside the root (its text would end up in a reason).
+            scan.errors.append(f"{file_rel}: links outside the app root; skipped")
+            continue
         stem = fname.rsplit(".", 1)[0]
         scan.stamps.append((path, *_stamp(path)))
         try:
@@ -254,7 +261,11 @@ def scan_folder(app_root: str, cfg: AutodiscoverConfig, *, host_python: str) -> 
             module = r.argv[0].split(":", 1)[0]
             entries.add(os.path.join(scan.folder, *module.split(".")) + ".py")
     for fname in names:
-        if fname.startswith((".", "_")) or fname.endswith(MANIFEST_SUFFIXES):
+        file_rel = os.path.join(rel, fname)
+        if fname.startswith((".", "_")):
+            scan.skipped.append((file_rel, "a helper (the name starts with '.' or '_')"))
+            continue
+        if fname.endswith(MANIFEST_SUFFIXES):
             continue
         path = os.path.join(folder, fname)
         try:
@@ -263,16 +274,24 @@ def scan_folder(app_root: str, cfg: AutodiscoverConfig, *, host_python: str) -> 
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
+        if path in entries:  # a manifest's entry: the manifest is the tool
+            scan.skipped.append((file_rel, "the entry of a manifest (the manifest is the tool)"))
+            continue
         argv = _script_argv(path, fname, st.st_mode, host_python)
-        if argv is None or path in entries:
-            continue  # not a script, or a manifest's entry (the manifest is the tool)
-        file_rel = os.path.join(rel, fname)
+        if argv is None:
+            scan.skipped.append((file_rel, "not a script (neither .py nor executable)"))
+            continue
         if not is_inside(real_root, os.path.realpath(path)):
             scan.errors.append(f"{file_rel}: links outside the app root; skipped")
             continue
         name = fname.rsplit(".", 1)[0] if "." in fname else fname
         if name in stems or name in scan.routes:
-            continue  # a manifest of the same stem (or tool name) overrides the script
+            # A manifest of the same stem (or tool name) overrides the script.
+            source = scan.routes[name].source if name in scan.routes else f"{name}.yaml"
+            if name not in scan.routes:
+                source = os.path.join(rel, source)
+            scan.skipped.append((file_rel, f"overridden by the manifest {source}"))
+            continue
         if not re.match(TOOL_NAME_PATTERN, name):
             scan.errors.append(f"{file_rel}: {name!r} is not a valid tool name; skipped")
             continue
@@ -383,6 +402,7 @@ def add_discovered(
             runnable=True,
             scripts={s.name: list(s.argv) for s in taken},
             routes=routes,
+            announces=True,
         )
         plan.sidecars[sid] = sp
         for script in taken:

@@ -74,6 +74,10 @@ class SidecarPlan(msgspec.Struct, kw_only=True):
     """simple-json: the argv of the script behind each tool (autodiscovered folders)."""
     routes: dict[str, Route] = msgspec.field(default_factory=dict)
     """Tools of autodiscovered folders declared by ``*.yaml`` manifests (PROTOCOL 3.3)."""
+    announces: bool = False
+    """An autodiscovered folder (``auto:<folder>``): its worker may announce tools the plan does
+    not list (multi-tool scripts) and leave out planned scripts that turned out to publish
+    others; the catalog follows what it announced (PROTOCOL 3.3)."""
 
     @property
     def config(self) -> SidecarConfig | None:

@@ -402,6 +402,7 @@ class Host:
             concurrency=kinds.concurrency(cfg),
             scripts=self._scripts(sp, cfg),
             routes=dict(sp.routes),
+            announces=sp.announces,
             max_line=limits.line_limit(cfg),
             limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
             spawn="auto"

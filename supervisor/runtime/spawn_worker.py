@@ -23,9 +23,12 @@ import msgspec
 import trio
 
 from supervisor.contracts import wire
-from supervisor.protocols import cli_help, fractalic_yaml, oneshot, simple_json
+from supervisor.contracts.registry import TOOL_NAME_PATTERN
+from supervisor.protocols import fractalic_yaml, oneshot, simple_json
 from supervisor.protocols.answer import Answer
 from supervisor.protocols.errors import LineTooLong
+from supervisor.protocols.fractalic_discovery import MULTI_SCHEMA_ARG, Discovery, FoundTool
+from supervisor.runtime import fractalic_probe
 from supervisor.runtime.limits import cpu_limit_of
 from supervisor.runtime.process import ChildProcess, StderrRing, spawn
 from supervisor.runtime.worker import (
@@ -45,8 +48,6 @@ ANSWERED_EXIT_GRACE_S = 0.5
 """How long a oneshot process may take to exit after its answer line before its group is killed."""
 PROBE_PARALLEL = 2
 """Discovery probes run at once (each is timed from its own spawn)."""
-PROBE_TRIES = 2
-"""Tries of a probe that times out before the script is reported ``probe-timeout``."""
 STDERR_TAIL = 4096
 
 
@@ -424,79 +425,80 @@ class OneshotWorker(SpawnWorker):
 
 
 class SimpleJsonWorker(SpawnWorker):
-    """simple-json scripts: probed at start, then one run per call with the input as argv."""
+    """simple-json scripts: discovered at start (runtime/fractalic_probe.py), then one run per
+    call with the input as argv (or as flags, for CLI tools)."""
 
     def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
         super().__init__(spec, hooks, index)
-        self.help_routes: dict[str, fractalic_yaml.Route] = {}
-        """Scripts that failed the simple-json probe but answer ``--help``: CLI tools."""
+        self.found_routes: dict[str, fractalic_yaml.Route] = {}
+        """Tools discovery found (multi-schema, schema dump, --help) and how to call them."""
+        self.discoveries: dict[str, Discovery] = {}
+        """What discovery found for each script (by its path for messages), for the doctor."""
+        self.discovery_notes: list[str] = []
+        """Tools a multi-tool script published that another tool of the folder already had."""
+
+    async def _introspect(self, argv: list[str]) -> fractalic_probe.Ran | None:
+        """One discovery run within the probe deadline (None: timed out)."""
+        run: ProcessRun | None = None
+        try:
+            with trio.move_on_after(self.spec.probe_timeout_s):
+                run = await self._run_once(argv, None, first_line=False)
+        except SpawnFailed as exc:
+            raise fractalic_probe.CannotRun(str(exc)) from exc
+        if run is None:
+            return None
+        return fractalic_probe.Ran(
+            output=run.output or b"", exit_code=run.exit_code, stderr=run.stderr
+        )
 
     async def _startup(self) -> None:
         scripts = self.spec.scripts
-        verdicts: dict[str, tuple[simple_json.ProbeVerdict, bytes | None]] = {}
-        helps: dict[str, tuple[str, dict[str, Any]]] = {}
+        ms = int(self.spec.probe_timeout_s * 1000)
+        found: dict[str, Discovery] = {}
+        helps: dict[str, FoundTool] = {}
         limiter = trio.CapacityLimiter(PROBE_PARALLEL)
 
-        async def probe(key: str, argv: list[str]) -> None:
+        async def discover(key: str, name: str, argv: list[str]) -> None:
             async with limiter:
-                verdicts[key] = await self._probe(argv)
-                if not verdicts[key][0].ok and verdicts[key][0].code != "probe-error":
-                    found = await self._help(argv)
-                    if found is not None:
-                        helps[key] = found
-
-        manifest_helps: dict[str, tuple[str, dict[str, Any]]] = {}
+                found[key] = await fractalic_probe.discover(
+                    self._introspect,
+                    argv,
+                    name=name,
+                    where=_display(argv, self.spec.cwd),
+                    timeout_ms=ms,
+                    name_pattern=TOOL_NAME_PATTERN,
+                    multi=self.spec.announces,
+                )
 
         async def read_help(name: str, argv: list[str]) -> None:
             async with limiter:
-                found = await self._help(argv)
-                if found is not None:
-                    manifest_helps[name] = found
+                got = await fractalic_probe.read_help(
+                    self._introspect,
+                    argv,
+                    name=name,
+                    where=_display(argv, self.spec.cwd),
+                    timeout_ms=ms,
+                )
+                if got is not None:
+                    helps[name] = got
 
-        unique = {"\0".join(argv): argv for argv in scripts.values()}
+        unique: dict[str, tuple[str, list[str]]] = {}
+        for name, argv in scripts.items():
+            unique.setdefault("\0".join(argv), (name, argv))
         async with trio.open_nursery() as nursery:
-            for key, argv in unique.items():
-                nursery.start_soon(probe, key, argv)
+            for key, (name, argv) in unique.items():
+                nursery.start_soon(discover, key, name, argv)
             for name, route in self.spec.routes.items():
                 # A CLI manifest without ``parameters``: the schema comes from --help.
                 if route.kind == "cli" and route.parameters is None:
                     nursery.start_soon(read_help, name, route.argv)
-        tools: list[wire.ToolInfo] = []
+        tools: dict[str, wire.ToolInfo] = {}
         health: dict[str, wire.ToolHealth] = {}
-        for name, argv in scripts.items():
-            verdict, dump = verdicts["\0".join(argv)]
-            where = _display(argv, self.spec.cwd)
-            helped = helps.get("\0".join(argv))
-            if helped is not None:
-                # Not simple-json, but a CLI with argparse/GNU-style --help (PROTOCOL 3.3).
-                description, schema = helped
-                self.help_routes[name] = fractalic_yaml.Route(kind="cli", argv=list(argv))
-                tools.append(
-                    wire.ToolInfo(
-                        name=name,
-                        description=description or f"CLI script {where} (schema from --help)",
-                        inputSchema=schema,
-                    )
-                )
-                health[name] = wire.ToolHealth(status="healthy")
-                continue
-            tools.append(simple_json.tool_info(name, dump, f"simple-json script {where}"))
-            if verdict.ok:
-                health[name] = wire.ToolHealth(status="healthy")
-            else:
-                health[name] = wire.ToolHealth(
-                    status="unavailable",
-                    code=verdict.code,
-                    reason=f"{where}: {verdict.message}",
-                    hint="make the script answer "
-                    f"{simple_json.TEST_ARG} with JSON quickly, or raise the probe timeout "
-                    "(autodiscover probeTimeoutMs / sidecars.<id>.probe.timeoutMs)",
-                )
         for name, route in self.spec.routes.items():
-            helped = manifest_helps.get(name)
-            schema = route.parameters or (helped[1] if helped else dict(simple_json.ANY_OBJECT))
-            tools.append(
-                wire.ToolInfo(name=name, description=route.description, inputSchema=schema)
+            helped = helps.get(name)
+            schema = route.parameters or (helped.schema if helped else dict(simple_json.ANY_OBJECT))
+            tools[name] = wire.ToolInfo(
+                name=name, description=route.description, inputSchema=schema
             )
             if route.kind == "unavailable":
                 health[name] = wire.ToolHealth(
@@ -504,64 +506,78 @@ class SimpleJsonWorker(SpawnWorker):
                 )
             else:
                 health[name] = wire.ToolHealth(status="healthy")
-        self.ready_msg = wire.Ready(name=self.sidecar, concurrency=self.concurrency, tools=tools)
+        # Names a multi-tool script may not take (it may take its own: it is no tool itself).
+        taken = set(tools) | {
+            n for n, argv in scripts.items() if found["\0".join(argv)].route != "multi-schema"
+        }
+        for name, argv in scripts.items():
+            where = _display(argv, self.spec.cwd)
+            disc = found["\0".join(argv)]
+            self.discoveries[where] = disc
+            if disc.route == "multi-schema":
+                self._add_multi(where, disc, taken, tools, health)
+                continue
+            if disc.route != "none":
+                tool = disc.tools[0]
+                if tool.kind != "simple-json":  # simple-json: the script path of _call
+                    self.found_routes[name] = fractalic_yaml.Route(kind="cli", argv=list(tool.argv))
+                tools[name] = wire.ToolInfo(
+                    name=name, description=tool.description, inputSchema=tool.schema
+                )
+                health[name] = wire.ToolHealth(status="healthy")
+                continue
+            verdict = disc.verdict
+            tools[name] = simple_json.tool_info(name, None, f"simple-json script {where}")
+            health[name] = wire.ToolHealth(
+                status="unavailable",
+                code=verdict.code,
+                reason=f"{where}: {verdict.message}",
+                hint="make the script answer "
+                f"{simple_json.TEST_ARG} with JSON quickly, or raise the probe timeout "
+                "(autodiscover probeTimeoutMs / sidecars.<id>.probe.timeoutMs); "
+                "`toolhost doctor` shows every discovery step",
+            )
+        self.ready_msg = wire.Ready(
+            name=self.sidecar, concurrency=self.concurrency, tools=list(tools.values())
+        )
         self.hooks.on_pong(self, wire.Pong(id="discovery", status="healthy", tools=health))
 
-    async def _help(self, argv: list[str]) -> tuple[str, dict[str, Any]] | None:
-        """``--help`` read as argparse/GNU-style help: ``(description, schema)`` or None."""
-        run: ProcessRun | None = None
-        try:
-            with trio.move_on_after(self.spec.probe_timeout_s):
-                run = await self._run_once([*argv, "--help"], None, first_line=False)
-        except SpawnFailed:
-            return None
-        if run is None or run.exit_code != 0 or not run.output:
-            return None
-        return cli_help.schema_from_help(run.output.decode("utf-8", "replace"))
-
-    async def _probe(self, argv: list[str]) -> tuple[simple_json.ProbeVerdict, bytes | None]:
-        """Run the test probe, then (if it passed) the schema dump, each within the timeout.
-
-        A probe that times out gets one more try: a busy machine can delay a start.
-        """
-        timeout_s = self.spec.probe_timeout_s
-        ms = int(timeout_s * 1000)
-        run: ProcessRun | None = None
-        try:
-            for _ in range(PROBE_TRIES):
-                with trio.move_on_after(timeout_s):
-                    run = await self._run_once(
-                        [*argv, simple_json.TEST_ARG], None, first_line=False
-                    )
-                if run is not None:
-                    break
-        except SpawnFailed as exc:
-            return simple_json.ProbeVerdict(ok=False, code="probe-error", message=str(exc)), None
-        if run is None:
-            verdict = simple_json.judge_probe(b"", None, timed_out=True, timeout_ms=ms)
-            return verdict, None
-        verdict = simple_json.judge_probe(
-            run.output or b"", run.exit_code, timed_out=False, timeout_ms=ms
-        )
-        if not verdict.ok:
-            if run.stderr:
-                tail = run.stderr.strip().splitlines()[-1:]
-                message = f"{verdict.message}; stderr: {tail[0][:200]}" if tail else verdict.message
-                verdict = msgspec.structs.replace(verdict, message=message)
-            return verdict, None
-        dump: ProcessRun | None = None
-        try:
-            with trio.move_on_after(timeout_s):
-                dump = await self._run_once(
-                    [*argv, simple_json.DUMP_SCHEMA_ARG], None, first_line=False
+    def _add_multi(
+        self,
+        where: str,
+        disc: Discovery,
+        taken: set[str],
+        tools: dict[str, wire.ToolInfo],
+        health: dict[str, wire.ToolHealth],
+    ) -> None:
+        """A multi-tool script's tools (each called with its name as the first argument)."""
+        for tool in disc.tools:
+            if tool.name in taken:
+                self.discovery_notes.append(
+                    f"{where}: {tool.name} is already a tool of this folder; not registered"
                 )
-        except SpawnFailed:
-            dump = None
-        usable = dump is not None and dump.exit_code == 0
-        return verdict, (dump.output if dump is not None and usable else None)
+                continue
+            taken.add(tool.name)
+            tools[tool.name] = wire.ToolInfo(
+                name=tool.name, description=tool.description, inputSchema=tool.schema
+            )
+            if tool.kind == "unavailable":
+                self.found_routes[tool.name] = fractalic_yaml.Route(
+                    kind="unavailable", argv=list(tool.argv), reason=tool.reason
+                )
+                health[tool.name] = wire.ToolHealth(
+                    status="unavailable",
+                    code="multi-schema-invalid",
+                    reason=tool.reason,
+                    hint=f"fix the entry in the script's {MULTI_SCHEMA_ARG} answer",
+                )
+                continue
+            kind: fractalic_yaml.RouteKind = "simple-json" if tool.kind == "simple-json" else "cli"
+            self.found_routes[tool.name] = fractalic_yaml.Route(kind=kind, argv=list(tool.argv))
+            health[tool.name] = wire.ToolHealth(status="healthy")
 
     async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
-        route = self.spec.routes.get(tool) or self.help_routes.get(tool)
+        route = self.spec.routes.get(tool) or self.found_routes.get(tool)
         if route is not None:
             return await self._call_route(tool, route, input_raw)
         argv = self.spec.scripts.get(tool)

@@ -93,6 +93,9 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """simple-json: the argv of the script serving each tool."""
     routes: dict[str, Route] = msgspec.field(default_factory=dict)
     """simple-json folders: tools declared by ``*.yaml`` manifests (PROTOCOL 3.3)."""
+    announces: bool = False
+    """An autodiscovered folder: its scripts may publish tools the plan does not list
+    (``--fractalic-dump-multi-schema``)."""
     spawn: Literal["auto", "exec"] = "exec"
     """``auto``: may be forked from the host's zygote (PROTOCOL 1 ``spawn``)."""
     problem: str | None = None

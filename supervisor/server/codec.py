@@ -107,6 +107,8 @@ class Codec:
         except msgspec.DecodeError as exc:
             kind = "JSON" if json_mode else "MessagePack"
             raise BadFrame(f"invalid request: not {kind}: {exc}") from exc
+        except RecursionError as exc:  # a hostile frame must not end the host
+            raise BadFrame("invalid request: nested too deeply") from exc
 
     def params(self, raw: msgspec.Raw, tp: type[T]) -> T:
         """Decode ``params`` into the method's struct.
@@ -136,6 +138,8 @@ class Codec:
             raise BadParams(describe(exc, obj, "params")) from exc
         except msgspec.DecodeError as exc:
             raise BadParams(f"params: {exc}") from exc
+        except RecursionError as exc:
+            raise BadParams("params: nested too deeply") from exc
 
     def plain(self, raw: msgspec.Raw) -> Any:
         """Decode a Raw value of this connection's encoding into plain Python values."""

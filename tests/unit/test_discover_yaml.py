@@ -30,3 +30,26 @@ def test_manifests_become_routes_and_override_scripts(tmp_path):
     assert "no such file" in scan.routes["gone"].reason
     assert scan.errors == []
     assert len(scan.stamps) == 7  # 5 manifests + the two entries found
+
+
+def test_scan_explains_files_that_are_not_tools_and_never_reads_outside(tmp_path):
+    root = tmp_path / "app"
+    folder = root / "tools"
+    folder.mkdir(parents=True)
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("password: [hunter2\n")
+    (folder / "leak.yaml").symlink_to(secret)
+    (folder / "sj.py").write_text("print('{}')\n")
+    (folder / "sj.yaml").write_text("name: renamed\ncommand: bash-cli\nentry: other.sh\n")
+    (folder / "other.sh").write_text("echo hi\n")
+    (folder / "_helper.py").write_text("")
+    (folder / "notes.txt").write_text("")
+    scan = scan_folder(str(root), AutodiscoverConfig(path="tools"), host_python=PY)
+    assert "leak" not in scan.routes
+    assert scan.errors == ["tools/leak.yaml: links outside the app root; skipped"]
+    assert "hunter2" not in repr(scan)
+    skipped = dict(scan.skipped)
+    assert skipped["tools/sj.py"] == "overridden by the manifest tools/sj.yaml"
+    assert skipped["tools/other.sh"].startswith("the entry of a manifest")
+    assert skipped["tools/_helper.py"].startswith("a helper")
+    assert skipped["tools/notes.txt"].startswith("not a script")

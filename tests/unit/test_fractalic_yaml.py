@@ -46,6 +46,16 @@ def test_hostile_yaml_is_a_problem_not_a_crash():
     # Python-object tags are refused by safe loading.
     doc, problems = fy.load_yaml(b"name: !!python/object/apply:os.system ['true']\n")
     assert doc is None and "bad YAML" in problems[0]
+    # A recursive document (an alias inside its own anchor) would never encode: refused.
+    recursive = b"parameters: &p {type: object, properties: {x: *p}}\n"
+    doc, problems = fy.load_yaml(recursive)
+    assert doc is None and "*p refers to a node that contains it" in problems[0]
+    assert "contains it" in fy.load_yaml(b"x: &a [1, [2, *a]]\n")[1][0]
+    # What JSON cannot hold is a problem, not an exception later; the rest becomes JSON.
+    doc, problems = fy.load_yaml(b"parameters: {properties: {true: 1, ~: 2}}\n")
+    assert doc is None and "not representable as JSON" in problems[0]
+    doc, problems = fy.load_yaml(b"d: 2001-01-01\nn: .nan\n")
+    assert problems == [] and doc == {"d": "2001-01-01", "n": None}
     # A few aliases within bounds are fine.
     doc, problems = fy.load_yaml(b"a: &x {type: string}\nb: *x\n")
     assert problems == [] and doc == {"a": {"type": "string"}, "b": {"type": "string"}}
