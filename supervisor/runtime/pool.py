@@ -130,6 +130,8 @@ class Pool:
         self.services: Services | None = None
         """Answers workers' host-service requests (set by the host)."""
         self.redact: Callable[[str], str] | None = None
+        self.metering: Any = None
+        """OpenTelemetry instruments (``supervisor.telemetry.metering.Metering``) or None."""
         """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
 
     # lifecycle ---------------------------------------------------------------------------
@@ -198,6 +200,8 @@ class Pool:
                 self._publish()
                 ex = await self._run_worker(worker, restart)
                 self.workers.remove(worker)
+                if self.metering is not None:
+                    self.metering.worker_exited(self.sidecar, ex.reason)
                 if ex.reason != "stopped":
                     self.exits[ex.reason] += 1
                 if ex.stderr_tail:
@@ -271,6 +275,8 @@ class Pool:
     def on_ready(self, worker: Worker) -> None:
         if self.guard is not None:
             self.guard.release(worker)
+        if self.metering is not None:
+            self.metering.worker_started(self.sidecar, worker.started_by)
         self.ever_ready = True
         if self.gave_up:
             self.gave_up = False
@@ -382,6 +388,8 @@ class Pool:
             if interval > 0 and now - last_ping >= interval - 1e-9:
                 last_ping = now
                 pong = await worker.ping(probe.timeout_ms / 1000.0)
+                if self.metering is not None:
+                    self.metering.probed(self.sidecar, trio.current_time() - now, pong is not None)
                 if worker.state != "ready":
                     return
                 if pong is None:

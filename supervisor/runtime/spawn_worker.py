@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import os
 import signal
@@ -48,6 +49,11 @@ PROBE_PARALLEL = 2
 PROBE_TRIES = 2
 """Tries of a probe that times out before the script is reported ``probe-timeout``."""
 STDERR_TAIL = 4096
+
+_TRACE_ENV: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "toolhost_trace_env", default=None
+)
+"""``TRACEPARENT`` (and ``TRACESTATE``) of the call the current task runs, when it is traced."""
 
 
 def _display(argv: list[str], cwd: str) -> str:
@@ -203,6 +209,12 @@ class SpawnWorker(Worker):
     async def _run_call(self, run: _Run) -> None:
         call = run.call
         outcome: CallOutcome | None = None
+        ct = call.trace
+        if ct is not None:  # this task's context only: the per-call process gets TRACEPARENT
+            trace_env = {"TRACEPARENT": ct.traceparent}
+            if ct.tracestate:
+                trace_env["TRACESTATE"] = ct.tracestate
+            _TRACE_ENV.set(trace_env)
         try:
             with run.scope:
                 outcome = await self._call(call.tool, call.input_raw)
@@ -265,11 +277,15 @@ class SpawnWorker(Worker):
         Raises:
             SpawnFailed: The program could not be executed.
         """
+        env = self.spec.env
+        trace_env = _TRACE_ENV.get()
+        if trace_env is not None:
+            env = {**env, **trace_env}
         try:
             proc = spawn(
                 argv,
                 cwd=self.spec.cwd,
-                env=self.spec.env,
+                env=env,
                 limits=self.spec.limits,
                 stdin=stdin_data is not None,
             )
