@@ -17,6 +17,7 @@ from supervisor.server.stream import ConnectionLimits
 from supervisor.server.systemd import Notifier
 from supervisor.server.unix import SocketInUse, check_free, serve_unix
 from supervisor.server.ws import load_or_create_token, parse_listen, serve_ws
+from supervisor.telemetry import logs
 
 log = logging.getLogger("toolhost")
 
@@ -40,11 +41,13 @@ async def _serve(args: argparse.Namespace) -> int:
         app_root=app_root(args),
         registry_path=args.registry,
         use_global=not args.no_global,
+        log_format=getattr(args, "log_format", None),
     )
     host = Host(options)
     reg = load_registry(
         options.app_root, registry_path=args.registry, use_global=options.use_global
     )
+    logs.configure(options.log_format or reg.host.log_format, host.services.redactor.text)
     path = args.socket or reg.path(reg.host.socket)
     check_free(path)  # before anything starts: a second host must not disturb the first
     async with trio.open_nursery() as nursery:

@@ -52,6 +52,7 @@ from supervisor.runtime.safeguards import Safeguards
 from supervisor.runtime.services import HostServices
 from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
+from supervisor.telemetry.logs import StderrLines
 
 if TYPE_CHECKING:
     from supervisor.telemetry.tracing import Tracing
@@ -75,6 +76,8 @@ class HostOptions(msgspec.Struct, kw_only=True):
     restart_policy: str | None = None
     """Override every sidecar's restart policy (``toolhost doctor`` starts each one once)."""
     audit: bool = True
+    log_format: str | None = None
+    """``text`` | ``json`` over ``host.logFormat`` (``toolhost serve --log-format``)."""
 
 
 class ReloadResult(msgspec.Struct, kw_only=True):
@@ -144,6 +147,8 @@ class Host:
         self.zygote: zygote.Zygote | None = None
         self.telemetry: Tracing | None = None
         """OpenTelemetry spans and metrics (docs/telemetry.md); None when off."""
+        self.stderr_lines: StderrLines | None = None
+        """JSON logs: sidecar stderr lines forwarded as records; None with text logs."""
 
     @property
     def registry_path(self) -> str | None:
@@ -228,7 +233,10 @@ class Host:
             self._stopped.set()
 
     def _start_telemetry(self) -> None:
-        """OpenTelemetry per ``host.telemetry`` (read once per run; a reload keeps it)."""
+        """OpenTelemetry per ``host.telemetry`` and sidecar stderr forwarding per the log
+        format (read once per run; a reload keeps them)."""
+        if (self.options.log_format or self.registry.host.log_format) == "json":
+            self.stderr_lines = StderrLines()
         tcfg = self.registry.host.telemetry
         tel = telemetry.start(tcfg.enabled, capture_content=tcfg.capture_content)
         if tel is None:
@@ -388,6 +396,7 @@ class Host:
         pool.redact = self.services.redactor.text
         if self.telemetry is not None:
             pool.metering = self.telemetry.metering
+        pool.stderr_lines = self.stderr_lines
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)

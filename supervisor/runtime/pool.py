@@ -132,6 +132,8 @@ class Pool:
         self.redact: Callable[[str], str] | None = None
         self.metering: Any = None
         """OpenTelemetry instruments (``supervisor.telemetry.metering.Metering``) or None."""
+        self.stderr_lines: Any = None
+        """JSON logs: forwards workers' stderr lines (``supervisor.telemetry.logs``) or None."""
         """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
 
     # lifecycle ---------------------------------------------------------------------------
@@ -195,6 +197,8 @@ class Pool:
             while not self.stopped:
                 self._index += 1
                 worker = self._factory(self._launch(), self, self._index)
+                if self.stderr_lines is not None:
+                    worker.stderr.tap = self.stderr_lines.tap(self.sidecar, partial(_pid, worker))
                 self.workers.append(worker)
                 self.starts += 1
                 self._publish()
@@ -549,3 +553,7 @@ class Pool:
                 tail = w.stderr.tail(limit)
                 break
         return self.redact(tail) if self.redact is not None else tail
+
+
+def _pid(worker: Worker) -> int | None:
+    return worker.pid
