@@ -252,6 +252,20 @@ class Tracing:
             attributes=attrs,
         )
 
+    @staticmethod
+    def end_span(span: Span, error_type: str | None = None, message: str = "") -> Span:
+        """End a request span; ``error_type`` set: it failed (``error.type``, status ERROR)."""
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR, message[:512]))
+        span.end()
+        return span
+
+    @staticmethod
+    def propagate(span: Span) -> tuple[str, str | None]:
+        """The ``traceparent``/``tracestate`` naming ``span`` (what a child request carries)."""
+        return traceparent_of(span)
+
     # calls ------------------------------------------------------------------------------------
 
     def call_started(self, call: Call, parent: Context | None) -> None:

@@ -11,13 +11,17 @@ made.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import msgspec
 import pytest
 import trio
 
-from tests.conftest import echo, raw, running_host, script, wait_available
+from tests.conftest import echo, raw, running_host, script, wait_available, write_registry
 from tests.kernel import served
 from tests.otlp_receiver import Receiver, start_receiver
 
@@ -291,3 +295,69 @@ async def test_capture_content_opt_in_records_input_and_output(app, collector):
             "text": "visible"
         }
         assert span.attributes["gen_ai.tool.call.result"] == "visible"
+
+
+def test_mcp_face_call_with_meta_traceparent_joins_that_trace(app, collector):
+    """``toolhost mcp --embedded`` over stdio: ``_meta.traceparent`` on ``tools/call`` makes the
+    MCP SERVER span its child, and the host's spans follow under it."""
+    write_registry(app, {"echo": echo(tools=["echo.say"])}, host=ON)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "mcp", "--embedded", "--app-root", str(app)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "XDG_CONFIG_HOME": str(app / ".xdg")},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def rpc(msg: dict) -> dict | None:
+        proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        proc.stdin.flush()
+        if "id" not in msg:
+            return None
+        while True:
+            line = proc.stdout.readline()
+            assert line, "toolhost mcp closed its stdout"
+            answer = json.loads(line)
+            if answer.get("id") == msg["id"]:
+                return answer
+
+    try:
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
+        assert "result" in rpc({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+        rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        answer = rpc(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {
+                    "name": "echo.say",
+                    "arguments": {"text": "via mcp"},
+                    "_meta": {"traceparent": TRACEPARENT},
+                },
+            }
+        )
+        assert answer is not None and answer["result"]["isError"] is False, answer
+
+        def found(r):
+            mine = [s for s in r.spans if s.trace_id == TRACE_ID]
+            names = {s.name: s for s in mine}
+            wanted = ("tools/call echo.say", "tools.invoke", "execute_tool echo.say")
+            return names if all(n in names for n in wanted) else None
+
+        spans = collector.wait(found, 60, "the MCP face's spans in the caller's trace")
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    server = spans["tools/call echo.say"]
+    assert server.kind == 2 and server.parent_id == PARENT_ID
+    a = server.attributes
+    assert a["mcp.method.name"] == "tools/call" and a["network.transport"] == "pipe"
+    assert a["jsonrpc.request.id"] == "2" and a["gen_ai.tool.name"] == "echo.say"
+    assert spans["tools.invoke"].parent_id == server.span_id
+    assert spans["execute_tool echo.say"].parent_id == spans["tools.invoke"].span_id
