@@ -65,8 +65,12 @@ def _configure(trace: Any) -> None:
 
 
 def _wanted(traceparent: str | None) -> Any:
-    """The tracer when this call should get a span: the host traced it (or has telemetry on)."""
-    if traceparent is None and os.environ.get("TOOLHOST_TELEMETRY") != "1":
+    """The tracer when this call should get a span: the host traced it (or has telemetry on),
+    and did not drop it (a ``traceparent`` whose sampled flag is off makes no span here)."""
+    if traceparent is None:
+        if os.environ.get("TOOLHOST_TELEMETRY") != "1":
+            return None
+    elif traceparent.endswith("-00"):
         return None
     return tracer()
 

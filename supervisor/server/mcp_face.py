@@ -121,7 +121,7 @@ class McpFace:
         traceparent, tracestate, span = ev.traceparent, ev.tracestate, None
         tracing = self.tracing
         if tracing is not None:  # the MCP SERVER span; the kernel request goes under it
-            span = tracing.mcp_server_span(
+            span, traceparent, tracestate = tracing.mcp_server_span(
                 ev.name,
                 traceparent,
                 tracestate,
@@ -130,7 +130,6 @@ class McpFace:
                 transport=self.transport,
                 protocol_version=conn.protocol_version,
             )
-            traceparent, tracestate = tracing.propagate(span)
         if traceparent:
             params["trace"] = {"traceparent": traceparent}
             if tracestate:
@@ -164,8 +163,7 @@ class McpFace:
             return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
         finally:
             self._calls.pop(ev.id, None)
-            if span is not None:
-                assert tracing is not None
+            if tracing is not None:
                 tracing.end_span(span, *(error or (None, "")))
         if ev.id in self._cancelled:
             self._cancelled.discard(ev.id)

@@ -233,7 +233,7 @@ def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
         )
 
         def done(env: Envelope) -> None:
-            server.end()
+            tel.end_span(server)
             session.call_done(rid)
             session.send(codec.response(rid, env), codec)
 

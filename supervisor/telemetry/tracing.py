@@ -23,12 +23,19 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import supervisor
 from supervisor.contracts.envelope import Envelope
 from supervisor.telemetry.metering import Metering
+from supervisor.telemetry.sampling import (
+    Sampling,
+    new_trace_id,
+    parse_traceparent,
+    unsampled_traceparent,
+)
 
 if TYPE_CHECKING:
     from supervisor.runtime.calls import Call, CallOutcome
@@ -59,38 +66,73 @@ def context_from(traceparent: str | None, tracestate: str | None = None) -> Cont
     return _PROPAGATOR.extract(carrier)
 
 
+class Unsampled:
+    """The parent of a span the sampler dropped: its trace id, no span object at all."""
+
+    __slots__ = ("trace_id", "tracestate")
+
+    def __init__(self, trace_id: int, tracestate: str | None = None) -> None:
+        self.trace_id = trace_id
+        self.tracestate = tracestate
+
+
+Parent = Context | Unsampled
+"""Where a new span goes: under a sampled span (an OpenTelemetry context), or dropped."""
+
+
 class CallTrace:
     """The ``execute_tool`` span of one call and what its workers propagate.
 
     Attributes:
-        span: The call's span (a non-recording one when the sampler dropped it).
-        traceparent: W3C ``traceparent`` of :attr:`span` (sent to workers).
+        span: The call's span; None when the sampler dropped the call (then only
+            :attr:`traceparent` exists, with the sampled flag off).
+        traceparent: W3C ``traceparent`` sent to workers.
         tracestate: W3C ``tracestate`` (None when empty).
     """
 
     __slots__ = (
         "client",
+        "live",
         "owner",
         "queue_ms",
         "recording",
         "span",
         "t0",
+        "trace_id",
         "traceparent",
         "tracestate",
     )
 
-    def __init__(self, owner: Tracing, span: Span, t0: float) -> None:
+    def __init__(
+        self,
+        owner: Tracing,
+        span: Span | None,
+        t0: float,
+        trace_id: int = 0,
+        tracestate: str | None = None,
+    ) -> None:
         self.owner = owner
         self.span = span
-        self.recording = span.is_recording()
-        self.traceparent, self.tracestate = traceparent_of(span)
         self.t0 = t0
         self.queue_ms: float | None = None
         self.client: Span | None = None
         """The current attempt's MCP client span (MCP workers), ended with the attempt."""
+        self.live = span if span is not None and span.is_recording() else None
+        """The span when it records (events go there), else None."""
+        if span is None:
+            self.recording = False
+            self.trace_id = trace_id
+            self.traceparent = unsampled_traceparent(trace_id)
+            self.tracestate = tracestate
+        else:
+            self.recording = span.is_recording()
+            self.trace_id = span.get_span_context().trace_id
+            self.traceparent, self.tracestate = traceparent_of(span)
 
-    def context(self) -> Context:
-        """A context whose current span is this call's (parent of its children)."""
+    def as_parent(self) -> Parent:
+        """Where this call's children go (a child call's span, an MCP client span)."""
+        if self.span is None:
+            return Unsampled(self.trace_id, self.tracestate)
         return trace.set_span_in_context(self.span)
 
     def mcp_client(self, call: Call, transport: str, session_id: str | None = None) -> str:
@@ -99,35 +141,40 @@ class CallTrace:
 
     def queued(self, depth: int) -> None:
         """The call waits in its pool's queue (``depth`` calls wait before it)."""
-        if self.recording:
-            self.span.add_event("queued", {"toolhost.queue.depth": depth})
+        live = self.live
+        if live is not None:
+            live.add_event("queued", {"toolhost.queue.depth": depth})
 
     def sent(self, pid: int | None, attempt: int, now: float) -> None:
         """An attempt was handed to a worker."""
         if self.queue_ms is None:
             self.queue_ms = round((now - self.t0) * 1000.0, 3)
-        if self.recording:
+        live = self.live
+        if live is not None:
             attrs: dict[str, Any] = {"toolhost.attempt": attempt}
             if pid is not None:
                 attrs["toolhost.worker.pid"] = pid
-            self.span.add_event("sent to worker", attrs)
+            live.add_event("sent to worker", attrs)
 
     def retry(self, code: str | None, delay_ms: float) -> None:
         """The attempt failed and the call waits ``delay_ms`` before the next one."""
-        if self.recording:
-            self.span.add_event(
+        live = self.live
+        if live is not None:
+            live.add_event(
                 "retry", {"error.type": code or "failed", "toolhost.retry.delay_ms": delay_ms}
             )
 
     def progress(self) -> None:
         """The worker reported progress."""
-        if self.recording:
-            self.span.add_event("progress")
+        live = self.live
+        if live is not None:
+            live.add_event("progress")
 
     def cancelled(self, message: str) -> None:
         """``tools.cancel``, a client that left, or a parent that ended."""
-        if self.recording:
-            self.span.add_event("cancel", {"toolhost.cancel.reason": message or "cancelled"})
+        live = self.live
+        if live is not None:
+            live.add_event("cancel", {"toolhost.cancel.reason": message or "cancelled"})
 
     def attempt_ended(self, outcome: CallOutcome | None) -> None:
         """End the attempt's MCP client span, if any (``outcome`` None: abandoned)."""
@@ -150,6 +197,7 @@ class Tracing:
     Args:
         provider: The host's own tracer provider.
         metering: Its meter provider and instruments.
+        sampling: The sampling rule (decided here when it is a standard one).
         capture_content: Record inputs and outputs as span attributes (opt-in).
         endpoint: Where OTLP goes (for the log line).
     """
@@ -158,6 +206,7 @@ class Tracing:
         self,
         provider: TracerProvider,
         metering: Metering,
+        sampling: Sampling,
         *,
         capture_content: bool = False,
         endpoint: str = "",
@@ -165,6 +214,7 @@ class Tracing:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE, supervisor.__version__)
         self.metering = metering
+        self.sampling = sampling
         self.capture_content = capture_content
         self.endpoint = endpoint
         self.redact: Callable[[str], str] = lambda text: text
@@ -178,18 +228,43 @@ class Tracing:
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attrs["service.name"] = "toolhost"
         resource = Resource.create(attrs)
-        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        exporter = OTLPSpanExporter()
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        sampling = Sampling()
+        provider = TracerProvider(
+            resource=resource,
+            sampler=ALWAYS_ON if sampling.fast else None,  # fast: decided before the SDK
+            shutdown_on_exit=False,
+        )
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
             "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"
         )
         return cls(
             provider,
             Metering.from_env(resource),
+            sampling,
             capture_content=capture_content,
             endpoint=endpoint,
         )
+
+    def _open(
+        self,
+        name: str,
+        kind: SpanKind,
+        attrs: dict[str, Any],
+        traceparent: str | None,
+        tracestate: str | None,
+    ) -> tuple[Span | None, Parent]:
+        """A span under the caller's ``traceparent``, or None when it is not sampled; and
+        where the spans under it go."""
+        parsed = parse_traceparent(traceparent) if traceparent else None
+        sampling = self.sampling
+        if sampling.fast:
+            trace_id = parsed[0] if parsed is not None else new_trace_id()
+            if not sampling.decide(trace_id, parsed[2] if parsed is not None else None):
+                return None, Unsampled(trace_id, tracestate if parsed is not None else None)
+        parent = context_from(traceparent, tracestate) if parsed is not None else None
+        span = self.tracer.start_span(name, context=parent, kind=kind, attributes=attrs)
+        return span, trace.set_span_in_context(span)
 
     # kernel requests -------------------------------------------------------------------------
 
@@ -202,9 +277,9 @@ class Tracing:
         request_id: Any,
         tool: str | None = None,
         client: str = "",
-    ) -> tuple[Span, Context]:
-        """The SERVER span of one kernel request, a child of the request's ``trace``, and the
-        context its call's span joins."""
+    ) -> tuple[Span | None, Parent]:
+        """The SERVER span of one kernel request, a child of the request's ``trace`` (None
+        when not sampled), and where its call's span goes."""
         attrs: dict[str, Any] = {
             "rpc.system": "jsonrpc",
             "rpc.method": method,
@@ -214,13 +289,7 @@ class Tracing:
             attrs["gen_ai.tool.name"] = tool
         if client:
             attrs["toolhost.client"] = client
-        span = self.tracer.start_span(
-            method,
-            context=context_from(traceparent, tracestate),
-            kind=SpanKind.SERVER,
-            attributes=attrs,
-        )
-        return span, trace.set_span_in_context(span)
+        return self._open(method, SpanKind.SERVER, attrs, traceparent, tracestate)
 
     def mcp_server_span(
         self,
@@ -232,8 +301,9 @@ class Tracing:
         session_id: str | None,
         transport: str,
         protocol_version: str | None = None,
-    ) -> Span:
-        """The MCP SERVER span of one ``tools/call`` (MCP semantic conventions)."""
+    ) -> tuple[Span | None, str | None, str | None]:
+        """The MCP SERVER span of one ``tools/call`` (MCP semantic conventions; None when not
+        sampled) and the ``traceparent``/``tracestate`` its kernel request carries."""
         attrs: dict[str, Any] = {
             "mcp.method.name": "tools/call",
             "gen_ai.operation.name": "execute_tool",
@@ -245,34 +315,41 @@ class Tracing:
             attrs["mcp.session.id"] = session_id
         if protocol_version:
             attrs["mcp.protocol.version"] = protocol_version
-        return self.tracer.start_span(
-            f"tools/call {tool}",
-            context=context_from(traceparent, tracestate),
-            kind=SpanKind.SERVER,
-            attributes=attrs,
+        span, parent = self._open(
+            f"tools/call {tool}", SpanKind.SERVER, attrs, traceparent, tracestate
         )
+        if span is None:
+            assert isinstance(parent, Unsampled)
+            return None, unsampled_traceparent(parent.trace_id), parent.tracestate
+        tp, ts = traceparent_of(span)
+        return span, tp, ts
 
     @staticmethod
-    def end_span(span: Span, error_type: str | None = None, message: str = "") -> Span:
+    def end_span(span: Span | None, error_type: str | None = None, message: str = "") -> None:
         """End a request span; ``error_type`` set: it failed (``error.type``, status ERROR)."""
+        if span is None:
+            return
         if error_type is not None:
             span.set_attribute("error.type", error_type)
             span.set_status(Status(StatusCode.ERROR, message[:512]))
         span.end()
-        return span
-
-    @staticmethod
-    def propagate(span: Span) -> tuple[str, str | None]:
-        """The ``traceparent``/``tracestate`` naming ``span`` (what a child request carries)."""
-        return traceparent_of(span)
 
     # calls ------------------------------------------------------------------------------------
 
-    def call_started(self, call: Call, parent: Context | None) -> None:
+    def call_started(self, call: Call, parent: Parent | None) -> None:
         """Open the call's ``execute_tool`` span (under ``parent``, else its parent call's)."""
-        if parent is None and call.parent is not None and call.parent.trace is not None:
-            parent = call.parent.trace.context()
         tool = call.tool
+        self.metering.inflight(1, tool)
+        if parent is None and call.parent is not None and call.parent.trace is not None:
+            parent = call.parent.trace.as_parent()
+        if isinstance(parent, Unsampled):
+            call.trace = CallTrace(self, None, call.t0, parent.trace_id, parent.tracestate)
+            return
+        if parent is None and self.sampling.fast:
+            trace_id = new_trace_id()
+            if not self.sampling.decide(trace_id, None):
+                call.trace = CallTrace(self, None, call.t0, trace_id)
+                return
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -290,7 +367,6 @@ class Tracing:
                 "gen_ai.tool.call.arguments", self.redact(bytes(call.input_raw).decode())
             )
         call.trace = CallTrace(self, span, call.t0)
-        self.metering.inflight(1, tool)
 
     def call_finished(self, call: Call, env: Envelope) -> None:
         """Close the call's span with its outcome (the one finish step calls this)."""
@@ -298,8 +374,10 @@ class Tracing:
         if ct is None:
             return
         self.metering.inflight(-1, call.tool)
-        ct.attempt_ended(None)  # still open only when the attempt was abandoned
         span = ct.span
+        if span is None:
+            return
+        ct.attempt_ended(None)  # still open only when the attempt was abandoned
         if not ct.recording:
             span.end()
             return
@@ -325,6 +403,8 @@ class Tracing:
         ``traceparent`` for ``params._meta`` (the span ends with the attempt)."""
         ct = call.trace
         assert ct is not None
+        if ct.span is None:
+            return unsampled_traceparent(ct.trace_id)
         ct.attempt_ended(None)
         attrs: dict[str, Any] = {
             "mcp.method.name": "tools/call",
@@ -335,7 +415,10 @@ class Tracing:
         if session_id:
             attrs["mcp.session.id"] = session_id
         span = self.tracer.start_span(
-            f"tools/call {call.tool}", context=ct.context(), kind=SpanKind.CLIENT, attributes=attrs
+            f"tools/call {call.tool}",
+            context=ct.as_parent(),
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
         )
         ct.client = span
         return traceparent_of(span)[0]

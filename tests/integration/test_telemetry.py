@@ -361,3 +361,36 @@ def test_mcp_face_call_with_meta_traceparent_joins_that_trace(app, collector):
     assert a["jsonrpc.request.id"] == "2" and a["gen_ai.tool.name"] == "echo.say"
     assert spans["tools.invoke"].parent_id == server.span_id
     assert spans["execute_tool echo.say"].parent_id == spans["tools.invoke"].span_id
+
+
+async def test_an_unsampled_caller_gets_no_spans_but_the_trace_flag_travels(app, collector):
+    """Parent-based sampling: a ``traceparent`` with the sampled flag off makes no span in the
+    host or the sidecar; the worker still gets the trace (flag off) in its ``call``."""
+    unsampled = TRACEPARENT[:-2] + "00"
+    regs = {"echo": echo(tools=["echo.say", "echo.env"])}
+    async with running_host(app, regs, host=ON) as host:
+        await wait_available(host, "echo.say")
+        async with served(host, app) as srv, srv.peer("unix-json") as peer:
+            for rid in range(3):
+                resp = await peer.request(
+                    rid,
+                    "tools.invoke",
+                    {
+                        "tool": "echo.say",
+                        "input": {"text": "x"},
+                        "trace": {"traceparent": unsampled},
+                    },
+                )
+                assert resp["result"]["status"] == "success"
+            # A sampled call after them: once it is exported, the others would have been too.
+            resp = await peer.request(
+                9, "tools.invoke", {"tool": "echo.say", "input": {"text": "y"}}
+            )
+            assert resp["result"]["status"] == "success"
+        await wait_spans(
+            collector,
+            lambda r: r.named("execute_tool echo.say") and r.named("tool echo.say"),
+            "the sampled call's spans",
+        )
+        assert [s for s in collector.spans if s.trace_id == TRACE_ID] == []
+        assert len(collector.named("execute_tool echo.say")) == 1

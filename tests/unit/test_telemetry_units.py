@@ -17,6 +17,7 @@ from supervisor.protocols.process_json import ProcessJsonConnection
 from supervisor.registry.load import load_registry
 from supervisor.telemetry import disabled_by_env, start
 from supervisor.telemetry.logs import JsonFormatter, StderrLines
+from supervisor.telemetry.sampling import Sampling, parse_traceparent, unsampled_traceparent
 from tests.unit.test_mcp_protocol import ready as mcp_ready
 from tests.unit.test_mcp_server_protocol import line as mcp_line
 from tests.unit.test_mcp_server_protocol import ready as mcp_server_ready
@@ -187,3 +188,46 @@ print(json.dumps({{"ok": res.ok, "data": json.loads(bytes(res.data))}}))
     )
     assert json.loads(out.stdout) == {"ok": True, "data": {"recording": False}}
     assert "OpenTelemetry is not installed" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (TP, (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True)),
+        (TP[:-2] + "00", (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False)),
+        ("00-" + "0" * 32 + "-b7ad6b7169203331-01", None),  # all-zero trace id
+        ("00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01", None),
+        ("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None),
+        ("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", None),  # uppercase
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x", None),
+        ("garbage", None),
+        ("", None),
+    ],
+)
+def test_parse_traceparent(value, expected):
+    assert parse_traceparent(value) == expected
+
+
+def test_sampling_rules_match_the_sdk_samplers():
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    on = Sampling({})
+    assert on.fast and on.parent_based and on.decide(1, None)
+    assert on.decide(1, False) is False and on.decide(1, True) is True
+    ratio = Sampling(
+        {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+    )
+    assert ratio.bound == TraceIdRatioBased(0.01).bound
+    assert ratio.decide(ratio.bound - 1, None) and not ratio.decide(ratio.bound, None)
+    assert ratio.decide(ratio.bound, True)  # parent-based: the parent wins
+    off = Sampling({"OTEL_TRACES_SAMPLER": "always_off"})
+    assert not off.parent_based and not off.decide(1, True)
+    other = Sampling({"OTEL_TRACES_SAMPLER": "jaeger_remote"})
+    assert not other.fast  # left to the SDK
+    assert (
+        Sampling({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "x"}).ratio
+        == 1.0
+    )
+    tp = unsampled_traceparent(0xABC)
+    parsed = parse_traceparent(tp)
+    assert parsed is not None and parsed[0] == 0xABC and parsed[2] is False
