@@ -147,14 +147,15 @@ class CallTrace:
 
     def sent(self, pid: int | None, attempt: int, now: float) -> None:
         """An attempt was handed to a worker."""
+        live = self.live
+        if live is None:
+            return
         if self.queue_ms is None:
             self.queue_ms = round((now - self.t0) * 1000.0, 3)
-        live = self.live
-        if live is not None:
-            attrs: dict[str, Any] = {"toolhost.attempt": attempt}
-            if pid is not None:
-                attrs["toolhost.worker.pid"] = pid
-            live.add_event("sent to worker", attrs)
+        attrs: dict[str, Any] = {"toolhost.attempt": attempt}
+        if pid is not None:
+            attrs["toolhost.worker.pid"] = pid
+        live.add_event("sent to worker", attrs)
 
     def retry(self, code: str | None, delay_ms: float) -> None:
         """The attempt failed and the call waits ``delay_ms`` before the next one."""
