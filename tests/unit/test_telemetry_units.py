@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -209,6 +210,8 @@ def test_parse_traceparent(value, expected):
 
 
 def test_sampling_rules_match_the_sdk_samplers():
+    if os.environ.get("CI") != "true":  # CI installs the otel extra: never skip there
+        pytest.importorskip("opentelemetry.sdk", reason="the toolhost[otel] extra is not installed")
     from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
     on = Sampling({})
