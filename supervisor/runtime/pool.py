@@ -198,7 +198,9 @@ class Pool:
                 self._index += 1
                 worker = self._factory(self._launch(), self, self._index)
                 if self.stderr_lines is not None:
-                    worker.stderr.tap = self.stderr_lines.tap(self.sidecar, partial(_pid, worker))
+                    worker.stderr.tap = self.stderr_lines.tap(
+                        self.sidecar, partial(_log_context, worker)
+                    )
                 self.workers.append(worker)
                 self.starts += 1
                 self._publish()
@@ -555,5 +557,14 @@ class Pool:
         return self.redact(tail) if self.redact is not None else tail
 
 
-def _pid(worker: Worker) -> int | None:
-    return worker.pid
+def _log_context(worker: Worker) -> dict[str, Any]:
+    """What a forwarded stderr line of ``worker`` is tagged with (JSON logs)."""
+    fields: dict[str, Any] = {"pid": worker.pid}
+    call = worker.sole_call()
+    if call is not None:
+        fields["tool"] = call.tool
+        fields["callId"] = call.id
+        ids = call.trace.log_ids() if call.trace is not None else None
+        if ids is not None:
+            fields["trace_id"], fields["span_id"] = ids
+    return fields

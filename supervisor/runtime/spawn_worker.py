@@ -127,6 +127,12 @@ class SpawnWorker(Worker):
     def inflight(self) -> int:
         return len(self._running)
 
+    def sole_call(self) -> Call | None:
+        if len(self._running) != 1:
+            return None
+        run = next(iter(self._running))
+        return None if run.abandoned else run.call
+
     def processes(self) -> list[ProcessView]:
         return [
             ProcessView(pid, ((pid, live.tool),), per_call=True) for pid, live in self._live.items()

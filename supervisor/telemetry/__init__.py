@@ -63,6 +63,10 @@ def start(enabled: bool, *, capture_content: bool = False) -> Tracing | None:
         return None
     from supervisor.telemetry.tracing import Tracing
 
+    exporter_log = logging.getLogger("opentelemetry.exporter")
+    if exporter_log.level == logging.NOTSET:
+        # A collector that is down: one error line per failed batch, not a warning per retry.
+        exporter_log.setLevel(logging.ERROR)
     tracing = Tracing.from_env(capture_content=capture_content)
     log.info("telemetry: exporting traces and metrics over OTLP/HTTP (%s)", tracing.endpoint)
     return tracing

@@ -102,26 +102,34 @@ class StderrLines:
         self.log = logging.getLogger(SIDECAR_LOGGER)
         self._buckets: dict[str, _Bucket] = {}
 
-    def tap(self, sidecar: str, pid: Callable[[], int | None]) -> Callable[[bytes], None]:
-        """A callable for a worker's stderr ring: bytes in, one record per complete line."""
+    def tap(self, sidecar: str, context: Callable[[], dict[str, Any]]) -> Callable[[bytes], None]:
+        """A callable for a worker's stderr ring: bytes in, one record per complete line.
+
+        ``context()`` gives the fields known now (``pid``; with one call running on the
+        worker, its ``tool``, ``callId`` and, when traced, ``trace_id`` and ``span_id``).
+        """
         pending = bytearray()
 
         def feed(data: bytes) -> None:
             pending.extend(data)
             if b"\n" not in data:
                 if len(pending) > MAX_LINE:
-                    self.line(sidecar, pid(), bytes(pending[:MAX_LINE]), truncated=True)
+                    self.line(sidecar, context(), bytes(pending[:MAX_LINE]), truncated=True)
                     pending.clear()
                 return
             *lines, rest = pending.split(b"\n")
             pending[:] = rest[:MAX_LINE]
+            fields = context()
             for line in lines:
-                self.line(sidecar, pid(), bytes(line[:MAX_LINE]), truncated=len(line) > MAX_LINE)
+                cut = len(line) > MAX_LINE
+                self.line(sidecar, fields, bytes(line[:MAX_LINE]), truncated=cut)
 
         return feed
 
-    def line(self, sidecar: str, pid: int | None, line: bytes, truncated: bool = False) -> None:
-        """Log one stderr line of ``sidecar`` (or count it as dropped)."""
+    def line(
+        self, sidecar: str, fields: dict[str, Any], line: bytes, truncated: bool = False
+    ) -> None:
+        """Log one stderr line of ``sidecar`` with ``fields`` (or count it as dropped)."""
         text = line.decode("utf-8", "replace").rstrip("\r")
         if not text.strip():
             return
@@ -144,7 +152,7 @@ class StderrLines:
                 self.rate,
                 extra={"sidecar": sidecar, "dropped": dropped, "stream": "stderr"},
             )
-        extra: dict[str, Any] = {"sidecar": sidecar, "pid": pid, "stream": "stderr"}
+        extra: dict[str, Any] = {**fields, "sidecar": sidecar, "stream": "stderr"}
         if truncated:
             extra["truncated"] = True
         self.log.info("%s", text, extra=extra)

@@ -129,6 +129,14 @@ class CallTrace:
             self.trace_id = span.get_span_context().trace_id
             self.traceparent, self.tracestate = traceparent_of(span)
 
+    def log_ids(self) -> tuple[str, str] | None:
+        """``(trace_id, span_id)`` in hex for log records, when the call's span is sampled."""
+        span = self.live
+        if span is None:
+            return None
+        sc = span.get_span_context()
+        return f"{sc.trace_id:032x}", f"{sc.span_id:016x}"
+
     def as_parent(self) -> Parent:
         """Where this call's children go (a child call's span, an MCP client span)."""
         if self.span is None:

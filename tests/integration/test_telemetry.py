@@ -12,6 +12,7 @@ made.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -235,6 +236,7 @@ async def test_a_collector_that_is_down_or_hangs_costs_no_call(app, collector, m
         await s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{dead}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
     async with running_host(app, {"echo": echo(tools=["echo.say"])}, host=ON) as host:
         await wait_available(host, "echo.say")
         assert host.telemetry is not None
@@ -401,3 +403,38 @@ async def test_an_unsampled_caller_gets_no_spans_but_the_trace_flag_travels(app,
         )
         assert [s for s in collector.spans if s.trace_id == TRACE_ID] == []
         assert len(collector.named("execute_tool echo.say")) == 1
+
+
+async def test_json_logs_tag_a_sidecar_line_with_its_call_and_trace(app, collector, tmp_path):
+    """``host.logFormat: json``: a stderr line written while one traced call runs on the worker
+    is forwarded with the sidecar, pid, tool, callId and the call span's trace and span ids."""
+    marker = tmp_path / "seen"
+    got: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "traced.log says hello":
+                got.append(record)
+                marker.write_text("x")
+
+    handler = Keep()
+    sidecar_log = logging.getLogger("toolhost.sidecar")
+    sidecar_log.addHandler(handler)
+    sidecar_log.setLevel(logging.INFO)
+    try:
+        regs = {"traced": script("traced", ["traced.log"])}
+        async with running_host(app, regs, host={**ON, "logFormat": "json"}) as host:
+            await wait_available(host, "traced.log")
+            env = await host.invoke("traced.log", raw({"marker": str(marker)}))
+            assert env.status == "success" and msgspec.json.decode(env.data) == {"seen": True}
+            (call_span,) = await wait_spans(
+                collector, lambda r: r.named("execute_tool traced.log"), "the call span"
+            )
+    finally:
+        sidecar_log.removeHandler(handler)
+    (rec,) = got
+    fields = rec.__dict__
+    assert fields["sidecar"] == "traced" and fields["stream"] == "stderr"
+    assert fields["pid"] == env.meta.pid and fields["tool"] == "traced.log"
+    assert fields["callId"] == int(call_span.attributes["gen_ai.tool.call.id"])
+    assert fields["trace_id"] == call_span.trace_id and fields["span_id"] == call_span.span_id

@@ -116,7 +116,7 @@ def test_json_formatter_fields_and_redaction():
 
 def test_stderr_lines_are_split_rate_limited_and_dropped_ones_counted(caplog):
     lines = StderrLines(rate=0.0, burst=3)
-    feed = lines.tap("noisy", lambda: 99)
+    feed = lines.tap("noisy", lambda: {"pid": 99})
     with caplog.at_level(logging.INFO, logger="toolhost.sidecar"):
         feed(b"one\ntw")
         feed(b"o\n\nthree\nfour\nfive\n")
@@ -136,8 +136,8 @@ def test_stderr_lines_are_split_rate_limited_and_dropped_ones_counted(caplog):
 def test_a_very_long_line_is_cut():
     lines = StderrLines()
     seen: list[tuple[int, bool]] = []
-    lines.line = lambda sidecar, pid, data, truncated=False: seen.append((len(data), truncated))  # type: ignore[method-assign]
-    feed = lines.tap("x", lambda: None)
+    lines.line = lambda sidecar, fields, data, truncated=False: seen.append((len(data), truncated))  # type: ignore[method-assign]
+    feed = lines.tap("x", dict)
     feed(b"a" * 20000)
     feed(b"b" * 10 + b"\n")
     assert seen[0] == (8192, True) and seen[-1][1] is False
