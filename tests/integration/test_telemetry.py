@@ -438,3 +438,24 @@ async def test_json_logs_tag_a_sidecar_line_with_its_call_and_trace(app, collect
     assert fields["pid"] == env.meta.pid and fields["tool"] == "traced.log"
     assert fields["callId"] == int(call_span.attributes["gen_ai.tool.call.id"])
     assert fields["trace_id"] == call_span.trace_id and fields["span_id"] == call_span.span_id
+
+
+async def test_a_remote_mcp_server_call_is_an_mcp_client_span_over_tcp(app, collector, tmp_path):
+    from tests.integration.test_mcp_http import entry, http_server
+
+    with http_server(tmp_path) as server:
+        await server.listening()
+        async with running_host(app, {"remote": entry(server.port)}, host=ON) as host:
+            await wait_available(host, "whoami")
+            env = await host.invoke("whoami", raw({}))
+            assert env.status == "success", env
+            session = host.pools["remote"].workers[0].session
+
+            def found(r):
+                call, client = r.named("execute_tool whoami"), r.named("tools/call whoami")
+                return (call[0], client[0]) if call and client else None
+
+            call, client = await wait_spans(collector, found, "the MCP HTTP client span")
+    assert client.kind == 3 and client.parent_id == call.span_id
+    assert client.attributes["network.transport"] == "tcp"
+    assert client.attributes["mcp.session.id"] == session
