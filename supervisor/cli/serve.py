@@ -94,10 +94,12 @@ async def _serve(args: argparse.Namespace) -> int:
             ", ".join(reg.files) or "none",
         )
         notifier = Notifier()
+        # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
+        # test) must stop the host gracefully, not kill it with the default disposition.
+        await nursery.start(_watch_signals, host, nursery.cancel_scope, notifier)
         notifier.ready(_status_line(host))
         nursery.start_soon(notifier.watchdog)
         nursery.start_soon(notifier.follow_status, lambda: _status_line(host), host.wait_change)
-        nursery.start_soon(_watch_signals, host, nursery.cancel_scope, notifier)
         # host.run returns once every pool has drained and stopped; then close the socket.
         await host.wait_stopped()
         server_scope.cancel()
@@ -113,10 +115,16 @@ def _status_line(host: Host) -> str:
     return f"{health.tools.available} tools available{ready}"
 
 
-async def _watch_signals(host: Host, scope: trio.CancelScope, notifier: Notifier) -> None:
+async def _watch_signals(
+    host: Host,
+    scope: trio.CancelScope,
+    notifier: Notifier,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """SIGHUP reloads; the first SIGINT/SIGTERM stops gracefully, a second one at once."""
     stopping = False
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 result = await host.reload()
