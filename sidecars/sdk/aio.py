@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
+from sidecars.sdk import tracing
 from sidecars.sdk.lines import READ_CHUNK, LineReader
 from supervisor.contracts import wire
 
@@ -102,7 +103,15 @@ async def _async_call(
         with scope:
             ctx = Context(app, call.id, call.deadlineMs, flag)
             ctx.nursery = nursery
-            result = await app.execute_async(call.tool, call.input, ctx)
+            result = await tracing.run_async(
+                app.name,
+                call.tool,
+                call.id,
+                call.traceparent,
+                call.tracestate,
+                ctx,
+                lambda: app.execute_async(call.tool, call.input, ctx),
+            )
             result.id = call.id
             with app._answered_lock:
                 if app._pending.pop(call.id, None) is None:

@@ -19,11 +19,12 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any, cast, get_type_hints
 
 import msgspec
 
-from sidecars.sdk import services
+from sidecars.sdk import services, tracing
 from sidecars.sdk.lines import LineReader
 from supervisor.contracts import wire
 
@@ -91,6 +92,8 @@ class Context:
         self.cancelled = cancelled
         self.started = time.monotonic()
         self.nursery: trio.Nursery | None = None
+        self._otel: Any = None
+        """The OpenTelemetry context of the call's span (None: not traced)."""
 
     def time_left(self) -> float | None:
         """Seconds left before the call's deadline (``None`` when the call has none)."""
@@ -130,6 +133,14 @@ class Context:
     def vault(self, key: str) -> Any:
         """The operator's secret ``key`` (declared in the sidecar's ``vault``)."""
         return services.vault(self, key)
+
+    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
+        """A span of the tool's own under this call's span (``with ctx.span("parse") as s:``).
+
+        Without OpenTelemetry in the sidecar, or for a call the host did not trace, it yields
+        a span whose methods do nothing, so tools need no ``if``.
+        """
+        return tracing.child_span(self._otel, name, attributes)
 
     def check_cancelled(self) -> None:
         """Raise :class:`ToolError` with code ``cancelled`` if the host cancelled the call.
@@ -412,8 +423,15 @@ class Sidecar:
         if cancelled.is_set():
             return
         t0 = time.thread_time()
-        result = self.execute(
-            call.tool, call.input, Context(self, call.id, call.deadlineMs, cancelled)
+        ctx = Context(self, call.id, call.deadlineMs, cancelled)
+        result = tracing.run(
+            self.name,
+            call.tool,
+            call.id,
+            call.traceparent,
+            call.tracestate,
+            ctx,
+            lambda: self.execute(call.tool, call.input, ctx),
         )
         result.id = call.id
         result.cpuMs = round((time.thread_time() - t0) * 1000.0, 3)
@@ -490,8 +508,16 @@ class Sidecar:
         self.config_dir = request.get("configDir") or self.config_dir
         self.cwd = request.get("cwd") or self.cwd
         raw_input = _json_encode(request.get("input", {}))
-        result = self.execute(
-            str(request["tool"]), raw_input, Context(self, None, 0, threading.Event())
+        tool = str(request["tool"])
+        ctx = Context(self, None, 0, threading.Event())
+        result = tracing.run(
+            self.name,
+            tool,
+            None,
+            os.environ.get("TRACEPARENT"),
+            os.environ.get("TRACESTATE"),
+            ctx,
+            lambda: self.execute(tool, raw_input, ctx),
         )
         answer: dict[str, Any]
         if result.ok:

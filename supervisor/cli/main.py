@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the host in the foreground")
     add_location_args(p)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=None,
+        help="log lines as text or one JSON object each (default: host.logFormat, else text)",
+    )
     p.set_defaults(func=_lazy("supervisor.cli.serve"))
 
     p = sub.add_parser("status", help="sidecars and tools of the running host")

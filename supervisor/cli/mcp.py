@@ -13,11 +13,14 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 import trio
 
+from supervisor import telemetry
 from supervisor.cli.common import EXIT_FAILED, app_root, die, socket_path
 from supervisor.client import open_client
+from supervisor.registry.load import load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.server.health import http_answer
 from supervisor.server.mcp_face import Connect, embedded_connector, unix_connector
@@ -50,7 +53,17 @@ async def _main(args: argparse.Namespace) -> int:
         # front-end wants a clear message at once.
         if args.http is None and not os.path.exists(path):  # noqa: ASYNC240 - once, at start
             return die(f"no host listening on {path}: start `toolhost serve`, or use --embedded")
-        return await _serve(args, unix_connector(path), _socket_health(path))
+        # MCP server spans from this process when the registry turns telemetry on.
+        tcfg = load_registry(
+            app_root(args), registry_path=args.registry, use_global=not args.no_global
+        ).host.telemetry
+        tracing = telemetry.start(tcfg.enabled)
+        try:
+            return await _serve(args, unix_connector(path), _socket_health(path), tracing)
+        finally:
+            if tracing is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await trio.to_thread.run_sync(tracing.shutdown, abandon_on_cancel=True)
     host = Host(
         HostOptions(
             app_root=app_root(args), registry_path=args.registry, use_global=not args.no_global
@@ -61,7 +74,9 @@ async def _main(args: argparse.Namespace) -> int:
         with trio.move_on_after(args.settle):
             await _settled(host)
         try:
-            code = await _serve(args, embedded_connector(host, nursery), _host_health(host))
+            code = await _serve(
+                args, embedded_connector(host, nursery), _host_health(host), host.telemetry
+            )
         finally:
             host.stop()
             with trio.move_on_after(10):
@@ -97,12 +112,14 @@ def _socket_health(sock: str) -> HealthHook:
     return answer
 
 
-async def _serve(args: argparse.Namespace, connect: Connect, health: HealthHook) -> int:
+async def _serve(
+    args: argparse.Namespace, connect: Connect, health: HealthHook, tracing: Any = None
+) -> int:
     if args.http is None:
         from supervisor.server.mcp_stdio import serve_mcp_stdio
 
         try:
-            await serve_mcp_stdio(connect)
+            await serve_mcp_stdio(connect, tracing=tracing)
         except OSError as exc:
             return die(f"cannot reach the host: {exc}")
         return 0
@@ -117,7 +134,11 @@ async def _serve(args: argparse.Namespace, connect: Connect, health: HealthHook)
     except (OSError, ValueError) as exc:
         return die(str(exc), EXIT_FAILED)
     server = McpHttpServer(
-        connect, token, allowed_origins=set(args.allow_origin or []), health=health
+        connect,
+        token,
+        allowed_origins=set(args.allow_origin or []),
+        health=health,
+        tracing=tracing,
     )
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve, args.http)

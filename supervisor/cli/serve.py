@@ -17,6 +17,7 @@ from supervisor.server.stream import ConnectionLimits
 from supervisor.server.systemd import Notifier
 from supervisor.server.unix import SocketInUse, check_free, serve_unix
 from supervisor.server.ws import load_or_create_token, parse_listen, serve_ws
+from supervisor.telemetry import logs
 
 log = logging.getLogger("toolhost")
 
@@ -40,11 +41,13 @@ async def _serve(args: argparse.Namespace) -> int:
         app_root=app_root(args),
         registry_path=args.registry,
         use_global=not args.no_global,
+        log_format=getattr(args, "log_format", None),
     )
     host = Host(options)
     reg = load_registry(
         options.app_root, registry_path=args.registry, use_global=options.use_global
     )
+    logs.configure(options.log_format or reg.host.log_format, host.services.redactor.text)
     path = args.socket or reg.path(reg.host.socket)
     check_free(path)  # before anything starts: a second host must not disturb the first
     async with trio.open_nursery() as nursery:
@@ -91,10 +94,12 @@ async def _serve(args: argparse.Namespace) -> int:
             ", ".join(reg.files) or "none",
         )
         notifier = Notifier()
+        # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
+        # test) must stop the host gracefully, not kill it with the default disposition.
+        await nursery.start(_watch_signals, host, nursery.cancel_scope, notifier)
         notifier.ready(_status_line(host))
         nursery.start_soon(notifier.watchdog)
         nursery.start_soon(notifier.follow_status, lambda: _status_line(host), host.wait_change)
-        nursery.start_soon(_watch_signals, host, nursery.cancel_scope, notifier)
         # host.run returns once every pool has drained and stopped; then close the socket.
         await host.wait_stopped()
         server_scope.cancel()
@@ -110,10 +115,16 @@ def _status_line(host: Host) -> str:
     return f"{health.tools.available} tools available{ready}"
 
 
-async def _watch_signals(host: Host, scope: trio.CancelScope, notifier: Notifier) -> None:
+async def _watch_signals(
+    host: Host,
+    scope: trio.CancelScope,
+    notifier: Notifier,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """SIGHUP reloads; the first SIGINT/SIGTERM stops gracefully, a second one at once."""
     stopping = False
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 result = await host.reload()

@@ -103,6 +103,9 @@ class ListToolsParams(Struct, kw_only=True, omit_defaults=True):
 
 class RequestMeta(Struct, kw_only=True, omit_defaults=True):
     progressToken: RequestId | None = None
+    traceparent: str | None = None
+    """W3C Trace Context in ``params._meta`` (OpenTelemetry MCP conventions)."""
+    tracestate: str | None = None
 
 
 class CallToolParams(Struct, kw_only=True, omit_defaults=True):

@@ -54,6 +54,16 @@ class ZygoteConfig(_Config):
     """How long a start waits for the zygote before it execs the worker instead."""
 
 
+class TelemetryConfig(_Config):
+    """``host.telemetry``: OpenTelemetry traces and metrics (docs/telemetry.md); where they go
+    comes from the standard ``OTEL_*`` variables."""
+
+    enabled: bool = False
+    capture_content: bool = False
+    """Record tool inputs and outputs as span attributes (vault values redacted); off by
+    default, as the GenAI conventions ask."""
+
+
 class HostConfig(_Config):
     """``host``: where the host listens and which folders anchor paths."""
 
@@ -85,6 +95,10 @@ class HostConfig(_Config):
     max_calls_per_client: PositiveInt = 32
     """Calls one connection may have in flight or queued; past it the host stops reading that
     client's frames until one ends (well below a pool's default queue of 64)."""
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line on stderr (docs/telemetry.md)."""
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
+    """OpenTelemetry (off by default; needs the ``toolhost[otel]`` extra)."""
     approval_source: Literal["kernel", "operator"] = "kernel"
     """Who grants ``approval-required`` calls: the kernel's ``approval`` param (``kernel``) or
     only an operator, with ``toolhost approve CALL_ID`` (``operator``)."""

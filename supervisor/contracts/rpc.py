@@ -87,6 +87,13 @@ class Approval(Struct, kw_only=True):
     by: str = ""
 
 
+class TraceContext(Struct, kw_only=True):
+    """``params.trace`` of any request: W3C Trace Context the host's spans join (PROTOCOL 6)."""
+
+    traceparent: str
+    tracestate: str | None = None
+
+
 class InvokeParams(Struct, kw_only=True):
     tool: str
     input: Raw = msgspec.field(default_factory=lambda: EMPTY_OBJECT)
@@ -95,6 +102,8 @@ class InvokeParams(Struct, kw_only=True):
     stream: bool = False
     session: str | None = None
     """The kernel's session: the scope of ``session`` state (PROTOCOL 3.5)."""
+    trace: TraceContext | None = None
+    """The caller's trace: the call's spans become its children (docs/telemetry.md)."""
 
 
 class CancelParams(Struct, kw_only=True):

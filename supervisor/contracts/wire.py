@@ -40,6 +40,9 @@ class Call(_Msg, tag="call", kw_only=True):
     tool: str
     input: Raw = msgspec.field(default_factory=lambda: EMPTY_OBJECT)
     deadlineMs: int = 0
+    traceparent: str | None = None
+    """W3C Trace Context of the host's span for this call (only when tracing is on)."""
+    tracestate: str | None = None
 
 
 class Cancel(_Msg, tag="cancel", kw_only=True):

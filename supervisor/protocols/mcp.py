@@ -149,12 +149,20 @@ class McpConnection:
         return self._request("tools/list", mcp.ListToolsParams(cursor=cursor))
 
     def call_tool(
-        self, name: str, arguments: msgspec.Raw, *, progress: bool = False
+        self,
+        name: str,
+        arguments: msgspec.Raw,
+        *,
+        progress: bool = False,
+        traceparent: str | None = None,
     ) -> tuple[int, bytes]:
-        """A ``tools/call`` request; with ``progress`` its id doubles as the progress token."""
+        """A ``tools/call`` request; with ``progress`` its id doubles as the progress token;
+        ``traceparent`` goes in ``params._meta`` (the MCP client span's, when tracing)."""
         self._need_ready("tools/call")
         rid = self._next_id
-        meta = mcp.RequestMeta(progressToken=rid) if progress else None
+        meta = None
+        if progress or traceparent is not None:
+            meta = mcp.RequestMeta(progressToken=rid if progress else None, traceparent=traceparent)
         if progress:
             self._progress.add(rid)
         return self._request(

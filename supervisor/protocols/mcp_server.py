@@ -53,6 +53,9 @@ class CallTool(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     arguments: msgspec.Raw
     progress_token: mcp.RequestId | None = None
+    traceparent: str | None = None
+    """W3C Trace Context from ``params._meta`` (the caller's trace)."""
+    tracestate: str | None = None
 
 
 class Cancelled(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,8 +189,17 @@ class McpServerConnection:
                 return self._reply_error(
                     rid, mcp.INVALID_PARAMS, "tools/call params.arguments: expected an object"
                 )
-            token = p.meta.progressToken if p.meta is not None else None
-            return CallTool(id=rid, name=p.name, arguments=args, progress_token=token)
+            meta = p.meta
+            if meta is None:
+                return CallTool(id=rid, name=p.name, arguments=args)
+            return CallTool(
+                id=rid,
+                name=p.name,
+                arguments=args,
+                progress_token=meta.progressToken,
+                traceparent=meta.traceparent,
+                tracestate=meta.tracestate,
+            )
         return self._reply_error(
             rid, mcp.METHOD_NOT_FOUND, f"toolhost mcp does not serve {method!r} (tools only)"
         )

@@ -46,15 +46,30 @@ class ProcessJsonConnection:
         """The first line of the conversation."""
         return _encode(msg) + b"\n"
 
-    def call(self, tool: str, input_raw: msgspec.Raw, deadline_ms: int) -> tuple[int, bytes]:
-        """Issue a call: returns its new id and the line to write."""
+    def call(
+        self,
+        tool: str,
+        input_raw: msgspec.Raw,
+        deadline_ms: int,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+    ) -> tuple[int, bytes]:
+        """Issue a call: returns its new id and the line to write (``traceparent`` and
+        ``tracestate`` ride along when tracing is on)."""
         if self.state != "ready":
             raise ProtocolError(f"cannot call in state {self.state}")
         call_id = self._next_id
         self._next_id += 1
         self.inflight.add(call_id)
         return call_id, _encode(
-            wire.Call(id=call_id, tool=tool, input=input_raw, deadlineMs=deadline_ms)
+            wire.Call(
+                id=call_id,
+                tool=tool,
+                input=input_raw,
+                deadlineMs=deadline_ms,
+                traceparent=traceparent,
+                tracestate=tracestate,
+            )
         ) + b"\n"
 
     def abandon(self, call_id: int) -> bytes:

@@ -161,6 +161,7 @@ class Call:
         "ticket",
         "timeout_ms",
         "tool",
+        "trace",
         "worker",
     )
 
@@ -222,6 +223,8 @@ class Call:
         """Host-service requests its worker made for it."""
         self.outstanding = 0
         """Of those, not answered yet."""
+        self.trace: Any = None
+        """The call's span (``supervisor.telemetry.tracing.CallTrace``) when tracing is on."""
 
     def __repr__(self) -> str:
         return f"<Call {self.tool} {self.state} attempts={self.attempts}>"
@@ -237,6 +240,9 @@ class Call:
         if self.state != "running":
             return
         self.worker = self.slot = None
+        trace = self.trace
+        if trace is not None:
+            trace.attempt_ended(outcome)
         if outcome.pid is not None:
             self.pid = outcome.pid
         delay = retry.retry_delay_ms(
@@ -247,6 +253,8 @@ class Call:
             self._finish(outcome)
             return
         self.state = "backoff"
+        if trace is not None:
+            trace.retry(outcome.code, delay)
         self.last = outcome
         engine.backoff.add(self)
         self._backoff = engine.timers.at(engine.clock() + delay / 1000.0, self._retry)
@@ -260,8 +268,12 @@ class Call:
 
     def progress(self, data: msgspec.Raw) -> None:
         """Progress of the current attempt (the worker checked it is current)."""
+        if self.state != "running":
+            return
+        if self.trace is not None:
+            self.trace.progress()
         sink = self.on_progress
-        if sink is not None and self.state == "running":
+        if sink is not None:
             sink(data)
 
     # transitions: the caller's and the clock's side -------------------------------------
@@ -290,6 +302,8 @@ class Call:
         state = self.state
         if state == "done":
             return
+        if self.trace is not None:
+            self.trace.cancelled(message)
         if state == "queued":
             self.dispatch.withdraw(self)
         elif state == "running":
@@ -448,6 +462,8 @@ class Dispatch:
             )
             return
         call.state = "queued"
+        if call.trace is not None:
+            call.trace.queued(self.queued)
         if retry:
             self.queue.appendleft(call)
         else:
@@ -491,4 +507,6 @@ class Dispatch:
         call.worker = worker
         call.pid = worker.pid
         self.starts += 1
+        if call.trace is not None:
+            call.trace.sent(call.pid, call.attempts, call.engine.clock())
         worker.start(call)

@@ -13,12 +13,13 @@ import random
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import trio
 
 import supervisor
+from supervisor import telemetry
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.manifest import ToolManifest
@@ -51,6 +52,10 @@ from supervisor.runtime.safeguards import Safeguards
 from supervisor.runtime.services import HostServices
 from supervisor.runtime.upgrades import Upgrades
 from supervisor.runtime.worker import LaunchSpec, ProgressSink
+from supervisor.telemetry.logs import StderrLines
+
+if TYPE_CHECKING:
+    from supervisor.telemetry.tracing import Tracing
 
 SUBSCRIBER_BUFFER = 256
 
@@ -71,6 +76,8 @@ class HostOptions(msgspec.Struct, kw_only=True):
     restart_policy: str | None = None
     """Override every sidecar's restart policy (``toolhost doctor`` starts each one once)."""
     audit: bool = True
+    log_format: str | None = None
+    """``text`` | ``json`` over ``host.logFormat`` (``toolhost serve --log-format``)."""
 
 
 class ReloadResult(msgspec.Struct, kw_only=True):
@@ -138,6 +145,10 @@ class Host:
             count_request=self.safeguards.accounting.count_request,
         )
         self.zygote: zygote.Zygote | None = None
+        self.telemetry: Tracing | None = None
+        """OpenTelemetry spans and metrics (docs/telemetry.md); None when off."""
+        self.stderr_lines: StderrLines | None = None
+        """JSON logs: sidecar stderr lines forwarded as records; None with text logs."""
 
     @property
     def registry_path(self) -> str | None:
@@ -185,6 +196,7 @@ class Host:
         self._changed(self.catalog.load(self.plan))
         hcfg = self.registry.host
         self.safeguards.configure(self.registry, self.plan, first=True)
+        self._start_telemetry()
         if hcfg.audit_log and self.options.audit:
             self.audit = AuditLog(
                 self.registry.path(hcfg.audit_log),
@@ -217,7 +229,32 @@ class Host:
             for ch in list(self._subscribers):
                 ch.close()
             self._subscribers.clear()
+            await self._stop_telemetry()
             self._stopped.set()
+
+    def _start_telemetry(self) -> None:
+        """OpenTelemetry per ``host.telemetry`` and sidecar stderr forwarding per the log
+        format (read once per run; a reload keeps them)."""
+        if (self.options.log_format or self.registry.host.log_format) == "json":
+            self.stderr_lines = StderrLines()
+        tcfg = self.registry.host.telemetry
+        tel = telemetry.start(tcfg.enabled, capture_content=tcfg.capture_content)
+        if tel is None:
+            return
+        tel.redact = self.services.redactor.text
+        tel.metering.queue_depth = lambda: [
+            (sid, pool.dispatch.queued) for sid, pool in list(self.pools.items())
+        ]
+        self.telemetry = self.invoker.telemetry = tel
+
+    async def _stop_telemetry(self) -> None:
+        """Flush what is left, bounded: a collector that is down must not hold the stop."""
+        tel, self.telemetry = self.telemetry, None
+        self.invoker.telemetry = None
+        if tel is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await trio.to_thread.run_sync(tel.shutdown, abandon_on_cancel=True)
 
     async def _start_zygote(self, nursery: trio.Nursery) -> None:
         """Start this host's zygote (docs/zygote.md) unless it is off or another host in this
@@ -357,6 +394,9 @@ class Host:
         )
         pool.services = self.services
         pool.redact = self.services.redactor.text
+        if self.telemetry is not None:
+            pool.metering = self.telemetry.metering
+        pool.stderr_lines = self.stderr_lines
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)
@@ -376,10 +416,10 @@ class Host:
         """The spawn recipe for one worker of ``sp``."""
         cfg = sp.config
         assert cfg is not None
-        env = allowed_env(
-            os.environ,
-            {**cfg.env, "TOOLHOST_SIDECAR": sp.id, "TOOLHOST_PROTOCOL": cfg.protocol},
-        )
+        extra = {**cfg.env, "TOOLHOST_SIDECAR": sp.id, "TOOLHOST_PROTOCOL": cfg.protocol}
+        if self.telemetry is not None:  # the sidecar's SDK exports its spans to the same place
+            extra = {**telemetry.sidecar_env(), "OTEL_SERVICE_NAME": sp.id, **extra}
+        env = allowed_env(os.environ, extra)
         config, problem = kinds.remote_config(cfg, self.services.vault)
         init = wire.Init(
             sidecar=sp.id,
@@ -629,9 +669,11 @@ class Host:
         client: str,
         on_done: Callable[[Envelope], None],
         session: str | None = None,
+        trace: Any = None,
     ) -> None:
         """Start one tool call without awaiting it; ``on_done`` gets its one envelope (see
-        :mod:`supervisor.runtime.invoke`)."""
+        :mod:`supervisor.runtime.invoke`; ``trace``: the OpenTelemetry context its span
+        joins)."""
         self.invoker.start(
             tool,
             input_raw,
@@ -642,6 +684,7 @@ class Host:
             client=client,
             on_done=on_done,
             session=session,
+            trace=trace,
         )
 
     def resolve_name(self, name: str) -> str:

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -28,6 +28,9 @@ from supervisor.runtime.calls import Call, CallEngine, EnvelopeSink, ProgressSin
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.quotas import Quotas, refusal_envelope
 from supervisor.runtime.timers import Timers
+
+if TYPE_CHECKING:
+    from supervisor.telemetry.tracing import Tracing
 
 Account = Callable[[str, msgspec.Raw, Envelope], None]
 
@@ -61,6 +64,8 @@ class Invoker:
         self.engine = CallEngine(clock, self.timers, release=quotas.release, record=self._finished)
         self.approvals = Approvals(self.timers, clock)
         """Calls waiting for an operator (``host.approvalSource: "operator"``)."""
+        self.telemetry: Tracing | None = None
+        """Spans and metrics (``supervisor.telemetry``); None when off: then no hook runs."""
 
     # starting ------------------------------------------------------------------------------
 
@@ -78,13 +83,15 @@ class Invoker:
         session: str | None = None,
         parent: Call | None = None,
         operator_approved: bool = False,
+        trace: Any = None,
     ) -> Call | None:
         """Start one call; ``on_done`` gets its envelope, exactly once (maybe before this
         returns). Returns the call when it reached a pool (None: refused at the gate).
 
         A child call (``parent`` set: a worker's ``tools.invoke``, PROTOCOL 3.5) passes the same
         gates; its deadline never outlives its parent's, and it is cancelled when its parent
-        ends.
+        ends. ``trace`` is the OpenTelemetry context the call's span joins (the kernel
+        request's span); a child's span joins its parent's.
         """
         t0 = self.clock()
         catalog = self.catalog
@@ -133,6 +140,7 @@ class Invoker:
                     session=session,
                     parent=parent,
                     operator_approved=True,
+                    trace=trace,
                 )
 
             def refuse(env: Envelope) -> None:
@@ -180,6 +188,9 @@ class Invoker:
                 parent.children = []
             parent.children.append(call)
             _adopt(parent, f"{tool}#{call.id}")
+        tel = self.telemetry
+        if tel is not None:
+            tel.call_started(call, trace)
         self.engine.begin(call)
         return call
 
@@ -233,6 +244,9 @@ class Invoker:
         on_done(env)
 
     def _finished(self, call: Call, env: Envelope) -> None:
+        tel = self.telemetry
+        if tel is not None:
+            tel.call_finished(call, env)
         links = None
         if call.parent is not None or call.child_names or call.requests:
             parent = call.parent
@@ -274,6 +288,9 @@ class Invoker:
                 links=links,
             )
         self.account(tool, input_raw, env)
+        tel = self.telemetry
+        if tel is not None:
+            tel.call_recorded(tool, env)
 
 
 def _adopt(parent: Call, name: str) -> None:

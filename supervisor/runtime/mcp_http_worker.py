@@ -248,8 +248,14 @@ class McpHttpWorker(Worker):
                 )
             )
             return
+        traceparent = None
+        if call.trace is not None:  # an MCP CLIENT span; its traceparent goes in _meta
+            traceparent = call.trace.mcp_client(call, "tcp", self.session)
         rid, line = self.conn.call_tool(
-            call.tool, call.input_raw, progress=call.on_progress is not None
+            call.tool,
+            call.input_raw,
+            progress=call.on_progress is not None,
+            traceparent=traceparent,
         )
         slot = CallSlot(rid, call)
         self.slots[rid] = slot

@@ -198,8 +198,14 @@ class McpWorker(LineWorker):
                 )
             )
             return
+        traceparent = None
+        if call.trace is not None:  # an MCP CLIENT span; its traceparent goes in _meta
+            traceparent = call.trace.mcp_client(call, "pipe")
         rid, line = self.conn.call_tool(
-            call.tool, call.input_raw, progress=call.on_progress is not None
+            call.tool,
+            call.input_raw,
+            progress=call.on_progress is not None,
+            traceparent=traceparent,
         )
         self._begin(rid, call, line)
 

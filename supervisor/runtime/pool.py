@@ -130,6 +130,10 @@ class Pool:
         self.services: Services | None = None
         """Answers workers' host-service requests (set by the host)."""
         self.redact: Callable[[str], str] | None = None
+        self.metering: Any = None
+        """OpenTelemetry instruments (``supervisor.telemetry.metering.Metering``) or None."""
+        self.stderr_lines: Any = None
+        """JSON logs: forwards workers' stderr lines (``supervisor.telemetry.logs``) or None."""
         """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
 
     # lifecycle ---------------------------------------------------------------------------
@@ -193,11 +197,17 @@ class Pool:
             while not self.stopped:
                 self._index += 1
                 worker = self._factory(self._launch(), self, self._index)
+                if self.stderr_lines is not None:
+                    worker.stderr.tap = self.stderr_lines.tap(
+                        self.sidecar, partial(_log_context, worker)
+                    )
                 self.workers.append(worker)
                 self.starts += 1
                 self._publish()
                 ex = await self._run_worker(worker, restart)
                 self.workers.remove(worker)
+                if self.metering is not None:
+                    self.metering.worker_exited(self.sidecar, ex.reason)
                 if ex.reason != "stopped":
                     self.exits[ex.reason] += 1
                 if ex.stderr_tail:
@@ -271,6 +281,8 @@ class Pool:
     def on_ready(self, worker: Worker) -> None:
         if self.guard is not None:
             self.guard.release(worker)
+        if self.metering is not None:
+            self.metering.worker_started(self.sidecar, worker.started_by)
         self.ever_ready = True
         if self.gave_up:
             self.gave_up = False
@@ -382,6 +394,8 @@ class Pool:
             if interval > 0 and now - last_ping >= interval - 1e-9:
                 last_ping = now
                 pong = await worker.ping(probe.timeout_ms / 1000.0)
+                if self.metering is not None:
+                    self.metering.probed(self.sidecar, trio.current_time() - now, pong is not None)
                 if worker.state != "ready":
                     return
                 if pong is None:
@@ -541,3 +555,16 @@ class Pool:
                 tail = w.stderr.tail(limit)
                 break
         return self.redact(tail) if self.redact is not None else tail
+
+
+def _log_context(worker: Worker) -> dict[str, Any]:
+    """What a forwarded stderr line of ``worker`` is tagged with (JSON logs)."""
+    fields: dict[str, Any] = {"pid": worker.pid}
+    call = worker.sole_call()
+    if call is not None:
+        fields["tool"] = call.tool
+        fields["callId"] = call.id
+        ids = call.trace.log_ids() if call.trace is not None else None
+        if ids is not None:
+            fields["trace_id"], fields["span_id"] = ids
+    return fields

@@ -47,10 +47,15 @@ class ProcessWorker(LineWorker):
         return self.conn.abandon(slot.id)
 
     def start(self, call: Call) -> None:
+        ct = call.trace
+        ms = call.remaining_ms(trio.current_time())
         try:
-            call_id, line = self.conn.call(
-                call.tool, call.input_raw, call.remaining_ms(trio.current_time())
-            )
+            if ct is None:
+                call_id, line = self.conn.call(call.tool, call.input_raw, ms)
+            else:
+                call_id, line = self.conn.call(
+                    call.tool, call.input_raw, ms, ct.traceparent, ct.tracestate
+                )
         except ProtocolError as exc:
             call.ended(
                 CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)

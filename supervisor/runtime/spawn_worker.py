@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import os
 import signal
@@ -49,6 +50,11 @@ ANSWERED_EXIT_GRACE_S = 0.5
 PROBE_PARALLEL = 2
 """Discovery probes run at once (each is timed from its own spawn)."""
 STDERR_TAIL = 4096
+
+_TRACE_ENV: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "toolhost_trace_env", default=None
+)
+"""``TRACEPARENT`` (and ``TRACESTATE``) of the call the current task runs, when it is traced."""
 
 
 def _display(argv: list[str], cwd: str) -> str:
@@ -121,6 +127,12 @@ class SpawnWorker(Worker):
     @property
     def inflight(self) -> int:
         return len(self._running)
+
+    def sole_call(self) -> Call | None:
+        if len(self._running) != 1:
+            return None
+        run = next(iter(self._running))
+        return None if run.abandoned else run.call
 
     def processes(self) -> list[ProcessView]:
         return [
@@ -204,6 +216,12 @@ class SpawnWorker(Worker):
     async def _run_call(self, run: _Run) -> None:
         call = run.call
         outcome: CallOutcome | None = None
+        ct = call.trace
+        if ct is not None:  # this task's context only: the per-call process gets TRACEPARENT
+            trace_env = {"TRACEPARENT": ct.traceparent}
+            if ct.tracestate:
+                trace_env["TRACESTATE"] = ct.tracestate
+            _TRACE_ENV.set(trace_env)
         try:
             with run.scope:
                 outcome = await self._call(call.tool, call.input_raw)
@@ -266,11 +284,15 @@ class SpawnWorker(Worker):
         Raises:
             SpawnFailed: The program could not be executed.
         """
+        env = self.spec.env
+        trace_env = _TRACE_ENV.get()
+        if trace_env is not None:
+            env = {**env, **trace_env}
         try:
             proc = spawn(
                 argv,
                 cwd=self.spec.cwd,
-                env=self.spec.env,
+                env=env,
                 limits=self.spec.limits,
                 stdin=stdin_data is not None,
             )

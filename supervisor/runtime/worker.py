@@ -239,6 +239,10 @@ class Worker(ABC):
         """The live processes of this worker and the calls in each (for the sampler)."""
         return []
 
+    def sole_call(self) -> Call | None:
+        """The one call running here, if exactly one is (JSON logs tag stderr lines with it)."""
+        return None
+
     @abstractmethod
     def exceed(self, pid: int, message: str, details: dict[str, Any]) -> None:
         """A quota was exceeded in process ``pid``: kill it; what ran there fails
@@ -293,6 +297,12 @@ class LineWorker(Worker):
         if self._end is None:
             self._quota_details = details
         self.kill("quota-exceeded", message)
+
+    def sole_call(self) -> Call | None:
+        if len(self.slots) != 1:
+            return None
+        slot = next(iter(self.slots.values()))
+        return None if slot.abandoned else slot.call
 
     # protocol hooks ----------------------------------------------------------------------
 

@@ -77,10 +77,25 @@ def _fingerprint(tools: list[Any]) -> bytes:
 class McpFace:
     """One MCP session's calls, made on ``kernel``; tasks (cancels) go to ``nursery``."""
 
-    def __init__(self, conn: McpServerConnection, kernel: Client, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        conn: McpServerConnection,
+        kernel: Client,
+        nursery: trio.Nursery,
+        *,
+        tracing: Any = None,
+        transport: str = "pipe",
+        session_id: str | None = None,
+    ) -> None:
         self.conn = conn
         self.kernel = kernel
         self._nursery = nursery
+        self.tracing = tracing
+        """``supervisor.telemetry.tracing.Tracing`` for MCP server spans, or None (then a
+        ``_meta.traceparent`` still reaches the host as the kernel request's ``trace``)."""
+        self.transport = transport
+        """``network.transport``: ``pipe`` (stdio) or ``tcp`` (Streamable HTTP)."""
+        self.session_id = session_id
         self._calls: dict[mcp.RequestId, int] = {}
         self._cancelled: set[mcp.RequestId] = set()
         self._visible: bytes | None = None
@@ -103,6 +118,22 @@ class McpFace:
         krid = self.kernel.new_id()
         self._calls[ev.id] = krid
         params: dict[str, Any] = {"tool": ev.name, "input": ev.arguments}
+        traceparent, tracestate, span = ev.traceparent, ev.tracestate, None
+        tracing = self.tracing
+        if tracing is not None:  # the MCP SERVER span; the kernel request goes under it
+            span, traceparent, tracestate = tracing.mcp_server_span(
+                ev.name,
+                traceparent,
+                tracestate,
+                request_id=ev.id,
+                session_id=self.session_id,
+                transport=self.transport,
+                protocol_version=conn.protocol_version,
+            )
+        if traceparent:
+            params["trace"] = {"traceparent": traceparent}
+            if tracestate:
+                params["trace"]["tracestate"] = tracestate
         on_event = None
         token = ev.progress_token
         if token is not None:
@@ -116,17 +147,24 @@ class McpFace:
                     progress, total, message = progress_fields(data, seq)
                     notify(conn.progress(token, progress, total, message))
 
+        error: tuple[str, str] | None = ("cancelled", "cancelled")
         try:
             envelope = await self.kernel.request(
                 "tools.invoke", params, request_id=krid, on_event=on_event
             )
+            failure = envelope.get("error") if isinstance(envelope, dict) else None
+            error = (failure.get("code"), failure.get("message", "")) if failure else None
         except RpcError as exc:
+            error = (exc.code, exc.message)
             code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
             return conn.error(ev.id, code, exc.message, {"code": exc.code})
         except ConnectionLost:
+            error = ("connection-lost", "the host connection closed")
             return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
         finally:
             self._calls.pop(ev.id, None)
+            if tracing is not None:
+                tracing.end_span(span, *(error or (None, "")))
         if ev.id in self._cancelled:
             self._cancelled.discard(ev.id)
             return None

@@ -18,6 +18,7 @@ import logging
 import math
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import h11
@@ -91,11 +92,14 @@ class McpHttpServer:
         *,
         allowed_origins: set[str] | None = None,
         health: HealthHook | None = None,
+        tracing: Any = None,
     ) -> None:
         self.connect = connect
         self._expected = f"Bearer {token}".encode()
         self.allowed_origins = allowed_origins or set()
         self.health = health
+        self.tracing = tracing
+        """MCP server spans (``supervisor.telemetry.tracing.Tracing``) or None."""
         self.sessions: dict[str, _Session] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -350,7 +354,14 @@ class McpHttpServer:
                     client_on_stream(stream, name=f"mcp-http:{name}") as kernel,
                     trio.open_nursery() as nursery,
                 ):
-                    session.face = McpFace(session.conn, kernel, nursery)
+                    session.face = McpFace(
+                        session.conn,
+                        kernel,
+                        nursery,
+                        tracing=self.tracing,
+                        transport="tcp",
+                        session_id=session.id,
+                    )
                     task_status.started()
                     # The watch ends when the kernel connection does; the session ends with it.
                     await session.face.watch_catalog(session.push)

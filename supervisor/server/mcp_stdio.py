@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -32,8 +33,11 @@ from supervisor.server.mcp_face import Connect, McpFace
 log = logging.getLogger("toolhost.mcp")
 
 
-async def serve_mcp_stdio(connect: Connect, *, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
-    """Serve one MCP client on ``stdin_fd``/``stdout_fd`` until stdin closes.
+async def serve_mcp_stdio(
+    connect: Connect, *, stdin_fd: int = 0, stdout_fd: int = 1, tracing: Any = None
+) -> None:
+    """Serve one MCP client on ``stdin_fd``/``stdout_fd`` until stdin closes (``tracing``:
+    MCP server spans, docs/telemetry.md).
 
     Raises:
         OSError: The kernel connection could not be opened (host not running).
@@ -58,7 +62,7 @@ async def serve_mcp_stdio(connect: Connect, *, stdin_fd: int = 0, stdout_fd: int
         ):
             outer.start_soon(out.run)  # ends once closed and everything is written
             async with trio.open_nursery() as nursery:
-                face = McpFace(conn, kernel, nursery)
+                face = McpFace(conn, kernel, nursery, tracing=tracing, transport="pipe")
                 nursery.start_soon(face.watch_catalog, write)
                 await _read(stdin, conn, face, nursery, write)
                 nursery.cancel_scope.cancel()  # stdin closed: the session is over

@@ -219,9 +219,29 @@ def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
         def on_progress(data: msgspec.Raw) -> None:
             c.event("tool.progress", data)
 
-    def done(env: Envelope) -> None:
-        session.call_done(rid)
-        session.send(codec.response(rid, env), codec)
+    trace = None
+    tel = host.telemetry
+    if tel is not None:  # the kernel request is a SERVER span around the call's span
+        t = p.trace
+        server, trace = tel.request_span(
+            "tools.invoke",
+            t.traceparent if t is not None else None,
+            t.tracestate if t is not None else None,
+            request_id=rid,
+            tool=tool,
+            client=session.client_name,
+        )
+
+        def done(env: Envelope) -> None:
+            tel.end_span(server)
+            session.call_done(rid)
+            session.send(codec.response(rid, env), codec)
+
+    else:
+
+        def done(env: Envelope) -> None:
+            session.call_done(rid)
+            session.send(codec.response(rid, env), codec)
 
     host.start_invoke(
         tool,
@@ -233,6 +253,7 @@ def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
         client=session.client_name,
         on_done=done,
         session=p.session,
+        trace=trace,
     )
 
 
