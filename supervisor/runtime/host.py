@@ -44,6 +44,7 @@ from supervisor.registry.plan import Plan, SidecarPlan, build_plan
 from supervisor.runtime import kinds, limits, zygote
 from supervisor.runtime.approvals import token_path
 from supervisor.runtime.audit import AuditLog
+from supervisor.runtime.events import EventBus
 from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
@@ -138,6 +139,9 @@ class Host:
             count_request=self.safeguards.accounting.count_request,
         )
         self.zygote: zygote.Zygote | None = None
+        # Operator events (events.subscribe): the call path is hooked only while watched.
+        self.events = EventBus(lambda: list(self.pools.values()))
+        self.events.on_calls = partial(setattr, self.invoker.engine, "events")
 
     @property
     def registry_path(self) -> str | None:
@@ -357,6 +361,7 @@ class Host:
         )
         pool.services = self.services
         pool.redact = self.services.redactor.text
+        pool.events = self.events
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)

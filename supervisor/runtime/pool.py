@@ -34,6 +34,7 @@ from supervisor.contracts.snapshot import (
 from supervisor.policy import restart as restart_policy
 from supervisor.policy.pool_facts import PoolState, sidecar_facts
 from supervisor.runtime.calls import Call, CallOutcome, Dispatch
+from supervisor.runtime.events import EventBus
 from supervisor.runtime.guard import HostGuard
 from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.worker import (
@@ -131,6 +132,8 @@ class Pool:
         """Answers workers' host-service requests (set by the host)."""
         self.redact: Callable[[str], str] | None = None
         """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
+        self.events: EventBus | None = None
+        """The host's operator event bus (``worker.changed``, ``log.line``), set by the host."""
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -193,6 +196,8 @@ class Pool:
             while not self.stopped:
                 self._index += 1
                 worker = self._factory(self._launch(), self, self._index)
+                if self.events is not None:
+                    worker.stderr.tap = self.events.stderr_tap(self, worker)
                 self.workers.append(worker)
                 self.starts += 1
                 self._publish()
@@ -486,6 +491,8 @@ class Pool:
 
     def _publish(self) -> None:
         self._notify()
+        if self.events is not None:
+            self.events.pool_changed(self)
         facts = self.facts()
         if facts != self._last_facts:
             self._last_facts = facts

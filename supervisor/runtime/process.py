@@ -57,14 +57,18 @@ def allowed_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, 
 class StderrRing:
     """Keeps the last ``size`` bytes written to a worker's stderr."""
 
-    __slots__ = ("_buf", "size", "total")
+    __slots__ = ("_buf", "size", "tap", "total")
 
     def __init__(self, size: int = STDERR_RING_BYTES) -> None:
         self.size = size
         self._buf = bytearray()
         self.total = 0
+        self.tap: Callable[[bytes], None] | None = None
+        """Also gets every chunk (the operator event bus's ``log.line`` source)."""
 
     def write(self, data: bytes) -> None:
+        if self.tap is not None:
+            self.tap(data)
         self.total += len(data)
         buf = self._buf
         buf += data
