@@ -3,7 +3,9 @@
 Text frames carry JSON and binary frames MessagePack; each answer uses the encoding of the frame
 that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared in constant
 time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600), generated on
-first start when absent.
+first start when absent. A browser, which cannot set that header, offers the token as the
+subprotocol ``toolhost.bearer.<token>`` instead, and its ``Origin`` must be the gateway's own
+(``server/console.py``, which also serves the web console at ``/``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
 from supervisor.runtime.host import Host
+from supervisor.server import console
 from supervisor.server.admission import overloaded_line
 from supervisor.server.codec import Codec
-from supervisor.server.gateway_http import Route, connection_handler
+from supervisor.server.gateway_http import Page, Route, connection_handler
 from supervisor.server.health import http_answer
 from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
@@ -85,6 +88,24 @@ def authorized(request: WebSocketRequest, token: str) -> bool:
         if name.lower() == b"authorization":
             return hmac.compare_digest(value.strip(), expected)
     return False
+
+
+def browser_refusal(request: WebSocketRequest, loopback: bool) -> str | None:
+    """Why a browser's handshake is refused, or None. A request with ``Origin`` (only browsers
+    send one) must come from the gateway's own origin, and on a loopback listener name a
+    loopback ``Host`` (a DNS-rebinding page has a foreign one). Clients that send no ``Origin``
+    (kernels, the CLI) are not browsers and pass."""
+    origin = next((v for k, v in request.headers if k.lower() == b"origin"), None)
+    if origin is None:
+        return None
+    event = getattr(request, "_event", None)  # wsproto's Request: it keeps Host apart
+    host = getattr(event, "host", None)
+    shown = origin.decode("latin-1", "replace")
+    if loopback and not console.host_is_loopback(host):
+        return f"Host {host!r} is not loopback (origin {shown})"
+    if not console.same_origin(shown, host):
+        return f"origin {shown} is not this gateway's (http://{host})"
+    return None
 
 
 class WsConnection(QueuedTransport):
@@ -168,12 +189,20 @@ async def serve_ws(
             bind,
         )
 
+    loopback = is_loopback(bind)
+
     async def handler(request: WebSocketRequest) -> None:
         remote = f"ws:{request.remote}"
         if request.path.split("?", 1)[0] != WS_PATH:
             await request.reject(404, body=b"not found: the gateway is at /ws\n")
             return
-        if not authorized(request, token):
+        refused = browser_refusal(request, loopback)
+        if refused is not None:
+            log.warning("refused WebSocket client %s: %s", remote, refused)
+            await request.reject(403, body=f"forbidden: {refused}\n".encode())
+            return
+        by_subprotocol = console.bearer_from_subprotocols(request.proposed_subprotocols, token)
+        if not by_subprotocol and not authorized(request, token):
             log.warning("refused WebSocket client %s: missing or wrong bearer token", remote)
             await request.reject(
                 401,
@@ -189,7 +218,8 @@ async def serve_ws(
             )
             return
         try:
-            ws = await request.accept()
+            # A browser (the console) offered the token as a subprotocol: answer the plain one.
+            ws = await request.accept(subprotocol=console.SUBPROTOCOL if by_subprotocol else None)
             await WsConnection(host, ws, limits, remote).run()
         finally:
             count.leave()
@@ -199,8 +229,15 @@ async def serve_ws(
 
     # Plain HTTP routes share the port with the WebSocket handshake (docs/deploy.md).
     routes: dict[str, Route] = {"/healthz": health_route, "/readyz": health_route}
+
+    def pages(method: str, path: str, head: bytes) -> Page | None:
+        # The web console (docs/console.md), read at each request so a reload can turn it off.
+        if not host.registry.host.console:
+            return console.console_off(path)
+        return console.serve_page(method, path, head, loopback=loopback)
+
     listeners = await trio.open_tcp_listeners(port, host=bind)
-    handle = connection_handler(handler, routes, max_message_size=limits.max_frame)
+    handle = connection_handler(handler, routes, max_message_size=limits.max_frame, pages=pages)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(count.trimmer)
         task_status.started(listeners[0].socket.getsockname()[1])
