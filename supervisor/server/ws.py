@@ -33,6 +33,8 @@ from supervisor.server.stream import ConnectionLimits
 log = logging.getLogger("toolhost.server")
 
 WS_PATH = "/ws"
+CLOSE_GRACE_S = 2.0
+"""How long a closing connection waits for the peer's close frame."""
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -153,8 +155,11 @@ class WsConnection(QueuedTransport):
                 nursery.cancel_scope.cancel()
         finally:
             self.session.close()
+            # Bounded: when the gateway itself is cancelled, the task that would read the peer's
+            # close frame is gone, and an unbounded wait here would hang the shutdown.
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.ws.aclose()
+                with trio.move_on_after(CLOSE_GRACE_S):
+                    await self.ws.aclose()
 
     async def _writer(self) -> None:
         out = self.out
