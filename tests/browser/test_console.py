@@ -62,7 +62,9 @@ class Tab:
                     await trio.sleep(0.05)
         except trio.TooSlowError:
             body = await self.eval("document.body.innerText.slice(0, 3000)")
-            raise AssertionError(f"timed out waiting for {what or expression}; page:\n{body}")
+            raise AssertionError(
+                f"timed out waiting for {what or expression}; page:\n{body}"
+            ) from None
 
     async def goto(self, url: str) -> None:
         await self.send("Page.navigate", {"url": url})
@@ -241,9 +243,11 @@ async def test_console_shows_the_host_live_and_acts(app, chromium):
 
         # SIGKILL the worker: shown restarting, then back with a new pid, without a reload.
         await tab.eval(
-            "window.seen = []; window.loads = performance.getEntriesByType('navigation').length;"
-            f"new MutationObserver(() => {{ const s = {SIDE_STATE}; if (s) window.seen.push(s.dataset.state); }})"
-            ".observe(document.getElementById('sidecars'), {subtree: true, childList: true, attributes: true})"
+            "window.seen = [];"
+            f"new MutationObserver(() => {{ const s = {SIDE_STATE};"
+            " if (s) window.seen.push(s.dataset.state); })"
+            ".observe(document.getElementById('sidecars'),"
+            " {subtree: true, childList: true, attributes: true})"
         )
         killed_at = trio.current_time()
         os.kill(pid, signal.SIGKILL)
@@ -349,7 +353,8 @@ async def test_a_foreign_origin_is_refused(app, chromium, pages):
         gateway = f"ws://127.0.0.1:{srv.ws_port}/ws"
         probe = (
             "new Promise(r => { const ws = new WebSocket("
-            f"{json.dumps(gateway)}, ['toolhost.v1', 'toolhost.bearer.' + {json.dumps(srv.token)}]);"
+            f"{json.dumps(gateway)},"
+            f" ['toolhost.v1', 'toolhost.bearer.' + {json.dumps(srv.token)}]);"
             "ws.onopen = () => { ws.close(); r('open'); }; ws.onerror = () => r('refused'); })"
         )
         # From another origin (a page served elsewhere), even with the right token: refused.
