@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from supervisor.runtime.pool import Pool
     from supervisor.runtime.worker import Worker
 
-QUEUE_LIMIT = 1024
-"""Events one subscription may hold before it starts dropping (about 1 MiB at worst)."""
+QUEUE_LIMIT = 4096
+"""Events one subscription may hold before it starts dropping (a few MiB at worst): room for
+one flush interval of a host answering tens of thousands of calls a second."""
 LINE_LIMIT = 2048
 """A stderr line longer than this is cut (and a line with no newline yet is sent cut)."""
 TEXT_LIMIT = 1024
@@ -87,7 +88,7 @@ class Subscription:
             wake.set()
 
     async def take(self) -> list[Event]:
-        """Every queued event (waits for one), then ``events.dropped`` if events were lost."""
+        """Every queued event (waits for one), after ``events.dropped`` if events were lost."""
         while not self._queue and not self.dropped:
             if self.closed:
                 return []
@@ -96,9 +97,19 @@ class Subscription:
         items = list(self._queue)
         self._queue.clear()
         if self.dropped:
-            items.append(("events.dropped", EventsDropped(count=self.dropped)))
+            # First, not after the queue: a reader that is always behind must still hear it.
+            items.insert(0, ("events.dropped", EventsDropped(count=self.dropped)))
             self.dropped = 0
         return items
+
+    def put_back(self, items: list[Event]) -> None:
+        """Return events :meth:`take` gave out but the reader could not send yet (its
+        connection's backlog filled): they go first next time, their drop count too."""
+        for name, data in reversed(items):
+            if name == "events.dropped":
+                self.dropped += data.count
+            else:
+                self._queue.appendleft((name, data))
 
     def close(self) -> None:
         self.closed = True

@@ -55,7 +55,12 @@ class Transport(Protocol):
 
     async def wait_backlog(self, limit: int) -> None: ...
 
+    def backlog(self) -> int: ...
 
+
+EVENTS_FLUSH_S = 0.02
+"""Operator events are moved to the client at most this often: under load a console costs a
+few writes a second instead of one per scheduler tick."""
 EVENTS_BACKLOG = 256 * 1024
 """Operator events move to the client's outbound queue only while less than this waits there:
 a client that stops reading makes its subscription drop events (``events.dropped``), it never
@@ -143,6 +148,10 @@ class QueuedTransport:
 
     def switch_encoding(self, encoding: str) -> Codec:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    def backlog(self) -> int:
+        """Bytes waiting to be written to the client."""
+        return self.out.queued_bytes
 
     async def wait_backlog(self, limit: int) -> None:
         """Return once at most ``limit`` bytes wait to be written (or the client is gone)."""
@@ -415,9 +424,13 @@ class Session:
                     events = await sub.take()
                     if not events:
                         return
-                    for name, data in events:
+                    for i, (name, data) in enumerate(events):
+                        if self.transport.backlog() > EVENTS_BACKLOG:
+                            sub.put_back(events[i:])
+                            break
                         self.send(codec.event(name, data), codec)
                     await self.transport.wait_backlog(EVENTS_BACKLOG)
+                    await trio.sleep(EVENTS_FLUSH_S)  # let the next events gather
         finally:
             self.host.events.unsubscribe(sub)
 

@@ -140,7 +140,7 @@ async def test_a_subscriber_that_stops_reading_loses_events_not_host_memory(app)
         for _ in range(50):
             assert sub.queued <= QUEUE_LIMIT
             await trio.sleep(0.01)
-        # Reading again: the lines that were kept, then how many were lost.
+        # Reading again: how many were lost (told first), then the lines that were kept.
         dropped = await next_event(peer, lambda m: m["event"] == "events.dropped", 60)
         assert dropped["data"]["count"] > 0
         assert host.events.subscribers("logs") == 1  # still subscribed, never disconnected
@@ -160,8 +160,13 @@ def test_subscription_bound_and_drop_count():
         return await sub.take()
 
     items = trio.run(take)
-    assert items[:3] == [("x", 0), ("x", 1), ("x", 2)]
-    assert items[3][0] == "events.dropped" and items[3][1].count == 7
+    assert items[0][0] == "events.dropped" and items[0][1].count == 7
+    assert items[1:] == [("x", 0), ("x", 1), ("x", 2)]
+    sub.put_back(items[2:])  # the reader sent the notice and one event, then had to stop
+    assert sub.queued == 2 and sub.dropped == 0
+    sub.put_back(items[:1])
+    assert sub.dropped == 7
+    assert trio.run(take)[1:] == [("x", 1), ("x", 2)]
     assert sub.queued == 0 and sub.dropped == 0
     bus.unsubscribe(sub)
     bus.unsubscribe(sub)
