@@ -273,6 +273,20 @@ class EventBus:
         return feed
 
 
+def chain_taps(
+    first: Callable[[bytes], None] | None, second: Callable[[bytes], None]
+) -> Callable[[bytes], None]:
+    """One stderr tap that feeds ``first`` (when set) and then ``second``."""
+    if first is None:
+        return second
+
+    def both(data: bytes) -> None:
+        first(data)
+        second(data)
+
+    return both
+
+
 def worker_status(w: Worker, now: float) -> WorkerStatus:
     """A worker's row (PROTOCOL 6), as ``capability.catalog.get`` shows it."""
     return WorkerStatus(

@@ -34,7 +34,7 @@ from supervisor.contracts.snapshot import (
 from supervisor.policy import restart as restart_policy
 from supervisor.policy.pool_facts import PoolState, sidecar_facts
 from supervisor.runtime.calls import Call, CallOutcome, Dispatch
-from supervisor.runtime.events import EventBus
+from supervisor.runtime.events import EventBus, chain_taps
 from supervisor.runtime.guard import HostGuard
 from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.worker import (
@@ -196,8 +196,10 @@ class Pool:
             while not self.stopped:
                 self._index += 1
                 worker = self._factory(self._launch(), self, self._index)
-                if self.events is not None:
-                    worker.stderr.tap = self.events.stderr_tap(self, worker)
+                if self.events is not None:  # keeps a tap already set (JSON logs)
+                    worker.stderr.tap = chain_taps(
+                        worker.stderr.tap, self.events.stderr_tap(self, worker)
+                    )
                 self.workers.append(worker)
                 self.starts += 1
                 self._publish()

@@ -171,3 +171,17 @@ def test_subscription_bound_and_drop_count():
     bus.unsubscribe(sub)
     bus.unsubscribe(sub)
     assert hooked == [bus, None] and bus.subscribers("calls") == 0
+
+
+def test_chain_taps_keeps_an_earlier_tap():
+    from supervisor.runtime.events import chain_taps
+
+    seen: list[tuple[str, bytes]] = []
+
+    def mine(data: bytes) -> None:
+        seen.append(("mine", data))
+
+    assert chain_taps(None, mine) is mine
+    both = chain_taps(lambda data: seen.append(("theirs", data)), mine)
+    both(b"x")
+    assert seen == [("theirs", b"x"), ("mine", b"x")]
