@@ -102,6 +102,9 @@ class HostConfig(_Config):
     approval_source: Literal["kernel", "operator"] = "kernel"
     """Who grants ``approval-required`` calls: the kernel's ``approval`` param (``kernel``) or
     only an operator, with ``toolhost approve CALL_ID`` (``operator``)."""
+    console: bool = True
+    """The web console at ``/`` on the gateway's HTTP port (docs/console.md); it needs ``ws``
+    and the gateway token. ``false`` answers 404 there."""
 
 
 class PoolConfig(_Config):

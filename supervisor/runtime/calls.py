@@ -76,6 +76,15 @@ class CallWorker(Protocol):
         """Stop caring about ``call``'s attempt (deadline, cancel): it will not end the call."""
 
 
+class CallEvents(Protocol):
+    """Who hears of every call's start and end (the operator event bus, while it has
+    ``calls`` subscribers; see ``runtime/events.py``)."""
+
+    def call_started(self, call: Call) -> None: ...
+
+    def call_ended(self, call: Call, env: Envelope) -> None: ...
+
+
 class CallEngine:
     """The narrow parts every call needs at its start and at its one finish.
 
@@ -105,11 +114,15 @@ class CallEngine:
         self.seq = 0
         self.redact: Callable[[Envelope], Envelope] | None = None
         """Set once a secret was handed to a sidecar: every envelope passes through it."""
+        self.events: CallEvents | None = None
+        """Set only while someone subscribes to ``calls`` events (None costs nothing)."""
 
     def begin(self, call: Call) -> None:
         """Start the machine: arm the deadline and give the call to its pool."""
         if call.key is not None:
             self.calls[call.key] = call
+        if self.events is not None:
+            self.events.call_started(call)
         call._timer = self.timers.at(call.deadline, call.expire)
         call.dispatch.submit(call)
 
@@ -350,6 +363,8 @@ class Call:
         if engine.redact is not None:
             env = engine.redact(env)
         engine.record(self, env)
+        if engine.events is not None:
+            engine.events.call_ended(self, env)
         self.on_done(env)
 
     def _envelope(self, outcome: CallOutcome | None, message: str, now: float) -> Envelope:

@@ -45,6 +45,7 @@ from supervisor.registry.plan import Plan, SidecarPlan, build_plan
 from supervisor.runtime import kinds, limits, zygote
 from supervisor.runtime.approvals import token_path
 from supervisor.runtime.audit import AuditLog
+from supervisor.runtime.events import EventBus
 from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
 from supervisor.runtime.process import allowed_env
@@ -149,6 +150,9 @@ class Host:
         """OpenTelemetry spans and metrics (docs/telemetry.md); None when off."""
         self.stderr_lines: StderrLines | None = None
         """JSON logs: sidecar stderr lines forwarded as records; None with text logs."""
+        # Operator events (events.subscribe): the call path is hooked only while watched.
+        self.events = EventBus(lambda: list(self.pools.values()))
+        self.events.on_calls = partial(setattr, self.invoker.engine, "events")
 
     @property
     def registry_path(self) -> str | None:
@@ -397,6 +401,7 @@ class Host:
         if self.telemetry is not None:
             pool.metering = self.telemetry.metering
         pool.stderr_lines = self.stderr_lines
+        pool.events = self.events
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)

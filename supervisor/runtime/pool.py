@@ -34,6 +34,7 @@ from supervisor.contracts.snapshot import (
 from supervisor.policy import restart as restart_policy
 from supervisor.policy.pool_facts import PoolState, sidecar_facts
 from supervisor.runtime.calls import Call, CallOutcome, Dispatch
+from supervisor.runtime.events import EventBus, chain_taps
 from supervisor.runtime.guard import HostGuard
 from supervisor.runtime.process_json_worker import ProcessWorker
 from supervisor.runtime.worker import (
@@ -130,11 +131,13 @@ class Pool:
         self.services: Services | None = None
         """Answers workers' host-service requests (set by the host)."""
         self.redact: Callable[[str], str] | None = None
+        """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
         self.metering: Any = None
         """OpenTelemetry instruments (``supervisor.telemetry.metering.Metering``) or None."""
         self.stderr_lines: Any = None
         """JSON logs: forwards workers' stderr lines (``supervisor.telemetry.logs``) or None."""
-        """Masks secrets from stderr tails (set by the host once a secret was handed out)."""
+        self.events: EventBus | None = None
+        """The host's operator event bus (``worker.changed``, ``log.line``), set by the host."""
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -200,6 +203,10 @@ class Pool:
                 if self.stderr_lines is not None:
                     worker.stderr.tap = self.stderr_lines.tap(
                         self.sidecar, partial(_log_context, worker)
+                    )
+                if self.events is not None:  # keeps a tap already set (JSON logs)
+                    worker.stderr.tap = chain_taps(
+                        worker.stderr.tap, self.events.stderr_tap(self, worker)
                     )
                 self.workers.append(worker)
                 self.starts += 1
@@ -500,6 +507,8 @@ class Pool:
 
     def _publish(self) -> None:
         self._notify()
+        if self.events is not None:
+            self.events.pool_changed(self)
         facts = self.facts()
         if facts != self._last_facts:
             self._last_facts = facts

@@ -64,7 +64,8 @@ class StderrRing:
         self._buf = bytearray()
         self.total = 0
         self.tap: Callable[[bytes], None] | None = None
-        """Also gets every chunk (JSON logs forward the lines: supervisor.telemetry.logs)."""
+        """Also gets every chunk: JSON logs forward the lines (supervisor.telemetry.logs) and
+        the operator event bus publishes ``log.line`` (chained with ``chain_taps``)."""
 
     def write(self, data: bytes) -> None:
         if self.tap is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 import trio
 from trio_websocket import WebSocketRequest, wrap_server_stream
@@ -22,7 +23,27 @@ HEAD_TIMEOUT_S = 10.0
 Route = Callable[[str], Awaitable[tuple[int, bytes]]]
 """path -> (HTTP status, JSON body)."""
 
-_REASONS = {200: b"OK", 404: b"Not Found", 503: b"Service Unavailable"}
+_REASONS = {
+    200: b"OK",
+    304: b"Not Modified",
+    403: b"Forbidden",
+    404: b"Not Found",
+    503: b"Service Unavailable",
+}
+
+
+class Page(NamedTuple):
+    """A plain HTTP answer with its own headers (the console's static files)."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    head_only: bool = False
+    """Send the headers (with the body's length) but not the body (``HEAD``, ``304``)."""
+
+
+Pages = Callable[[str, str, bytes], "Page | None"]
+"""(method, path, request head) -> a page, or None when the path is not one of them."""
 
 
 class ReplayStream(trio.abc.Stream):
@@ -88,15 +109,28 @@ async def answer(stream: trio.SocketStream, status: int, body: bytes) -> None:
     await stream.send_all(head + body)
 
 
+async def answer_page(stream: trio.SocketStream, page: Page) -> None:
+    """A complete HTTP/1.1 response with the page's headers; closes the connection."""
+    head = b"HTTP/1.1 %d %s\r\n" % (page.status, _REASONS.get(page.status, b"OK"))
+    for name, value in page.headers:
+        head += name + b": " + value + b"\r\n"
+    if page.status != 304:
+        head += b"content-length: %d\r\n" % len(page.body)
+    head += b"connection: close\r\n\r\n"
+    await stream.send_all(head if page.head_only else head + page.body)
+
+
 def connection_handler(
     ws_handler: Callable[[WebSocketRequest], Awaitable[None]],
     routes: dict[str, Route],
     *,
     max_message_size: int,
     message_queue_size: int = 64,
+    pages: Pages | None = None,
 ) -> Callable[[trio.SocketStream], Awaitable[None]]:
-    """A per-connection handler for :func:`trio.serve_listeners`: ``routes`` answered as plain
-    HTTP, every other request through the WebSocket handshake to ``ws_handler``."""
+    """A per-connection handler for :func:`trio.serve_listeners`: ``routes`` (and ``pages``)
+    answered as plain HTTP, every other request through the WebSocket handshake to
+    ``ws_handler``."""
 
     async def handle(stream: trio.SocketStream) -> None:
         try:
@@ -110,6 +144,11 @@ def connection_handler(
                     status, body = await route(path)
                     await answer(stream, status, body)
                     return
+                if pages is not None and method in ("GET", "HEAD") and not upgrade:
+                    page = pages(method, path, head)
+                    if page is not None:
+                        await answer_page(stream, page)
+                        return
                 async with trio.open_nursery() as nursery:
                     request = await wrap_server_stream(
                         nursery,

@@ -17,6 +17,7 @@ import trio
 
 import supervisor
 from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.events import SubscribeParams
 from supervisor.contracts.packages import ApplyParams, RollbackParams, StageParams
 from supervisor.contracts.rpc import (
     PROTOCOL_NAME,
@@ -57,6 +58,8 @@ class SessionLike(Protocol):
 
     def start_subscription(self, codec: Codec) -> None: ...
 
+    def start_events(self, codec: Codec, params: SubscribeParams) -> None: ...
+
     def call_key(self, request_id: RequestId) -> Any: ...
 
     def call_done(self, request_id: RequestId) -> None: ...
@@ -92,6 +95,7 @@ CAPABILITIES = {
     "streaming": True,
     "cancel": True,
     "subscribe": True,
+    "events": ["workers", "calls", "logs"],
     "extensions": ["sidecar.logs", "registry.reload"],
     "packages": True,
 }
@@ -131,6 +135,16 @@ def catalog_subscribe(c: Call, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
     c.session.start_subscription(c.codec)
     return {"revision": c.host.catalog.revision}
+
+
+def events_subscribe(c: Call, raw: msgspec.Raw) -> Any:
+    """``events.subscribe``: operator events of the topics asked for (a later call on the same
+    connection replaces the earlier subscription)."""
+    p = c.params(raw, SubscribeParams)
+    if not p.topics:
+        raise BadParams("params.topics: name at least one of workers, calls, logs")
+    c.session.start_events(c.codec, p)
+    return {}
 
 
 def tools_list(c: Call, raw: msgspec.Raw) -> Any:
@@ -361,6 +375,7 @@ SYNC_METHODS: dict[str, SyncMethod] = {
     "server.hello": hello,
     "capability.catalog.get": catalog_get,
     "capability.catalog.subscribe": catalog_subscribe,
+    "events.subscribe": events_subscribe,
     "tools.list": tools_list,
     "tools.cancel": tools_cancel,
     "system.health": system_health,

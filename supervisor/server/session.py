@@ -23,7 +23,9 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
+from supervisor.contracts.events import SubscribeParams
 from supervisor.contracts.rpc import RequestId
+from supervisor.runtime.events import Subscription
 from supervisor.runtime.host import Host
 from supervisor.server.codec import BadFrame, BadParams, Codec
 from supervisor.server.methods import (
@@ -50,6 +52,19 @@ class Transport(Protocol):
     def disconnect(self, reason: str) -> None: ...
 
     def switch_encoding(self, encoding: str) -> Codec: ...
+
+    async def wait_backlog(self, limit: int) -> None: ...
+
+    def backlog(self) -> int: ...
+
+
+EVENTS_FLUSH_S = 0.02
+"""Operator events are moved to the client at most this often: under load a console costs a
+few writes a second instead of one per scheduler tick."""
+EVENTS_BACKLOG = 256 * 1024
+"""Operator events move to the client's outbound queue only while less than this waits there:
+a client that stops reading makes its subscription drop events (``events.dropped``), it never
+makes the host queue more."""
 
 
 class OutQueue:
@@ -134,6 +149,16 @@ class QueuedTransport:
     def switch_encoding(self, encoding: str) -> Codec:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def backlog(self) -> int:
+        """Bytes waiting to be written to the client."""
+        return self.out.queued_bytes
+
+    async def wait_backlog(self, limit: int) -> None:
+        """Return once at most ``limit`` bytes wait to be written (or the client is gone)."""
+        out = self.out
+        while out.queued_bytes > limit and not out.closed:
+            await out.drain(timeout_s=1.0)
+
 
 class Session:
     """Requests of one client."""
@@ -151,6 +176,7 @@ class Session:
         self._queued = 0
         self._inflight: set[RequestId] = set()
         self._subscribed = False
+        self._events: tuple[Subscription, trio.CancelScope] | None = None
         self._started: dict[RequestId, tuple[str, Call, msgspec.Raw]] = {}
         self._running: dict[RequestId, tuple[str, Call, msgspec.Raw, trio.CancelScope]] = {}
         self._leaving = False
@@ -179,6 +205,23 @@ class Session:
         self._subscribed = True
         self._nursery.start_soon(self._forward_changes, self.host.subscribe(), codec)
 
+    def start_events(self, codec: Codec, params: SubscribeParams) -> None:
+        """Subscribe to operator events (replacing this session's earlier subscription)."""
+        if self._nursery is None or self.closed:
+            return
+        self._stop_events()
+        sub = self.host.events.subscribe(params.topics, params.sidecar)
+        scope = trio.CancelScope()
+        self._events = (sub, scope)
+        self._nursery.start_soon(self._forward_events, sub, scope, codec)
+
+    def _stop_events(self) -> None:
+        if self._events is not None:
+            sub, scope = self._events
+            self._events = None
+            self.host.events.unsubscribe(sub)
+            scope.cancel()
+
     def call_key(self, request_id: RequestId) -> Any:
         return (id(self), request_id)
 
@@ -202,6 +245,7 @@ class Session:
         """The client is gone: nothing more is sent, and its started calls still here are
         cancelled (the awaited methods end with the transport's nursery)."""
         self.closed = True
+        self._stop_events()
         for rid in list(self._started):
             self.host.cancel(self.call_key(rid), "client disconnected")
 
@@ -369,6 +413,26 @@ class Session:
             self.send(codec.error(call.rid, "internal", f"{type(exc).__name__}: {exc}"), codec)
         else:
             self.send(codec.response(call.rid, result), codec)
+
+    async def _forward_events(
+        self, sub: Subscription, scope: trio.CancelScope, codec: Codec
+    ) -> None:
+        """Move a subscription's events to the client, pausing while its backlog is large."""
+        try:
+            with scope:
+                while not self.closed:
+                    events = await sub.take()
+                    if not events:
+                        return
+                    for i, (name, data) in enumerate(events):
+                        if self.transport.backlog() > EVENTS_BACKLOG:
+                            sub.put_back(events[i:])
+                            break
+                        self.send(codec.event(name, data), codec)
+                    await self.transport.wait_backlog(EVENTS_BACKLOG)
+                    await trio.sleep(EVENTS_FLUSH_S)  # let the next events gather
+        finally:
+            self.host.events.unsubscribe(sub)
 
     async def _forward_changes(self, recv: trio.MemoryReceiveChannel[Any], codec: Codec) -> None:
         async with recv:

@@ -3,7 +3,9 @@
 Text frames carry JSON and binary frames MessagePack; each answer uses the encoding of the frame
 that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared in constant
 time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600), generated on
-first start when absent.
+first start when absent. A browser, which cannot set that header, offers the token as the
+subprotocol ``toolhost.bearer.<token>`` instead, and its ``Origin`` must be the gateway's own
+(``server/console.py``, which also serves the web console at ``/``).
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ import stat
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
+from wsproto.connection import ConnectionState
+from wsproto.events import BytesMessage, TextMessage
+from wsproto.utilities import LocalProtocolError
 
 from supervisor.runtime.host import Host
+from supervisor.server import console
 from supervisor.server.admission import overloaded_line
 from supervisor.server.codec import Codec
-from supervisor.server.gateway_http import Route, connection_handler
+from supervisor.server.gateway_http import Page, Route, connection_handler
 from supervisor.server.health import http_answer
 from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
@@ -30,6 +36,8 @@ from supervisor.server.stream import ConnectionLimits
 log = logging.getLogger("toolhost.server")
 
 WS_PATH = "/ws"
+CLOSE_GRACE_S = 2.0
+"""How long a closing connection waits for the peer's close frame."""
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -87,6 +95,24 @@ def authorized(request: WebSocketRequest, token: str) -> bool:
     return False
 
 
+def browser_refusal(request: WebSocketRequest, loopback: bool) -> str | None:
+    """Why a browser's handshake is refused, or None. A request with ``Origin`` (only browsers
+    send one) must come from the gateway's own origin, and on a loopback listener name a
+    loopback ``Host`` (a DNS-rebinding page has a foreign one). Clients that send no ``Origin``
+    (kernels, the CLI) are not browsers and pass."""
+    origin = next((v for k, v in request.headers if k.lower() == b"origin"), None)
+    if origin is None:
+        return None
+    event = getattr(request, "_event", None)  # wsproto's Request: it keeps Host apart
+    host = getattr(event, "host", None)
+    shown = origin.decode("latin-1", "replace")
+    if loopback and not console.host_is_loopback(host):
+        return f"Host {host!r} is not loopback (origin {shown})"
+    if not console.same_origin(shown, host):
+        return f"origin {shown} is not this gateway's (http://{host})"
+    return None
+
+
 class WsConnection(QueuedTransport):
     """One WebSocket client."""
 
@@ -132,18 +158,90 @@ class WsConnection(QueuedTransport):
                 nursery.cancel_scope.cancel()
         finally:
             self.session.close()
+            # Bounded: when the gateway itself is cancelled, the task that would read the peer's
+            # close frame is gone, and an unbounded wait here would hang the shutdown.
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.ws.aclose()
+                with trio.move_on_after(CLOSE_GRACE_S):
+                    await self.ws.aclose()
 
     async def _writer(self) -> None:
         out = self.out
         try:
             while True:
-                for frame, binary in await out.take():
+                frames = await out.take()
+                if len(frames) == 1:
+                    frame, binary = frames[0]
                     await self.ws.send_message(frame if binary else frame.decode("utf-8"))
+                else:
+                    await send_batch(self.ws, frames)
                 out.written()
         except ConnectionClosed:
             self.disconnect("connection closed")
+
+
+BATCH_BYTES = 256 * 1024
+
+
+def data_frame(payload: bytes, opcode: int) -> bytes:
+    """One unmasked, final WebSocket frame (RFC 6455 5.2) as a server sends it."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, n))
+    elif n < 1 << 16:
+        head = bytes((0x80 | opcode, 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 127)) + n.to_bytes(8, "big")
+    return head + payload
+
+
+async def send_batch(ws: WebSocketConnection, frames: list[tuple[bytes, bool]]) -> None:
+    """Send several messages with one write per ~256 KiB instead of one per message (a console
+    following a busy host gets two events per call). Uses trio-websocket's own wsproto state
+    and stream lock, exactly as its ``send_message`` does; without them, one at a time.
+
+    Raises:
+        ConnectionClosed: The connection is closed or broke.
+    """
+    proto = getattr(ws, "_wsproto", None)
+    lock = getattr(ws, "_stream_lock", None)
+    stream = getattr(ws, "_stream", None)
+    if proto is None or lock is None or stream is None:
+        for frame, binary in frames:
+            await ws.send_message(frame if binary else frame.decode("utf-8"))
+        return
+    # Without extensions (the gateway negotiates none) a server's data frame is just a header
+    # and the payload: framed here at a tenth of wsproto's cost, which matters per event.
+    frames_proto = getattr(getattr(proto, "connection", None), "_proto", None)
+    raw = not getattr(frames_proto, "extensions", True)
+    i = 0
+    while i < len(frames):
+        if ws.closed is not None:
+            raise ConnectionClosed(ws.closed)
+        chunk: list[bytes] = []
+        size = 0
+        while i < len(frames) and size < BATCH_BYTES:
+            frame, binary = frames[i]
+            i += 1
+            if raw and proto.state is ConnectionState.OPEN:
+                data = data_frame(frame, 0x2 if binary else 0x1)
+            else:
+                event = (
+                    BytesMessage(data=frame) if binary else TextMessage(data=frame.decode("utf-8"))
+                )
+                try:
+                    data = proto.send(event)
+                except LocalProtocolError:  # closing: the peer's close frame came in meanwhile
+                    raise ConnectionClosed(ws.closed) from None
+            chunk.append(data)
+            size += len(data)
+        async with lock:
+            try:
+                await stream.send_all(b"".join(chunk))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                abort = getattr(ws, "_abort_web_socket", None)
+                if abort is not None:
+                    await abort()
+                raise ConnectionClosed(ws.closed) from None
 
 
 async def serve_ws(
@@ -168,12 +266,20 @@ async def serve_ws(
             bind,
         )
 
+    loopback = is_loopback(bind)
+
     async def handler(request: WebSocketRequest) -> None:
         remote = f"ws:{request.remote}"
         if request.path.split("?", 1)[0] != WS_PATH:
             await request.reject(404, body=b"not found: the gateway is at /ws\n")
             return
-        if not authorized(request, token):
+        refused = browser_refusal(request, loopback)
+        if refused is not None:
+            log.warning("refused WebSocket client %s: %s", remote, refused)
+            await request.reject(403, body=f"forbidden: {refused}\n".encode())
+            return
+        by_subprotocol = console.bearer_from_subprotocols(request.proposed_subprotocols, token)
+        if not by_subprotocol and not authorized(request, token):
             log.warning("refused WebSocket client %s: missing or wrong bearer token", remote)
             await request.reject(
                 401,
@@ -189,7 +295,8 @@ async def serve_ws(
             )
             return
         try:
-            ws = await request.accept()
+            # A browser (the console) offered the token as a subprotocol: answer the plain one.
+            ws = await request.accept(subprotocol=console.SUBPROTOCOL if by_subprotocol else None)
             await WsConnection(host, ws, limits, remote).run()
         finally:
             count.leave()
@@ -199,8 +306,15 @@ async def serve_ws(
 
     # Plain HTTP routes share the port with the WebSocket handshake (docs/deploy.md).
     routes: dict[str, Route] = {"/healthz": health_route, "/readyz": health_route}
+
+    def pages(method: str, path: str, head: bytes) -> Page | None:
+        # The web console (docs/console.md), read at each request so a reload can turn it off.
+        if not host.registry.host.console:
+            return console.console_off(path)
+        return console.serve_page(method, path, head, loopback=loopback)
+
     listeners = await trio.open_tcp_listeners(port, host=bind)
-    handle = connection_handler(handler, routes, max_message_size=limits.max_frame)
+    handle = connection_handler(handler, routes, max_message_size=limits.max_frame, pages=pages)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(count.trimmer)
         task_status.started(listeners[0].socket.getsockname()[1])
