@@ -14,6 +14,7 @@ import trio
 from supervisor.client import open_client
 from tests.conftest import write_registry
 from tests.e2e.conftest import cli, serve
+from tests.fractalic_files import BOMB, DEEP_YAML, MCP_YAML, SJ_YAML
 
 GREET = """
 import argparse, json
@@ -152,31 +153,6 @@ p.add_argument("--city", required=True)
 print(json.dumps({"city": p.parse_args().city, "sky": "clear"}))
 """
 
-SJ_YAML = """
-name: sj
-description: From the manifest
-command: simple-json
-entry: sj.py
-parameters: {type: object, properties: {q: {type: string}}}
-"""
-
-MCP_YAML = """
-name: files
-description: An MCP server
-command: mcp
-entry: npx -y @modelcontextprotocol/server-filesystem /data
-"""
-
-BOMB = """
-name: bomb
-a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
-b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
-c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
-d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
-e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
-f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
-"""
-
 
 def write_folder(root):
     folder = root / "tools"
@@ -193,7 +169,7 @@ def write_folder(root):
         "files.yaml": MCP_YAML,
         "broken.yaml": "name: broken\ncommand: [python-cli\n",
         "bomb.yaml": BOMB,
-        "deep.yaml": "[" * 10_000 + "]" * 10_000,
+        "deep.yaml": DEEP_YAML,
         "huge.yaml": "name: huge\ndescription: " + "x" * 100_000 + "\n",
         "incomplete.yaml": "name: incomplete\ncommand: cobol\n",
         "notes.txt": "not a tool\n",

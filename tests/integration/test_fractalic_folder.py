@@ -9,6 +9,7 @@ import textwrap
 import msgspec
 
 from tests.conftest import raw, running_host, wait_available, wait_for
+from tests.fractalic_files import BOMB, DEEP_YAML, MCP_YAML, SJ_YAML
 
 GREET = """
 import argparse, json
@@ -58,31 +59,6 @@ if sys.argv[1] == "--fractalic-dump-schema":
 print(json.dumps({"echo": json.loads(sys.argv[1])}))
 """
 
-SJ_YAML = """
-name: sj
-description: From the manifest
-command: simple-json
-entry: sj.py
-parameters: {type: object, properties: {q: {type: string}}}
-"""
-
-MCP_YAML = """
-name: files
-description: An MCP server
-command: mcp
-entry: npx -y @modelcontextprotocol/server-filesystem /data
-"""
-
-BOMB = """
-name: bomb
-a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
-b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
-c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
-d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
-e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
-f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
-"""
-
 
 def write_folder(app):
     folder = app / "tools"
@@ -98,7 +74,7 @@ def write_folder(app):
         "greet_auto.yaml": "name: greet_auto\ncommand: python-cli\nentry: greet.py\n",
         "broken.yaml": "name: broken\ncommand: [python-cli\n",
         "bomb.yaml": BOMB,
-        "deep.yaml": "[" * 10_000 + "]" * 10_000,
+        "deep.yaml": DEEP_YAML,
         "incomplete.yaml": "name: incomplete\ncommand: cobol\n",
         "escape.yaml": "name: escape\ncommand: python-cli\nentry: ../../outside.py\n",
     }

@@ -7,6 +7,7 @@ import textwrap
 import msgspec
 
 from tests.conftest import raw, running_host, wait_available, wait_for
+from tests.fractalic_files import SANE
 
 DEEP = "'[' * 200000 + ']' * 200000"
 
@@ -28,15 +29,6 @@ sys.exit(2)
 
 CLI = f"""
 print({DEEP})
-"""
-
-SANE = """
-import json, sys
-if sys.argv[1] == '{"__test__": true}':
-    print(json.dumps({"ok": True})); sys.exit(0)
-if sys.argv[1].startswith("--"):
-    sys.exit(1)
-print(json.dumps({"sane": True}))
 """
 
 

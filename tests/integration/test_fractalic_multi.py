@@ -7,6 +7,7 @@ import textwrap
 import msgspec
 
 from tests.conftest import raw, running_host, wait_available
+from tests.fractalic_files import SANE
 
 BOTH = """
 import json, sys
@@ -23,15 +24,6 @@ if arg in ("both", "sane"):
 if arg == "extra":
     print("flags: " + " ".join(sys.argv[2:])); sys.exit(0)
 sys.exit(2)
-"""
-
-SANE = """
-import json, sys
-if sys.argv[1] == '{"__test__": true}':
-    print(json.dumps({"ok": True})); sys.exit(0)
-if sys.argv[1].startswith("--"):
-    sys.exit(1)
-print(json.dumps({"sane": True}))
 """
 
 
