@@ -542,6 +542,11 @@ class Host:
                 status = pool.status()
                 if sp.entry.warnings:
                     status = msgspec.structs.replace(status, errors=list(sp.entry.warnings))
+                if sp.announces:
+                    # A folder's tools are what the catalog gives it: a multi-tool script's
+                    # file name is no tool once the script listed its tools.
+                    owned = sorted(d.name for d in self.catalog.tools() if d.sidecar == sid)
+                    status = msgspec.structs.replace(status, tools=owned)
                 out.append(status)
                 continue
             cfg = sp.config

@@ -49,3 +49,29 @@ async def test_a_multi_tool_script_beside_other_tools(app):
         assert worker.discovery_notes == [
             "tools/both.py: sane is already a tool of this folder; not registered"
         ]
+
+
+PAIR = """
+import json, sys
+TOOLS = [{"name": "alpha", "description": "A"}, {"name": "beta", "description": "B"}]
+arg = sys.argv[1] if len(sys.argv) > 1 else ""
+if arg == "--fractalic-dump-multi-schema":
+    print(json.dumps(TOOLS)); sys.exit(0)
+if arg in ("alpha", "beta"):
+    print(json.dumps({"ran": arg})); sys.exit(0)
+sys.exit(2)
+"""
+
+
+async def test_the_folder_status_lists_the_script_tools_not_the_script(app):
+    folder = app / "tools"
+    folder.mkdir()
+    (folder / "pair.py").write_text(textwrap.dedent(PAIR).lstrip())
+    cfg = [{"path": "tools", "probeTimeoutMs": 5000}]
+    async with running_host(app, {}, autodiscover=cfg) as host:
+        await wait_available(host, "alpha", "beta")
+        assert host.catalog.get("pair") is None
+        (status,) = [s for s in host.sidecar_statuses() if s.id == "auto:tools"]
+        assert status.tools == ["alpha", "beta"]  # not "pair", the file's own name
+        env = await host.invoke("beta", raw({}))
+        assert msgspec.json.decode(env.data) == {"ran": "beta"}
