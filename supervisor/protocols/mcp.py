@@ -80,12 +80,13 @@ class RequestFailed(Exception):
 
 
 class McpConnection:
-    """The host (client) side of one MCP stdio server.
+    """The host (client) side of one MCP server (stdio, or Streamable HTTP answers fed as lines).
 
     Args:
         max_line: Longest line accepted from the server, in bytes.
         client_name: ``clientInfo.name`` sent in ``initialize``.
         client_version: ``clientInfo.version``.
+        channel: Where the server's messages arrive, as error messages say it.
     """
 
     def __init__(
@@ -94,8 +95,10 @@ class McpConnection:
         max_line: int = DEFAULT_MAX_LINE,
         client_name: str = "toolhost",
         client_version: str = "0",
+        channel: str = "on stdout",
     ) -> None:
         self.state: State = "new"
+        self.channel = channel
         self.error: str | None = None
         self.server: mcp.InitializeResult | None = None
         self._client = mcp.Implementation(name=client_name, version=client_version)
@@ -219,7 +222,7 @@ class McpConnection:
             return [_decode(line)]
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             raise ProtocolError(
-                f"not a JSON-RPC message on stdout: {exc}: {preview(line)}"
+                f"not a JSON-RPC message {self.channel}: {exc}: {preview(line)}"
             ) from exc
 
     def _accept(self, msg: mcp.Incoming) -> Event | None:

@@ -70,7 +70,10 @@ class McpHttpWorker(Worker):
             self._bad_url = str(exc)
         self.extra = mcp_http.extra_headers(spec.init.config if spec.init is not None else {})
         self.conn = proto.McpConnection(
-            max_line=spec.max_line, client_name="toolhost", client_version=supervisor.__version__
+            max_line=spec.max_line,
+            client_name="toolhost",
+            client_version=supervisor.__version__,
+            channel="in an HTTP answer",
         )
         self.concurrency = max(1, spec.concurrency)
         self.session: str | None = None

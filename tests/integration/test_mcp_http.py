@@ -1,13 +1,17 @@
 """Remote MCP servers hosted over Streamable HTTP (protocol ``mcp-http``), against a real server
 written with the official ``mcp`` SDK and run as a subprocess: tools listed and called, headers
 from config, progress, a deadline and a cancel, the server killed (tools unavailable) and started
-again on the same port (tools back), a closed port, a bad URL."""
+again on the same port (tools back), a closed port, a bad URL, and a hostile server whose answer
+is nested too deep to parse (that call fails, nothing else)."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +19,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-from tests.conftest import FIXTURES, effective, raw, running_host, wait_available, wait_for
+from tests.conftest import FIXTURES, echo, effective, raw, running_host, wait_available, wait_for
 
 SERVER = FIXTURES.parent / "mcp" / "server.py"
 
@@ -257,3 +261,70 @@ async def test_headers_from_the_vault(app, tmp_path):
             await wait_available(host, "header", timeout=30)
             env = await host.invoke("header", raw({"name": "authorization"}))
             assert env.status == "success" and env.content == "Bearer v4ult-s3cret"
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """A remote MCP server that plays by the rules until a tool is called, then answers with
+    JSON nested 200,000 deep (past any parser's recursion limit)."""
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        method, rid = msg.get("method"), msg.get("id")
+        if rid is None:  # a notification
+            self.send_response(202)
+            self.end_headers()
+            return
+        if method == "initialize":
+            result = {
+                "protocolVersion": msg["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "hostile", "version": "1"},
+            }
+            body = json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}).encode()
+        elif method == "tools/list":
+            tools = [{"name": "deep", "inputSchema": {"type": "object"}}]
+            body = json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}}).encode()
+        elif method == "tools/call":
+            body = b'{"jsonrpc": "2.0", "id": %s, "result": ' % json.dumps(rid).encode()
+            body += DEEP + b"}"
+        else:
+            body = json.dumps({"jsonrpc": "2.0", "id": rid, "result": {}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_DELETE(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self.send_response(405)
+        self.end_headers()
+
+
+async def test_an_answer_nested_too_deep_fails_that_call_only(app, tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        async with running_host(app, {"remote": entry(port), "echo": echo(["echo.say"])}) as host:
+            await wait_available(host, "deep", "echo.say")
+            env = await host.invoke("deep", raw({}))
+            assert env.status == "failed"
+            assert env.error.code == "protocol-error", env.error
+            assert "not a JSON-RPC message in an HTTP answer" in env.error.message
+            # The host and its other sidecars carry on.
+            said = await host.invoke("echo.say", raw({"text": "still here"}))
+            assert said.status == "success"
+            await wait_available(host, "deep")
+    finally:
+        server.shutdown()
+        server.server_close()
