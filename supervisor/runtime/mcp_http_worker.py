@@ -20,17 +20,14 @@ import os
 from typing import Any
 
 import h11
-import msgspec
 import trio
 
-import supervisor
 from supervisor.contracts import mcp as mcp_types
-from supervisor.contracts import wire
 from supervisor.protocols import mcp as proto
 from supervisor.protocols import mcp_http
 from supervisor.protocols.answer import preview
 from supervisor.protocols.errors import ProtocolError
-from supervisor.runtime.mcp_worker import Relister, list_tools
+from supervisor.runtime.mcp_worker import McpSession
 from supervisor.runtime.process import StderrRing
 from supervisor.runtime.worker import (
     Call,
@@ -38,7 +35,6 @@ from supervisor.runtime.worker import (
     CallSlot,
     ExitReason,
     LaunchSpec,
-    Worker,
     WorkerExit,
     WorkerHooks,
 )
@@ -52,8 +48,10 @@ class Lost(Exception):
     """The HTTP exchange broke: the server is gone or is not an HTTP server."""
 
 
-class McpHttpWorker(Worker):
+class McpHttpWorker(McpSession):
     """One session with a remote MCP server (``spec.argv[0]`` is its URL)."""
+
+    TRANSPORT = "tcp"
 
     def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
         self.spec = spec
@@ -69,13 +67,6 @@ class McpHttpWorker(Worker):
         except mcp_http.BadUrl as exc:
             self._bad_url = str(exc)
         self.extra = mcp_http.extra_headers(spec.init.config if spec.init is not None else {})
-        self.conn = proto.McpConnection(
-            max_line=spec.max_line,
-            client_name="toolhost",
-            client_version=supervisor.__version__,
-            channel="in an HTTP answer",
-        )
-        self.concurrency = max(1, spec.concurrency)
         self.session: str | None = None
         self.slots: dict[int, CallSlot] = {}
         self._waiters: dict[int, list[Any]] = {}
@@ -85,13 +76,7 @@ class McpHttpWorker(Worker):
         self._exited = trio.Event()
         self._idle = trio.Event()
         self._end = None
-        self._relist = Relister(
-            self._list_tools,
-            spec.start_timeout_s,
-            on_tools=self._tools_changed,
-            on_broken=self._broke,
-            log=self.stderr.write,
-        )
+        self._open_session(spec, "in an HTTP answer")
 
     @property
     def inflight(self) -> int:
@@ -130,60 +115,11 @@ class McpHttpWorker(Worker):
                 self._exited.set()
         return result
 
-    async def _handshake(self) -> None:
-        timeout = self.spec.start_timeout_s
-        tools: list[wire.ToolInfo] | None = None
-        failure: str | None = None
-        with trio.move_on_after(timeout):
-            try:
-                response = await self._request(*self.conn.initialize())
-                if response is None:
-                    return
-                await self._exchange(self.conn.initialized(response), None)
-                tools = await self._list_tools()
-            except proto.RequestFailed as exc:
-                failure = str(exc)
-            except ProtocolError as exc:
-                self.kill("protocol-error", f"protocol error: {exc.message}")
-                return
-        if failure is not None:
-            self.kill("start-failed", f"{self.url}: {failure}")
-            return
-        if tools is None:
-            if self._alive:
-                ms = int(timeout * 1000)
-                self.kill(
-                    "start-timeout",
-                    f"{self.url}: no answer to initialize and tools/list within "
-                    f"startTimeoutMs={ms}",
-                )
-            return
-        server = self.conn.server
-        info = server.serverInfo if server is not None else None
-        self.ready_msg = wire.Ready(
-            name=info.name if info else "",
-            version=info.version if info else "",
-            concurrency=self.concurrency,
-            tools=tools,
-        )
-        if self.spec.initial_probe:
-            pong = await self.ping(self.spec.probe_timeout_s)
-            self.hooks.on_pong(self, pong)
-        if self._alive:
-            self.state = "ready"
-            self.ready_at = trio.current_time()
-            self.hooks.on_ready(self)
+    async def _notify(self, line: bytes) -> None:
+        await self._exchange(line, None)
 
-    async def _list_tools(self) -> list[wire.ToolInfo] | None:
-        return await list_tools(self.conn, self._request)
-
-    def _tools_changed(self, tools: list[wire.ToolInfo]) -> None:
-        if self.ready_msg is not None and self._alive:
-            self.ready_msg = msgspec.structs.replace(self.ready_msg, tools=tools)
-            self.hooks.on_tools(self)
-
-    def _broke(self, message: str) -> None:
-        self.kill("protocol-error", f"protocol error: {message}")
+    def _where(self) -> str:
+        return f"{self.url}: "
 
     def _exit_record(self) -> WorkerExit:
         reason, message = self._end or ("crashed", f"{self.url}: the session ended")
@@ -242,24 +178,11 @@ class McpHttpWorker(Worker):
     # calls -------------------------------------------------------------------------------
 
     def start(self, call: Call) -> None:
-        if not self._alive or self.conn.state != "ready" or self._nursery is None:
-            call.ended(
-                CallOutcome(
-                    ok=False,
-                    code="worker-crashed",
-                    error=f"MCP server {self.sidecar} is not connected ({self.conn.state})",
-                )
-            )
+        got = self._call_line(call)
+        if got is None:
             return
-        traceparent = None
-        if call.trace is not None:  # an MCP CLIENT span; its traceparent goes in _meta
-            traceparent = call.trace.mcp_client(call, "tcp", self.session)
-        rid, line = self.conn.call_tool(
-            call.tool,
-            call.input_raw,
-            progress=call.on_progress is not None,
-            traceparent=traceparent,
-        )
+        rid, line = got
+        assert self._nursery is not None  # a ready session runs in its nursery
         slot = CallSlot(rid, call)
         self.slots[rid] = slot
         call.slot = slot
@@ -276,17 +199,7 @@ class McpHttpWorker(Worker):
         if not self.slots:
             self._idle.set()
         if not slot.abandoned:
-            answer = proto.call_answer(response)
-            slot.call.ended(
-                CallOutcome(
-                    ok=answer.ok,
-                    data=answer.data,
-                    content=answer.content,
-                    code=answer.code,
-                    error=answer.error,
-                    details=answer.details,
-                )
-            )
+            slot.call.ended(self._outcome(response))
         self.hooks.on_capacity(self)
 
     def abandon(self, call: Call) -> None:
@@ -311,21 +224,10 @@ class McpHttpWorker(Worker):
         if scope is not None:
             scope.cancel()
 
-    async def ping(self, timeout_s: float) -> wire.Pong | None:
-        if not self._alive or self.conn.state != "ready":
-            return None
-        rid, line = self.conn.ping()
-        response = await self._wait_for(rid, line, timeout_s)
-        if response is None:
-            self.conn.cancel(rid, "ping timed out")
-            scope = self._scopes.get(rid)
-            if scope is not None:
-                scope.cancel()
-            return None
-        return wire.Pong(id=str(rid), status="healthy")
-
-    async def _request(self, rid: int, line: bytes) -> proto.Response | None:
-        return await self._wait_for(rid, line, float("inf"))
+    def _forget(self, rid: int) -> None:
+        scope = self._scopes.get(rid)
+        if scope is not None:
+            scope.cancel()
 
     async def _wait_for(self, rid: int, line: bytes, timeout_s: float) -> proto.Response | None:
         waiter: list[Any] = [trio.Event(), None]

@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -28,6 +30,7 @@ from supervisor.runtime.worker import (
     CallSlot,
     LaunchSpec,
     LineWorker,
+    Worker,
     WorkerHooks,
 )
 
@@ -109,15 +112,30 @@ class Relister:
             self._running = False
 
 
-class McpWorker(LineWorker):
-    """One MCP server process, speaking JSON-RPC 2.0 lines on stdio."""
+class McpSession(Worker):
+    """The MCP client session both MCP workers run on one sans-IO :class:`McpConnection`:
+    ``initialize`` + ``notifications/initialized`` + every page of ``tools/list`` within
+    ``startTimeoutMs``, the tool list kept current after ``list_changed``, calls as
+    ``tools/call``, ``ping`` as the probe. The transport (stdio lines, HTTP POSTs) is the
+    subclass's: how a request is waited for, how a notification is sent.
+    """
 
-    ANSWERS_CANCEL = False
+    TRANSPORT = "pipe"
+    """``network.transport`` of the MCP client spans."""
+    conn: proto.McpConnection
+    session: str | None = None
+    """The transport's session id (Streamable HTTP), for the MCP client spans."""
 
-    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
-        super().__init__(spec, hooks, index)
+    if TYPE_CHECKING:
+
+        async def _wait_for(self, key: Any, line: bytes, timeout_s: float) -> Any: ...
+
+    def _open_session(self, spec: LaunchSpec, channel: str) -> None:
         self.conn = proto.McpConnection(
-            max_line=spec.max_line, client_name="toolhost", client_version=supervisor.__version__
+            max_line=spec.max_line,
+            client_name="toolhost",
+            client_version=supervisor.__version__,
+            channel=channel,
         )
         self.concurrency = max(1, spec.concurrency)
         self._relist = Relister(
@@ -127,6 +145,17 @@ class McpWorker(LineWorker):
             on_broken=self._broke,
             log=self.stderr.write,
         )
+
+    @abstractmethod
+    async def _notify(self, line: bytes) -> None:
+        """Send a notification (no answer expected)."""
+
+    def _where(self) -> str:
+        """What start failures are prefixed with (the server's URL for a remote one)."""
+        return ""
+
+    def _forget(self, rid: int) -> None:
+        """Request ``rid`` will not be waited for any more (a ping that timed out)."""
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -139,23 +168,23 @@ class McpWorker(LineWorker):
                 response = await self._request(*self.conn.initialize())
                 if response is None:
                     return
-                self._write(self.conn.initialized(response))
+                await self._notify(self.conn.initialized(response))
                 tools = await self._list_tools()
             except proto.RequestFailed as exc:
                 failure = str(exc)
             except ProtocolError as exc:
-                self._protocol_error = exc.message
-                self.kill("protocol-error", f"protocol error: {exc.message}")
+                self._broke(exc.message)
                 return
         if failure is not None:
-            self.kill("start-failed", failure)
+            self.kill("start-failed", f"{self._where()}{failure}")
             return
         if tools is None:
             if self._alive:
                 ms = int(timeout * 1000)
                 self.kill(
                     "start-timeout",
-                    f"no answer to initialize and tools/list within startTimeoutMs={ms}",
+                    f"{self._where()}no answer to initialize and tools/list within "
+                    f"startTimeoutMs={ms}",
                 )
             return
         server = self.conn.server
@@ -182,12 +211,13 @@ class McpWorker(LineWorker):
             self.hooks.on_tools(self)
 
     def _broke(self, message: str) -> None:
-        self._protocol_error = message
         self.kill("protocol-error", f"protocol error: {message}")
 
     # calls -------------------------------------------------------------------------------
 
-    def start(self, call: Call) -> None:
+    def _call_line(self, call: Call) -> tuple[int, bytes] | None:
+        """The ``tools/call`` request of ``call``; None (and the call failed) when the session
+        is not ready."""
         if not self._alive or self.conn.state != "ready":
             call.ended(
                 CallOutcome(
@@ -197,17 +227,16 @@ class McpWorker(LineWorker):
                     pid=self.pid,
                 )
             )
-            return
+            return None
         traceparent = None
         if call.trace is not None:  # an MCP CLIENT span; its traceparent goes in _meta
-            traceparent = call.trace.mcp_client(call, "pipe")
-        rid, line = self.conn.call_tool(
+            traceparent = call.trace.mcp_client(call, self.TRANSPORT, self.session)
+        return self.conn.call_tool(
             call.tool,
             call.input_raw,
             progress=call.on_progress is not None,
             traceparent=traceparent,
         )
-        self._begin(rid, call, line)
 
     def _outcome(self, result: proto.Response) -> CallOutcome:
         answer = proto.call_answer(result)
@@ -221,9 +250,6 @@ class McpWorker(LineWorker):
             pid=self.pid,
         )
 
-    def _cancel_line(self, slot: CallSlot) -> bytes | None:
-        return self.conn.cancel(slot.id, "the host stopped waiting (deadline or tools.cancel)")
-
     async def ping(self, timeout_s: float) -> wire.Pong | None:
         if not self._alive or self.conn.state != "ready":
             return None
@@ -231,9 +257,32 @@ class McpWorker(LineWorker):
         response = await self._wait_for(rid, line, timeout_s)
         if response is None:
             self.conn.cancel(rid, "ping timed out")
+            self._forget(rid)
             return None
         # An error answer still proves the server is alive and reading.
         return wire.Pong(id=str(rid), status="healthy")
+
+
+class McpWorker(McpSession, LineWorker):
+    """One MCP server process, speaking JSON-RPC 2.0 lines on stdio."""
+
+    ANSWERS_CANCEL = False
+
+    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
+        super().__init__(spec, hooks, index)
+        self._open_session(spec, "on stdout")
+
+    async def _notify(self, line: bytes) -> None:
+        self._write(line)
+
+    def start(self, call: Call) -> None:
+        got = self._call_line(call)
+        if got is not None:
+            rid, line = got
+            self._begin(rid, call, line)
+
+    def _cancel_line(self, slot: CallSlot) -> bytes | None:
+        return self.conn.cancel(slot.id, "the host stopped waiting (deadline or tools.cancel)")
 
     # input -------------------------------------------------------------------------------
 

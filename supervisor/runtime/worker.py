@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 import trio
@@ -180,6 +180,14 @@ class Worker(ABC):
     last_active: float = 0.0
     ready_msg: wire.Ready | None = None
     stderr: StderrRing
+    spec: LaunchSpec
+    hooks: WorkerHooks
+
+    if TYPE_CHECKING:
+
+        @property
+        def _alive(self) -> bool:
+            """Running, and not told to end (the kinds with a handshake define it)."""
 
     @property
     @abstractmethod
@@ -196,6 +204,16 @@ class Worker(ABC):
 
     _end: tuple[ExitReason, str] | None = None
     _idle: trio.Event
+
+    async def _became_ready(self) -> None:
+        """Run the initial probe (if asked) and tell the pool this worker is ready."""
+        if self.spec.initial_probe:
+            pong = await self.ping(self.spec.probe_timeout_s)
+            self.hooks.on_pong(self, pong)
+        if self._alive:
+            self.state = "ready"
+            self.ready_at = trio.current_time()
+            self.hooks.on_ready(self)
 
     async def _drain(self, reason: ExitReason, drain_s: float, busy: bool) -> None:
         """The first half of a graceful stop: record why, take no new calls, and wait (at most
@@ -390,16 +408,6 @@ class LineWorker(Worker):
     @property
     def _alive(self) -> bool:
         return self._end is None and not self._exited.is_set()
-
-    async def _became_ready(self) -> None:
-        """Run the initial probe (if asked) and tell the pool this worker is ready."""
-        if self.spec.initial_probe:
-            pong = await self.ping(self.spec.probe_timeout_s)
-            self.hooks.on_pong(self, pong)
-        if self._alive:
-            self.state = "ready"
-            self.ready_at = trio.current_time()
-            self.hooks.on_ready(self)
 
     def _exit_record(self, rc: int | None) -> WorkerExit:
         now = trio.current_time()
