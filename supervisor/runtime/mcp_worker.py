@@ -1,14 +1,14 @@
 """A worker hosting one MCP stdio server (PROTOCOL 3.4).
 
-# Strategy: the process life (spawn, stderr drained, batched writes, reaping, every in-flight
-# call failed at once when the server dies) is :class:`LineWorker`'s. This class adds the MCP
-# lifecycle on top of the sans-IO :class:`McpConnection`: ``initialize`` then
-# ``notifications/initialized`` and every page of ``tools/list`` within ``startTimeoutMs``; the
-# tools become the worker's ``ready`` message so pools and the catalog treat an MCP server like
-# any sidecar. Calls are ``tools/call`` slots keyed by request id (also the progress token);
-# ``ping`` is the probe; an abandoned call (deadline, ``tools.cancel``) is announced with
-# ``notifications/cancelled`` and forgotten, since MCP servers need not answer it; a
-# ``tools/list_changed`` notification re-lists the tools and tells the pool.
+# Strategy: the process life (spawn, stderr drained, batched writes, reaping, every in-flight call
+# failed at once when the server dies) is :class:`LineWorker`'s. :class:`McpSession` (shared with
+# the Streamable HTTP worker) adds the MCP lifecycle on top of the sans-IO :class:`McpConnection`:
+# ``initialize`` then ``notifications/initialized`` and every page of ``tools/list`` within
+# ``startTimeoutMs``; the tools become the worker's ``ready`` message so pools and the catalog
+# treat an MCP server like any sidecar. Calls are ``tools/call`` slots keyed by request id (also
+# the progress token); ``ping`` is the probe; an abandoned call (deadline, ``tools.cancel``) is
+# announced with ``notifications/cancelled`` and forgotten, since MCP servers need not answer it;
+# a ``tools/list_changed`` notification re-lists the tools and tells the pool.
 """
 
 from __future__ import annotations
