@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from tests.conftest import echo, script, write_registry
-from tests.e2e.conftest import TOOLHOST
+from tests.e2e.conftest import TOOLHOST, stop
 from tests.e2e.test_serve import plain_call
 
 
@@ -96,12 +96,7 @@ def test_json_logs_with_forwarded_sidecar_stderr(tmp_path):
         )
         assert dropped["level"] == "warning" and "dropped" in dropped["message"]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
     assert serving["logger"] == "toolhost"
     for rec in (said, dropped, serving):
         assert {"time", "level", "logger", "message"} <= set(rec)
