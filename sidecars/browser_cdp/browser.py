@@ -35,6 +35,7 @@ from sidecars.browser_cdp.cdp import (
     is_gone_session,
 )
 from sidecars.sdk import Context, ToolError
+from sidecars.sdk.paths import host_private
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9222"
 START_HINT = (
@@ -123,6 +124,12 @@ def check_url(url: str, project_dir: str) -> str:
                 f"file URL {url!r} is outside the project directory",
                 code="invalid-input",
                 details={"url": url, "reason": "file-outside-project"},
+            )
+        if host_private(real) or host_private(path):
+            raise ToolError(
+                f"file URL {url!r} names one of the host's own files; no tool may read it",
+                code="invalid-input",
+                details={"url": url, "reason": "host-private"},
             )
     return url.strip()
 

@@ -203,6 +203,12 @@ HealthMap = dict[str, wire.ToolHealth]
 HealthFunc = Callable[["Sidecar"], HealthMap | Awaitable[HealthMap]]
 
 
+def _set_host_private(paths: list[str]) -> None:
+    from sidecars.sdk import paths as path_rules  # paths imports ToolError from here
+
+    path_rules.set_host_private(paths)
+
+
 class Sidecar:
     """A sidecar program: register tools with :meth:`tool`, then call :meth:`run`."""
 
@@ -356,6 +362,7 @@ class Sidecar:
     def _apply_init(self, init: wire.Init) -> None:
         self.config = init.config
         self.project_dir = init.projectDir
+        _set_host_private(init.hostPrivate)
         self.config_dir = init.configDir
         self.cwd = init.cwd
         self.sidecar_id = init.sidecar
@@ -505,6 +512,8 @@ class Sidecar:
         """Answer one Flyflor request (PROTOCOL 3.2) and return; exit status 0 unless failed."""
         self.config = request.get("config") or {}
         self.project_dir = request.get("projectDir") or self.project_dir
+        private = request.get("hostPrivate")
+        _set_host_private(private if isinstance(private, list) else [])
         self.config_dir = request.get("configDir") or self.config_dir
         self.cwd = request.get("cwd") or self.cwd
         raw_input = _json_encode(request.get("input", {}))

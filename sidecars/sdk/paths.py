@@ -17,6 +17,9 @@ reason                code               when
                                          (``/`` and ``\\`` both count as separators here)
 ``symlink-escape``    ``invalid-input``  the real path (every symlink followed, including the
                                          final component and dangling links) leaves projectDir
+``host-private``      ``invalid-input``  the path, as written or resolved, is one of the host's
+                                         own files (PROTOCOL 1): ``.toolhost/``, ``tools/``,
+                                         registry and manifest files, the host's installation
 ``not-found``         ``failed``         ``must_exist`` and nothing is there
 ``inaccessible``      ``failed``         ``stat`` fails otherwise (symlink loop, permissions)
 ``not-a-file``        ``invalid-input``  ``kind="file"`` but the path is a directory or special
@@ -28,6 +31,11 @@ was well formed and the capability works, the file just is not there (or cannot 
 Every other rule rejects the request itself, so it is ``invalid-input``. Each error's message
 names the offending path and its ``details`` are exactly
 ``{"path": <the user path as given>, "reason": <one of the codes above>}``.
+
+The host-private list comes from the host (``hostPrivate`` in ``init`` and in a oneshot request)
+through :func:`set_host_private`; the SDK's own installation is always on it. Tools that walk a
+folder (``archive.create``) or write members below one (``archive.extract``) check every entry
+with :func:`host_private`.
 
 The checks are made once, before the tool touches the file; a concurrent process that swaps a
 directory for a symlink afterwards is outside this module's threat model.
@@ -58,6 +66,45 @@ def _read_umask() -> int:
 
 _UMASK = _read_umask()
 
+_SDK_INSTALL = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+_host_private: tuple[str, ...] = (_SDK_INSTALL,)
+
+
+def set_host_private(paths: list[str]) -> None:
+    """Set the host-private paths (absolute) this process's tools must never touch.
+
+    Args:
+        paths: From the host's ``init`` line (``hostPrivate``); relative or non-string entries
+            are ignored. The SDK's own installation is always added.
+    """
+    global _host_private
+    roots = [_SDK_INSTALL]
+    for path in paths:
+        if isinstance(path, str) and os.path.isabs(path):
+            for form in (os.path.normpath(path), os.path.realpath(path)):
+                if form != "/" and form not in roots:
+                    roots.append(form)
+    _host_private = tuple(roots)
+
+
+def host_private(path: str | os.PathLike[str]) -> str | None:
+    """The host-private root that the absolute ``path`` is or lies under, or None."""
+    text = os.path.normpath(os.fspath(path))
+    for root in _host_private:
+        if text == root or text.startswith(root.rstrip("/") + "/"):
+            return root
+    return None
+
+
+def private_reject(user_path: str, label: str = "path") -> ToolError:
+    """The refusal for a host-private path (reason ``host-private``)."""
+    return reject(
+        user_path,
+        "host-private",
+        f"{label} {user_path!r} is one of the host's own files (its state, registry, sidecar code "
+        "or installation); no tool may read or write it",
+    )
+
 
 def reject(user_path: str, reason: str, message: str, *, code: str = "invalid-input") -> ToolError:
     """Build the :class:`ToolError` for a refused path.
@@ -81,6 +128,7 @@ def confine(
     must_exist: bool = True,
     kind: PathKind = "any",
     label: str = "path",
+    own_state: bool = False,
 ) -> Path:
     """Resolve ``user_path`` inside ``project_dir`` or refuse it.
 
@@ -90,6 +138,8 @@ def confine(
         must_exist: Refuse with ``not-found`` when nothing exists at the path.
         kind: ``"file"`` or ``"dir"`` to require that type when something exists there.
         label: How the message names the argument (``"source"``, ``"output"``...).
+        own_state: The path is the sidecar's own state folder, fixed in its code (never a
+            caller's path): the host-private rule is not applied.
 
     Returns:
         The absolute path with every symlink resolved; guaranteed to be the project
@@ -123,6 +173,8 @@ def confine(
             "symlink-escape",
             f"{shown} resolves through a symlink to outside the project",
         )
+    if not own_state and (host_private(real) or host_private(Path(project_dir, user_path))):
+        raise private_reject(user_path, label)
     try:
         st = real.stat()
     except FileNotFoundError:

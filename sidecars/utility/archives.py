@@ -19,7 +19,7 @@ import msgspec
 from msgspec import Meta
 
 from sidecars.sdk import Context, Sidecar, ToolError
-from sidecars.sdk.paths import atomic_output, confine, reject
+from sidecars.sdk.paths import atomic_output, confine, host_private, reject
 
 ArchiveFormat = Literal["zip", "tar", "tar.gz"]
 
@@ -117,7 +117,9 @@ class SkippedEntry(msgspec.Struct, rename="camel"):
     """A path found under the source that was deliberately not archived."""
 
     path: Annotated[str, Meta(description="Path relative to the project.")]
-    reason: Annotated[str, Meta(description="symlink, special-file or archive-output.")]
+    reason: Annotated[
+        str, Meta(description="symlink, special-file, archive-output or host-private.")
+    ]
 
 
 class ArchiveCreateOutput(msgspec.Struct, rename="camel"):
@@ -164,6 +166,8 @@ def _walk(
                 why = exclude[path]
                 if why is not None:
                     skipped.append(SkippedEntry(shown, why))
+            elif host_private(path):
+                skipped.append(SkippedEntry(shown, "host-private"))
             elif child.is_symlink():
                 skipped.append(SkippedEntry(shown, "symlink"))
             elif child.is_dir(follow_symlinks=False):

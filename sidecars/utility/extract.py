@@ -41,7 +41,7 @@ import msgspec
 from msgspec import Meta
 
 from sidecars.sdk import Context, Sidecar, ToolError
-from sidecars.sdk.paths import confine, create_parents, reject, remove_created
+from sidecars.sdk.paths import confine, create_parents, host_private, reject, remove_created
 from sidecars.utility.archives import ArchiveFormat, sniff_format
 
 DEFAULT_MAX_EXTRACT_BYTES = 256 << 20
@@ -365,6 +365,17 @@ def _check_merge(
             )
 
 
+def _check_private(dest: Path, members: Iterable[_Member]) -> None:
+    """Refuse a member whose target is one of the host's own files (PROTOCOL 1)."""
+    for member in members:
+        if host_private(dest.joinpath(*member.parts)):
+            raise _Refusal(
+                member.name,
+                "host-private",
+                f"member {member.name!r} would be written to the host's own files; refused",
+            )
+
+
 def _merge(staging: Path, dest: Path, overwrite: bool) -> None:
     staged = list(_walk_staged(staging))
     _check_merge(dest, staged, overwrite)
@@ -448,6 +459,7 @@ def archive_extract(args: ArchiveExtractInput, ctx: Context) -> ArchiveExtractOu
                 _plan_zip(handle, planner)
             else:
                 _plan_tar(handle, planner)
+            _check_private(dest, planner.members)
         except _Refusal as r:
             raise refused(r) from None
         except _READ_ERRORS as exc:

@@ -92,7 +92,9 @@ def _start_time(pid: int) -> int | None:
 
 
 def _tasks_root(ctx: Context) -> Path:
-    return confine(ctx.project_dir, TASKS_DIR, must_exist=False, kind="dir", label="tasks dir")
+    return confine(
+        ctx.project_dir, TASKS_DIR, must_exist=False, kind="dir", label="tasks dir", own_state=True
+    )
 
 
 def _task_dir(ctx: Context, task_id: str | None) -> Path:

@@ -123,7 +123,11 @@ def bundled_registry(add: list[str] | None = None) -> dict[str, Any]:
     wanted = [f for f in families if f not in OPT_IN or f in (add or [])]
     return {
         "schemaVersion": 2,
-        "host": {"socket": ".toolhost/host.sock", "projectDir": ".", "allowDegraded": False},
+        "host": {
+            "socket": ".toolhost/host.sock",
+            "projectDir": "workspace",
+            "allowDegraded": False,
+        },
         "sidecars": dict(families[f] for f in wanted),
     }
 

@@ -69,7 +69,9 @@ class HostConfig(_Config):
 
     socket: str = ".toolhost/host.sock"
     ws: WsConfig | None = None
-    project_dir: str = "."
+    project_dir: str = "workspace"
+    """Where file tools may read and write (created at start if missing); the host-private
+    paths inside it stay out of reach (PROTOCOL 1)."""
     workspace_dir: str = "."
     allow_degraded: bool = False
     audit_log: str = ".toolhost/audit.jsonl"

@@ -33,6 +33,9 @@ class Init(_Msg, tag="init", kw_only=True):
     projectDir: str
     configDir: str
     cwd: str
+    hostPrivate: list[str] = msgspec.field(default_factory=list)
+    """Absolute paths no tool may read or write (PROTOCOL 1, host-private); the SDK refuses
+    them in every path check."""
 
 
 class Call(_Msg, tag="call", kw_only=True):

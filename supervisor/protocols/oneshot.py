@@ -29,6 +29,7 @@ class Request(msgspec.Struct, kw_only=True):
     cwd: str = ""
     projectDir: str = ""
     configDir: str = ""
+    hostPrivate: list[str] = msgspec.field(default_factory=list)
 
 
 _encode = msgspec.json.Encoder().encode
@@ -42,6 +43,7 @@ def request_line(
     cwd: str,
     project_dir: str,
     config_dir: str,
+    host_private: list[str] | None = None,
 ) -> bytes:
     """The bytes to write to a oneshot process's stdin (one line, newline-terminated)."""
     return (
@@ -53,6 +55,7 @@ def request_line(
                 cwd=cwd,
                 projectDir=project_dir,
                 configDir=config_dir,
+                hostPrivate=host_private or [],
             )
         )
         + b"\n"

@@ -24,6 +24,7 @@ from supervisor.contracts.registry import (
     RegistryTop,
     SidecarConfig,
 )
+from supervisor.policy.host_private import private_roots
 from supervisor.protocols.mcp_http import header_problems, url_problem
 from supervisor.registry.check import (
     all_problems,
@@ -90,6 +91,19 @@ class Registry(msgspec.Struct, kw_only=True):
     @property
     def workspace_dir(self) -> str:
         return self.path(self.host.workspace_dir)
+
+    def host_private(self, manifest_dirs: list[str], install_dirs: list[str]) -> tuple[str, ...]:
+        """The host-private paths of this registry (PROTOCOL 1): ``.toolhost/``, ``tools/``,
+        ``manifests/``, every registry and manifest file read, the files ``host`` names, the
+        autodiscover folders and the host's installation."""
+        h = self.host
+        state = [h.socket, h.audit_log, h.quota_state, h.ws.token_file if h.ws else ""]
+        state.append(os.path.join(os.path.dirname(h.socket), "operator.token"))
+        files = [self.path(f) for f in self.files] + [self.path(p) for p in state if p]
+        folders = [self.path(a.path) for a in self.autodiscover]
+        folders += [os.path.abspath(d) for d in manifest_dirs]
+        folders += [os.path.abspath(d) for d in install_dirs]
+        return private_roots(app_root=self.app_root, files=files, folders=folders)
 
     def anchor_dir(self, entry: SidecarEntry, anchor: str) -> str:
         if anchor == "config":

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import random
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -105,6 +107,17 @@ class ReloadResult(msgspec.Struct, kw_only=True):
         return ", ".join(parts)
 
 
+def install_dirs() -> list[str]:
+    """The host's installation: its packages and, in a virtual environment, the environment."""
+    dirs = [os.path.dirname(supervisor.__file__)]
+    spec = importlib.util.find_spec("sidecars")
+    if spec is not None and spec.submodule_search_locations:
+        dirs += list(spec.submodule_search_locations)
+    if sys.prefix != sys.base_prefix:
+        dirs.append(sys.prefix)
+    return dirs
+
+
 class Host:
     """A running tool host."""
 
@@ -126,6 +139,8 @@ class Host:
         self._subscribers: set[trio.MemorySendChannel[CatalogChanged | None]] = set()
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
+        self.host_private: tuple[str, ...] = ()
+        """Paths no tool may touch (PROTOCOL 1), sent to every worker in ``init``."""
         self.endpoints: dict[str, str] = {}
         self.audit: AuditLog | None = None
         self._pulse = trio.Event()
@@ -179,6 +194,14 @@ class Host:
             ]
         )
         self.known = load_known_catalog(dirs)
+        try:
+            os.makedirs(self.registry.project_dir, exist_ok=True)
+        except OSError as exc:
+            log.warning("projectDir %s cannot be created: %s", self.registry.project_dir, exc)
+        self.host_private = self.registry.host_private(
+            [str(d) for d in dirs],
+            install_dirs(),
+        )
         plan = build_plan(self.registry, self.known, host_version=self.version)
         if self.registry.autodiscover:
             self.registry.errors += add_discovered(
@@ -430,6 +453,7 @@ class Host:
             sidecar=sp.id,
             config=config,
             projectDir=self.registry.project_dir,
+            hostPrivate=list(self.host_private),
             configDir=sp.entry.config_dir,
             cwd=sp.cwd,
         )

@@ -433,6 +433,7 @@ class OneshotWorker(SpawnWorker):
             cwd=init.cwd if init else self.spec.cwd,
             project_dir=init.projectDir if init else self.spec.cwd,
             config_dir=init.configDir if init else self.spec.cwd,
+            host_private=init.hostPrivate if init else None,
         )
         try:
             run = await self._run_once(self.spec.argv, line, first_line=True, tool=tool)

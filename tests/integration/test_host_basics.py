@@ -118,7 +118,7 @@ async def test_environment_is_allow_listed(app, monkeypatch):
             "PWD",
         } | {k for k in seen if k.startswith("LC_")}
         assert data["cwd"] == str(app)
-        assert data["projectDir"] == str(app)
+        assert data["projectDir"] == str(app / "workspace")  # the default (PROTOCOL 1)
 
 
 async def test_known_catalog_tools_nobody_serves_are_missing(app, tmp_path):

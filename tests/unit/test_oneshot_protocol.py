@@ -15,6 +15,7 @@ def test_request_line_is_one_flyflor_request():
         cwd="/app",
         project_dir="/app/p",
         config_dir="/cfg",
+        host_private=["/app/.toolhost"],
     )
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert msgspec.json.decode(line) == {
@@ -24,6 +25,7 @@ def test_request_line_is_one_flyflor_request():
         "cwd": "/app",
         "projectDir": "/app/p",
         "configDir": "/cfg",
+        "hostPrivate": ["/app/.toolhost"],
     }
 
 

@@ -142,7 +142,7 @@ def test_host_section_errors_keep_defaults(tmp_path):
 
 def test_absolute_host_paths_refused(tmp_path):
     reg = load(tmp_path, {"schemaVersion": 2, "host": {"projectDir": "/etc"}})
-    assert reg.host.project_dir == "."
+    assert reg.host.project_dir == "workspace"
     assert any("host.projectDir: absolute paths are not portable" in e for e in reg.errors)
 
 
