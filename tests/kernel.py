@@ -156,9 +156,10 @@ async def served(
     pause_bytes: int = 1 << 20,
 ) -> AsyncIterator[Served]:
     """Serve ``host`` on a Unix socket and a WebSocket (random loopback port) for the block."""
+    from supervisor.runtime.private import read_token
     from supervisor.server.stream import ConnectionLimits
     from supervisor.server.unix import serve_unix
-    from supervisor.server.ws import load_or_create_token, serve_ws
+    from supervisor.server.ws import serve_ws
 
     limits = ConnectionLimits(
         max_frame=max_frame,
@@ -167,7 +168,7 @@ async def served(
         pause_bytes=pause_bytes,
     )
     sock = root / ".toolhost" / "t.sock"
-    token = load_or_create_token(str(root / ".toolhost" / "ws.token"))
+    token = read_token(str(root / ".toolhost" / "ws.token"))
     async with trio.open_nursery() as nursery:
         await nursery.start(
             lambda task_status: serve_unix(host, str(sock), limits=limits, task_status=task_status)

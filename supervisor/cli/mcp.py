@@ -123,12 +123,13 @@ async def _serve(
         except OSError as exc:
             return die(f"cannot reach the host: {exc}")
         return 0
+    from supervisor.runtime.private import read_token
     from supervisor.server.mcp_http import McpHttpServer
-    from supervisor.server.ws import load_or_create_token, parse_listen
+    from supervisor.server.ws import parse_listen
 
     try:
         parse_listen(args.http)
-        token = load_or_create_token(
+        token = read_token(
             args.token_file or os.path.join(app_root(args), ".toolhost", "mcp.token")
         )
     except (OSError, ValueError) as exc:

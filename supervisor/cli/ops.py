@@ -85,12 +85,19 @@ def approvals_text(pending: list[dict[str, Any]]) -> str:
 
 def approve(args: argparse.Namespace) -> int:
     """``toolhost approve CALL_ID``: grant (or ``--deny``) a call waiting for an operator."""
-    from supervisor.runtime.approvals import read_or_create_token, token_path
+    from supervisor.runtime.approvals import token_path
+    from supervisor.runtime.private import read_token
 
     path = socket_path(args)
     try:
-        token = read_or_create_token(token_path(path))
-    except OSError as exc:
+        token = read_token(token_path(path), create=False)
+    except FileNotFoundError:
+        return die(
+            f"no operator token next to {path}: is the host running with "
+            '"approvalSource": "operator"?',
+            EXIT_FAILED,
+        )
+    except (OSError, ValueError) as exc:
         return die(f"cannot read the operator token next to {path}: {exc}", EXIT_FAILED)
     by = args.by or os.environ.get("USER") or "operator"
 

@@ -11,12 +11,13 @@ import trio
 
 from supervisor.cli.common import app_root, die
 from supervisor.registry.load import load_registry
-from supervisor.runtime.host import Host, HostOptions
+from supervisor.runtime.host import Host, HostOptions, HostStartError
+from supervisor.runtime.private import TokenFile
 from supervisor.runtime.process import warden
 from supervisor.server.stream import ConnectionLimits
 from supervisor.server.systemd import Notifier
 from supervisor.server.unix import SocketInUse, check_free, serve_unix
-from supervisor.server.ws import load_or_create_token, parse_listen, serve_ws
+from supervisor.server.ws import parse_listen, serve_ws
 from supervisor.telemetry import logs
 
 log = logging.getLogger("toolhost")
@@ -42,6 +43,7 @@ async def _serve(args: argparse.Namespace) -> int:
         registry_path=args.registry,
         use_global=not args.no_global,
         log_format=getattr(args, "log_format", None),
+        socket=args.socket,
     )
     host = Host(options)
     reg = load_registry(
@@ -51,7 +53,10 @@ async def _serve(args: argparse.Namespace) -> int:
     path = args.socket or reg.path(reg.host.socket)
     check_free(path)  # before anything starts: a second host must not disturb the first
     async with trio.open_nursery() as nursery:
-        await nursery.start(host.run)
+        try:
+            await nursery.start(host.run)
+        except HostStartError as exc:
+            return die(str(exc), 1)
         reg = host.registry
         limits = ConnectionLimits(
             max_frame=reg.host.max_frame_bytes, max_connections=reg.host.max_connections
@@ -67,8 +72,10 @@ async def _serve(args: argparse.Namespace) -> int:
         host.endpoints["unix"] = path
         ws = reg.host.ws
         if ws is not None:
+            token = TokenFile(reg.path(ws.token_file))  # read now and at reload only
             try:
-                token = load_or_create_token(reg.path(ws.token_file))
+                token.load()
+                host.tokens["gateway"] = token
             except (OSError, ValueError) as exc:
                 log.error("WebSocket gateway disabled: %s", exc)
             else:

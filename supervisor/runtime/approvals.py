@@ -8,8 +8,10 @@
 # approval, or refuses it; the deadline, ``tools.cancel`` and a client that leaves end it with one
 # envelope. Pending calls are listed (``approvals.list``, ``toolhost status``) with an id, the tool
 # and a preview of the input. The token is a random secret in ``operator.token`` next to the
-# socket (0600): a kernel is given the socket, not that file. With the default ``"kernel"``
-# source nothing here runs. See docs/security.md.
+# socket (0600): a kernel is given the socket, not that file. The host reads it once, at start
+# and at ``registry.reload`` (runtime/private.py): a file rewritten under the host (by a tool)
+# approves nothing. With the default ``"kernel"`` source nothing here runs. See
+# docs/security.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import itertools
 import logging
 import os
 import secrets
-import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ import msgspec
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.rpc import Approval
 from supervisor.policy import results
+from supervisor.runtime.private import TokenFile
 from supervisor.runtime.timers import Timer, Timers
 
 log = logging.getLogger("toolhost.approvals")
@@ -75,29 +77,6 @@ def token_path(socket_path: str) -> str:
     return os.path.join(os.path.dirname(socket_path) or ".", TOKEN_NAME)
 
 
-def read_or_create_token(path: str) -> str:
-    """The operator token, generated into a new 0600 file when absent.
-
-    Raises:
-        OSError: The file cannot be read or created.
-    """
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        st = os.stat(path)
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            log.warning("%s was readable by others; tightening it to 0600", path)
-            os.chmod(path, 0o600)
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token + "\n")
-    return token
-
-
 class Approvals:
     """Calls waiting for an operator, and the decisions that release them.
 
@@ -113,6 +92,8 @@ class Approvals:
         """``host.approvalSource`` now (the host installs the real one)."""
         self.token_file: Callable[[], str] = lambda: ""
         """Where the operator token is (the host installs the real one)."""
+        self.token: TokenFile | None = None
+        """The operator token as read at start or at the last reload (:meth:`load_token`)."""
         self._held: dict[str, _Held] = {}
         self._by_key: dict[Any, str] = {}
         self._ids = itertools.count(1)
@@ -134,14 +115,26 @@ class Approvals:
             for h in self._held.values()
         ]
 
-    def check_token(self, token: str) -> bool:
-        """Whether ``token`` is the operator token (constant-time)."""
+    def load_token(self) -> bool:
+        """Read the operator token (created when absent): at start and at reload, never at a
+        decision. True when it differs from the one read before.
+
+        Raises:
+            OSError, ValueError: It cannot be read (a symlink, another user's, empty); the token
+                read before, if any, stays in force.
+        """
         path = self.token_file()
-        if not path or not token:
-            return False
-        try:
-            expected = read_or_create_token(path)
-        except OSError:
+        if self.token is not None and self.token.path == path:
+            return self.token.load()
+        fresh = TokenFile(path)
+        fresh.load()
+        before, self.token = self.token, fresh
+        return before is not None and before.value != fresh.value
+
+    def check_token(self, token: str) -> bool:
+        """Whether ``token`` is the operator token read at start or reload (constant-time)."""
+        expected = self.token.value if self.token is not None else ""
+        if not expected or not token:
             return False
         return hmac.compare_digest(token.encode(), expected.encode())
 
@@ -161,12 +154,8 @@ class Approvals:
         ``resume`` gets the operator's approval (start the call then); ``refuse`` gets the
         envelope of a denial, a deadline or a cancel. Exactly one of them is called, once.
         """
-        path = self.token_file()
-        if path:
-            try:
-                read_or_create_token(path)  # so `toolhost approve` finds it
-            except OSError as exc:
-                log.error("operator token %s: %s", path, exc)
+        if self.token is None:
+            log.error("no operator token was read (see the start-up error): nobody can approve")
         call_id = f"{self._prefix}-{next(self._ids)}"
         data = bytes(input_raw)
         info = PendingApproval(

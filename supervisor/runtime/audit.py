@@ -7,7 +7,11 @@
 # of a batch, or at once when :data:`FLUSH_BATCH` records wait - so a crash of the host loses at
 # most that window's records, and a busy host pays one wake-up per batch, not per call. When the
 # file passes ``host.auditMaxBytes`` it is rotated to ``.1``,
-# ``.2``, ... keeping ``host.auditKeep`` old files.
+# ``.2``, ... keeping ``host.auditKeep`` old files. Before each batch the open descriptor is
+# compared (``st_dev``/``st_ino``) with what the path names now (``lstat``): a file deleted or
+# replaced under the host (by a tool, by hand) is noticed, reopened (never through a symlink) and
+# the new file starts with an ``audit-reopened`` line saying why. Host events (a token changed)
+# are lines with an ``event`` field instead of a ``tool``.
 """
 
 from __future__ import annotations
@@ -61,6 +65,16 @@ class AuditRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Host-service requests the call's worker made for it."""
 
 
+class AuditEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A line about the host itself, not a call: ``audit-reopened``, ``token-changed``."""
+
+    time: str
+    event: str
+    reason: str | None = None
+    token: str | None = None
+    path: str | None = None
+
+
 class AuditLinks(msgspec.Struct, kw_only=True):
     """What links a call to others (only composite calls and their children have them)."""
 
@@ -98,7 +112,7 @@ class AuditLog:
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
-        self._queue: deque[_Pending] = deque()
+        self._queue: deque[_Pending | AuditEvent] = deque()
         self._wake = trio.Event()
         self._fd: int | None = None
         self._size = 0
@@ -107,6 +121,8 @@ class AuditLog:
         self._encoder = msgspec.json.Encoder()
         self._sec = -1
         self._sec_text = ""
+        self._lost: str | None = None
+        """Why the file the host had open is no longer at ``path`` (until a reopen succeeds)."""
 
     def record(
         self,
@@ -143,6 +159,30 @@ class AuditLog:
         if len(self._queue) == 1 or len(self._queue) >= FLUSH_BATCH:
             self._wake.set()
 
+    def event(
+        self,
+        event: str,
+        *,
+        reason: str | None = None,
+        token: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        """Queue a line about the host itself (``token-changed``, ...)."""
+        when = self._timestamp(time.time())
+        self._queue.append(
+            AuditEvent(time=when, event=event, reason=reason, token=token, path=path)
+        )
+        if len(self._queue) == 1:
+            self._wake.set()
+
+    def open(self) -> None:
+        """Open (or create) the file now, so a bad one stops the host at start.
+
+        Raises:
+            OSError: It is a symlink, another user's, not a regular file, or cannot be opened.
+        """
+        self._open()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write queued records until cancelled; flushes what is queued on the way out."""
         task_status.started()
@@ -169,9 +209,12 @@ class AuditLog:
             return
         items = list(self._queue)
         self._queue.clear()
-        lines = b"".join(self._encode(p) for p in items)
+        lines = b"".join(
+            self._encoder.encode(p) + b"\n" if isinstance(p, AuditEvent) else self._encode(p)
+            for p in items
+        )
         try:
-            fd = self._open()
+            fd = self._open_current()
             if self.max_bytes and self._size and self._size + len(lines) > self.max_bytes:
                 self._rotate()
                 fd = self._open()
@@ -213,9 +256,45 @@ class AuditLog:
             self._sec_text = dt.datetime.fromtimestamp(sec, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
         return f"{self._sec_text}.{int((when - sec) * 1000):03d}+00:00"
 
+    def _open_current(self) -> int:
+        """The descriptor of the file at ``path`` now: reopened (with an ``audit-reopened`` line
+        first) when the one the host had was deleted or replaced."""
+        if self._fd is not None and self._lost is None:
+            self._lost = self._gone(self._fd)
+            if self._lost is not None:
+                log.error("audit log %s was %s under the host; reopening it", self.path, self._lost)
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
+        fd = self._open()
+        if self._lost is not None:
+            note = AuditEvent(
+                time=self._timestamp(time.time()),
+                event="audit-reopened",
+                reason=self._lost,
+                path=self.path,
+            )
+            line = self._encoder.encode(note) + b"\n"
+            os.write(fd, line)
+            self._size += len(line)
+            self._lost = None
+        return fd
+
+    def _gone(self, fd: int) -> str | None:
+        """``deleted`` or ``replaced`` when ``path`` no longer names the open file, else None."""
+        try:
+            now = os.lstat(self.path)
+        except FileNotFoundError:
+            return "deleted"
+        held = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            return "replaced"
+        return None
+
     def _open(self) -> int:
         if self._fd is None:
-            # 0600, and an existing 0644 file is tightened (runtime/private.py).
+            # 0600, never through a symlink; an existing 0644 file is tightened
+            # (runtime/private.py).
             self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
             self._size = os.fstat(self._fd).st_size
         return self._fd

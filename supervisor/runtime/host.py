@@ -50,6 +50,7 @@ from supervisor.runtime.audit import AuditLog
 from supervisor.runtime.events import EventBus
 from supervisor.runtime.invoke import Invoker
 from supervisor.runtime.pool import Pool
+from supervisor.runtime.private import TokenFile
 from supervisor.runtime.process import allowed_env
 from supervisor.runtime.safeguards import Safeguards
 from supervisor.runtime.services import HostServices
@@ -81,6 +82,12 @@ class HostOptions(msgspec.Struct, kw_only=True):
     audit: bool = True
     log_format: str | None = None
     """``text`` | ``json`` over ``host.logFormat`` (``toolhost serve --log-format``)."""
+    socket: str | None = None
+    """The socket it will be served on, when not ``host.socket`` (``toolhost serve --socket``)."""
+
+
+class HostStartError(Exception):
+    """The host refuses to start (a symlinked audit log or token, ...): the message says why."""
 
 
 class ReloadResult(msgspec.Struct, kw_only=True):
@@ -151,8 +158,13 @@ class Host:
         # Operator approval (runtime/approvals.py): the setting and the token next to the socket.
         self.invoker.approvals.source = lambda: self.registry.host.approval_source
         self.invoker.approvals.token_file = lambda: token_path(
-            self.endpoints.get("unix") or self.registry.path(self.registry.host.socket)
+            self.options.socket
+            or self.endpoints.get("unix")
+            or self.registry.path(self.registry.host.socket)
         )
+        self.tokens: dict[str, TokenFile] = {}
+        """Tokens read at start and again at every reload, never per use (the operator's, the
+        gateway's); a change is written to the audit log."""
         self.services = HostServices(
             self.invoker,
             self.app_root,
@@ -232,6 +244,7 @@ class Host:
             )
             self.invoker.audit = self.audit
         try:
+            self._open_private_files()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if self.audit is not None:
@@ -258,6 +271,48 @@ class Host:
             self._subscribers.clear()
             await self._stop_telemetry()
             self._stopped.set()
+
+    def _open_private_files(self) -> None:
+        """The audit log and the operator token, opened at start (runtime/private.py).
+
+        Raises:
+            HostStartError: One is a symlink, another user's, or cannot be read or created.
+        """
+        try:
+            if self.audit is not None:
+                self.audit.open()
+            if self.registry.host.approval_source == "operator":
+                self.invoker.approvals.load_token()
+        except (OSError, ValueError) as exc:
+            raise HostStartError(f"cannot start: {exc}") from exc
+        if self.invoker.approvals.token is not None:
+            self.tokens["operator"] = self.invoker.approvals.token
+
+    def _reload_tokens(self) -> list[str]:
+        """Read every token again (reload); a changed one is logged and audited."""
+        errors: list[str] = []
+        approvals = self.invoker.approvals
+        first = self.registry.host.approval_source == "operator" and "operator" not in self.tokens
+        if first:  # operator approval turned on by this reload: read it for the first time
+            try:
+                approvals.load_token()
+            except (OSError, ValueError) as exc:
+                errors.append(f"operator token: {exc}")
+            if approvals.token is not None:
+                self.tokens["operator"] = approvals.token
+        for name, token in self.tokens.items():
+            if first and name == "operator":
+                continue
+            try:
+                changed = token.load()
+            except (OSError, ValueError) as exc:
+                errors.append(f"{name} token: {exc}; the one read before stays in force")
+                continue
+            if changed:
+                log.warning("the %s token in %s changed; the new one is in force", name, token.path)
+                if self.audit is not None:
+                    self.audit.event("token-changed", token=name, path=token.path)
+        return errors
 
     def _start_telemetry(self) -> None:
         """OpenTelemetry per ``host.telemetry`` and sidecar stderr forwarding per the log
@@ -368,6 +423,7 @@ class Host:
                 )
             )
             self.safeguards.configure(self.registry, new_plan)
+            result.errors += self._reload_tokens()
             if self.zygote is not None:  # no worker may start from stale preloaded code
                 self.zygote.preload = zygote.preload_list(self.registry.host.zygote.preload)
                 self.zygote.replace()

@@ -30,7 +30,7 @@ from supervisor.policy import results
 from supervisor.policy.quota import Ledger, Limits, Refusal
 from supervisor.registry.catalog import Catalog
 from supervisor.registry.plan import Plan
-from supervisor.runtime.private import make_private, open_private
+from supervisor.runtime.private import open_private
 
 log = logging.getLogger("toolhost.quota")
 
@@ -50,8 +50,8 @@ def _wall_ms() -> float:
 def load_state(path: str) -> tuple[int, dict[str, int]]:
     """Read the saved ``callsPerDay`` counts: ``(UTC day number, counts by key)``."""
     try:
-        with open(path, "rb") as f:
-            make_private(f.fileno(), path)
+        fd = open_private(path, os.O_RDONLY, create=False)  # never through a symlink
+        with os.fdopen(fd, "rb") as f:
             doc = json.loads(f.read())
         if doc.get("version") != STATE_VERSION:
             return -1, {}
@@ -71,7 +71,9 @@ def save_state(path: str, day: int, counts: dict[str, int]) -> None:
         os.makedirs(folder, mode=0o700, exist_ok=True)
     tmp = f"{path}.tmp"
     data = json.dumps({"version": STATE_VERSION, "day": day, "counts": counts}, sort_keys=True)
-    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)  # 0600 even if a stale .tmp was not
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a stale one (or a link: removed, never followed); a new one is 0600
+    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(data + "\n")
     os.replace(tmp, path)

@@ -1,24 +1,27 @@
 """Durable sidecar state (PROTOCOL 3.5 ``state.*``): one embedded SQLite database per app root.
 
-# Strategy: ``<appRoot>/.toolhost/state.db``, mode 0600, WAL. Reads (``get``, ``list``) run on the
-# caller's thread on a read connection: a primary-key lookup is a few microseconds, cheaper than
-# any hand-off. Writes go to one writer thread that owns the only write connection
-# (``synchronous=FULL``: a ``set`` that was answered survives a power cut, a host crash or
-# ``kill -9``); the host queues them and the writer commits everything that queued meanwhile in
-# one transaction, so many concurrent writers cost one fsync per batch, not one each.
+# Strategy: ``<appRoot>/.toolhost/state.db``, mode 0600, never a symlink, WAL. Reads (``get``,
+# ``list``) run on the caller's thread on a read connection: a primary-key lookup is a few
+# microseconds, cheaper than any hand-off. Writes go to one writer thread that owns the only
+# write connection (``synchronous=FULL``: a ``set`` that was answered survives a power cut, a
+# host crash or ``kill -9``); the host queues them and the writer commits everything that queued
+# meanwhile in one transaction, so many concurrent writers cost one fsync per batch, not one
+# each.
 # Compare-and-set (``ifValue`` / ``ifAbsent``) is checked inside that transaction, so concurrent
 # read-modify-write loops from several workers lose nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
-import stat
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+
+from supervisor.runtime.private import open_private
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS state (
@@ -49,23 +52,14 @@ class Write(msgspec.Struct):
     """ANY, ABSENT, or the decoded value that must be stored now (compare-and-set)."""
 
 
-def ensure_private_file(path: str) -> None:
-    """Create ``path`` 0600 (its folder 0700) or fix the mode of an existing one to 0600.
+def ensure_private_file(path: str, *, create: bool = True) -> None:
+    """Create ``path`` 0600 (its folder 0700) or check an existing one: a regular file of the
+    host's user, never a symlink, tightened to 0600 (runtime/private.py).
 
     Raises:
-        StateError: The file is not a regular file or its mode cannot be fixed.
+        OSError: It is a symlink, another user's or not a regular file, or cannot be opened.
     """
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise StateError(f"{path} is not a regular file")
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+    os.close(open_private(path, os.O_RDWR, create=create))
 
 
 class StateStore:
@@ -79,14 +73,13 @@ class StateStore:
         self.path = path
         try:
             ensure_private_file(path)
+            for suffix in ("-wal", "-shm"):  # before SQLite opens them
+                with contextlib.suppress(FileNotFoundError):
+                    ensure_private_file(path + suffix, create=False)
             self._read = self._connect()
             self._read.execute(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the state database {path}: {exc}") from exc
-        for suffix in ("-wal", "-shm"):
-            side = path + suffix
-            if os.path.exists(side):
-                os.chmod(side, 0o600)
         self._write: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:

@@ -3,18 +3,26 @@
 # Strategy: one private JSON file, ``<appRoot>/.toolhost/vault.json`` (0600 in a 0700 folder),
 # ``{"shared": {KEY: value}, "profile": {KEY: value}}``. ``toolhost vault set KEY`` reads the
 # value from stdin (never argv, never the environment) and rewrites the file atomically (temp
-# file + rename, mode 0600). Reading refuses a file that is group- or world-accessible, with the
-# fix in the message, instead of trusting a secret anyone could have read or written. The host
+# file + rename, mode 0600). Reading refuses a file that is group- or world-accessible, another
+# user's or a symlink (runtime/private.py), with the fix in the message, instead of trusting a
+# secret anyone could have read or written. The host
 # re-reads the file when its mtime changes, so ``vault set`` needs no reload.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 
 import msgspec
+
+from supervisor.runtime.private import (
+    NotPrivate,
+    Symlinked,
+    make_private,
+    open_nofollow,
+    read_private,
+)
 
 VAULT_FILE = ".toolhost/vault.json"
 SCOPES = ("profile", "shared")
@@ -43,37 +51,33 @@ class Vault:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._cache: tuple[tuple[int, int], VaultDoc] | None = None
+        self._cache: tuple[tuple[int, ...], VaultDoc] | None = None
 
     def load(self) -> VaultDoc:
         """The vault now (empty when there is no file).
 
         Raises:
-            VaultError: The file is group/world-accessible, not a regular file, or unreadable.
+            VaultError: The file is group/world-accessible, another user's, a symlink, not a
+                regular file, or unreadable.
         """
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd, _ = open_nofollow(self.path, os.O_RDONLY, create=False)
         except FileNotFoundError:
             return VaultDoc()
+        except Symlinked as exc:
+            raise VaultError("vault-insecure", str(exc)) from exc
         except OSError as exc:
             raise VaultError("vault-unreadable", f"cannot open {self.path}: {exc}") from exc
         try:
+            try:
+                make_private(fd, self.path, tighten=False)  # ours, a regular file, 0600
+            except NotPrivate as exc:
+                raise VaultError("vault-insecure", str(exc)) from exc
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise VaultError("vault-unreadable", f"{self.path} is not a regular file")
-            mode = stat.S_IMODE(st.st_mode)
-            if mode & 0o077:
-                raise VaultError(
-                    "vault-insecure",
-                    f"refusing to read {self.path}: its mode {mode:04o} lets other users read "
-                    f"or write it; run `chmod 600 {self.path}` (and check who changed it)",
-                )
-            stamp = (st.st_mtime_ns, st.st_size)
+            stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
             if self._cache is not None and self._cache[0] == stamp:
                 return self._cache[1]
-            data = b""
-            while chunk := os.read(fd, 1 << 16):
-                data += chunk
+            data = read_private(fd)
         finally:
             os.close(fd)
         try:

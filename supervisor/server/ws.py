@@ -3,9 +3,10 @@
 Text frames carry JSON and binary frames MessagePack; each answer uses the encoding of the frame
 that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared in constant
 time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600), generated on
-first start when absent. A browser, which cannot set that header, offers the token as the
-subprotocol ``toolhost.bearer.<token>`` instead, and its ``Origin`` must be the gateway's own
-(``server/console.py``, which also serves the web console at ``/``).
+first start when absent, read at start and at reload only (``runtime/private.py``). A browser,
+which cannot set that header, offers the token as the subprotocol ``toolhost.bearer.<token>``
+instead, and its ``Origin`` must be the gateway's own (``server/console.py``, which also serves
+the web console at ``/``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,6 @@ import contextlib
 import hmac
 import ipaddress
 import logging
-import os
-import secrets
-import stat
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
@@ -25,6 +23,7 @@ from wsproto.events import BytesMessage, TextMessage
 from wsproto.utilities import LocalProtocolError
 
 from supervisor.runtime.host import Host
+from supervisor.runtime.private import TokenFile
 from supervisor.server import console
 from supervisor.server.admission import overloaded_line
 from supervisor.server.codec import Codec
@@ -59,32 +58,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def load_or_create_token(path: str) -> str:
-    """Read the token, or generate one into a new 0600 file (inside a 0700 folder if new)."""
-    folder = os.path.dirname(path) or "."
-    if not os.path.isdir(folder):
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        st = os.stat(path)
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            try:
-                os.chmod(path, 0o600)
-                log.warning("%s was readable by others; tightened it to 0600", path)
-            except OSError as exc:  # a read-only mount (a Kubernetes Secret): use it as it is
-                log.warning("%s is readable by others and cannot be tightened: %s", path, exc)
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-        if not token:
-            raise ValueError(f"{path} is empty; delete it to have a new token generated") from None
-        return token
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token + "\n")
-    return token
 
 
 def authorized(request: WebSocketRequest, token: str) -> bool:
@@ -247,12 +220,14 @@ async def send_batch(ws: WebSocketConnection, frames: list[tuple[bytes, bool]]) 
 async def serve_ws(
     host: Host,
     listen: str,
-    token: str,
+    token: str | TokenFile,
     *,
     limits: ConnectionLimits | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the kernel protocol over WebSocket until cancelled; ``started`` gets the port.
+
+    ``token`` as a :class:`TokenFile` is the one the host last read (at start or reload).
 
     ``GET /healthz`` and ``GET /readyz`` on the same port answer liveness and readiness
     (:mod:`supervisor.server.health`), without a token, for probes.
@@ -278,8 +253,9 @@ async def serve_ws(
             log.warning("refused WebSocket client %s: %s", remote, refused)
             await request.reject(403, body=f"forbidden: {refused}\n".encode())
             return
-        by_subprotocol = console.bearer_from_subprotocols(request.proposed_subprotocols, token)
-        if not by_subprotocol and not authorized(request, token):
+        current = token if isinstance(token, str) else token.value
+        by_subprotocol = console.bearer_from_subprotocols(request.proposed_subprotocols, current)
+        if not by_subprotocol and not authorized(request, current):
             log.warning("refused WebSocket client %s: missing or wrong bearer token", remote)
             await request.reject(
                 401,

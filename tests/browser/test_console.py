@@ -20,7 +20,8 @@ import trio
 from trio_websocket import HandshakeError, open_websocket_url
 
 from sidecars.browser_cdp.cdp import Connection, browser_socket_url, http_get_json
-from supervisor.runtime.approvals import read_or_create_token, token_path
+from supervisor.runtime.approvals import token_path
+from supervisor.runtime.private import read_token
 from tests.conftest import REPO, echo, ready_pids, running_host, wait_available, wait_for
 from tests.kernel import served
 
@@ -276,7 +277,7 @@ async def test_console_shows_the_host_live_and_acts(app, chromium):
         await tab.wait(f"{worker_pids('echo')}.some(p => p && p !== {pid2})", timeout=15)
 
         # A call waiting for an operator: listed, approved in the page, then it finishes.
-        operator = read_or_create_token(token_path(str(srv.sock)))
+        operator = read_token(token_path(str(srv.sock)))
         answer: dict[str, Any] = {}
 
         async def call() -> None:

@@ -6,7 +6,8 @@ import json
 
 import trio
 
-from supervisor.runtime.approvals import read_or_create_token, token_path
+from supervisor.runtime.approvals import token_path
+from supervisor.runtime.private import read_token
 from tests.conftest import echo, running_host, wait_available
 from tests.kernel import served
 
@@ -40,7 +41,7 @@ async def test_operator_grants_denies_and_deadlines(app):
             srv.peer("unix-json") as kernel,
             srv.peer("ws-json") as operator,
         ):
-            token = read_or_create_token(token_path(str(srv.sock)))
+            token = read_token(token_path(str(srv.sock)))
             answers = {}
 
             async def call(rid, params):
