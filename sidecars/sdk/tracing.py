@@ -115,7 +115,7 @@ def _redacting(exporter: Any) -> Any:
             instrumentation_scope=span.instrumentation_scope,
         )
 
-    class Redacting(SpanExporter):  # type: ignore[misc]
+    class Redacting(SpanExporter):
         def export(self, spans: Any) -> Any:
             if secrets:
                 spans = [masked(s) for s in spans]

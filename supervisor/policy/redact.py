@@ -3,7 +3,7 @@ whatever the host writes (envelopes, stderr tails, log lines, audit lines, spans
 
 Pure (no clock, no I/O, no trio): the sidecar SDK masks its own spans with the same class.
 
-What is masked, for each value (its UTF-8 bytes for the binary encodings):
+What is masked, for each value (base64 and hex of its UTF-8 bytes):
 
 - the value as written, and with any character percent-encoded (``%2F`` or ``%2f``, a space
   also as ``+``): URL query strings and form bodies, whichever characters the encoder escaped;
@@ -18,13 +18,14 @@ Values shorter than :data:`MIN_SECRET` characters are not masked in any form: re
 ``a`` in a text would destroy it and protect nothing.
 
 # Strategy: ``add`` turns every form of every value into a sequence of regex units (one
-# character, or a character with its percent-encodings), merges all of them into one trie and
-# compiles that trie once into one alternation for text and one for bytes, so a text is
-# scanned once whatever the number of values and encodings. The compiled pair is replaced
-# whole (one attribute store), so a reader on another thread (the SDK's exporter) always sees
-# a consistent set. The regex prefers the longest match at a position; a match that overlaps
-# the end of another (two secrets sharing characters) extends the masked span, so no tail of
-# a secret survives between two masks.
+# character, or a character with its percent-encodings), merges the first ``_HEAD`` units of all
+# forms into one trie and compiles it into one alternation, so a text is scanned once whatever
+# the number of values and encodings; a longer form's head ends in an empty named group that
+# says which rest to match after a hit (rests are compiled once, with their value). Bytes are
+# masked as UTF-8 text (invalid bytes kept). The compiled set is replaced whole (one attribute
+# store), so a reader on another thread (the SDK's exporter) sees the old set or the new one.
+# The regex takes the longest form at a position; a match overlapping the end of another (two
+# secrets sharing characters) extends the masked span, so no tail of a secret survives.
 """
 
 from __future__ import annotations
@@ -57,8 +58,7 @@ def _pct(ch: str) -> str:
     """``%XX`` for each UTF-8 byte of ``ch``, either hex case."""
     out = []
     for b in ch.encode():
-        hi, lo = f"{b:02X}"
-        out.append("%" + "".join(c if c.isdigit() else f"[{c}{c.lower()}]" for c in (hi, lo)))
+        out.append("%" + "".join(c if c.isdigit() else f"[{c}{c.lower()}]" for c in f"{b:02X}"))
     return "".join(out)
 
 
