@@ -53,6 +53,8 @@ class Receiver:
     """What the collector got, guarded by one condition."""
 
     spans: list[Span] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    """Every ``/v1/traces`` request body as received (to look for a value anywhere in it)."""
     metrics: set[str] = field(default_factory=set)
     requests: int = 0
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -117,6 +119,7 @@ class Receiver:
                     )
         with self.cond:
             self.spans.extend(out)
+            self.bodies.append(body)
             self.cond.notify_all()
 
     def _add_metrics(self, body: bytes) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from sidecars.sdk import tracing
 from supervisor.contracts import wire
 
 if TYPE_CHECKING:
@@ -266,4 +267,9 @@ class State:
 
 
 def vault(ctx: Context, key: str) -> Any:
-    return _then(ctx.app._requests.ask(ctx, "vault.get", {"key": key}), lambda r: r["value"])
+    # The value is masked from this sidecar's exported spans from now on (as the host masks
+    # it from everything it writes).
+    return _then(
+        ctx.app._requests.ask(ctx, "vault.get", {"key": key}),
+        lambda r: tracing.conceal(r["value"]),
+    )

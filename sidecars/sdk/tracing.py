@@ -6,7 +6,10 @@
 # simple-json: ``TRACEPARENT`` in the environment) and passes ``TOOLHOST_TELEMETRY=1`` plus its
 # ``OTEL_*`` settings; if the sidecar's author configured no tracer provider of their own, the
 # SDK then installs one exporting over OTLP/HTTP (when ``opentelemetry-sdk`` and the exporter are
-# importable), so the sidecar's spans reach the same collector as the host's.
+# importable), so the sidecar's spans reach the same collector as the host's. That exporter masks
+# every vault value this sidecar fetched (``ctx.vault`` feeds :data:`secrets`, the host's own
+# Redactor) in span names, attributes, events and status descriptions, as the host masks its own;
+# a sidecar that installs its own provider exports through its own exporter, unmasked.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from supervisor.contracts import wire
+from supervisor.policy.redact import Redactor
+
+secrets = Redactor()
+"""The vault values this sidecar was handed (``ctx.vault``): masked from every span it exports."""
 
 _UNSET: Any = object()
 _tracer: Any = _UNSET
@@ -60,8 +67,67 @@ def _configure(trace: Any) -> None:
     if not os.environ.get("OTEL_SERVICE_NAME"):
         attrs["service.name"] = os.environ.get("TOOLHOST_SIDECAR") or "toolhost-sidecar"
     provider = TracerProvider(resource=Resource.create(attrs))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(_redacting(OTLPSpanExporter())))
     trace.set_tracer_provider(provider)
+
+
+def conceal(value: Any) -> Any:
+    """Mask ``value`` (a vault value just fetched) from every span exported from now on."""
+    if isinstance(value, str):
+        secrets.add(value)
+    return value
+
+
+def _redacting(exporter: Any) -> Any:
+    """``exporter`` behind a copy of each span with :data:`secrets` masked."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Link, Status
+
+    def value(v: Any) -> Any:
+        if isinstance(v, str):
+            return secrets.text(v)
+        if isinstance(v, tuple | list):
+            return tuple(value(x) for x in v)
+        return v
+
+    def attrs(a: Any) -> Any:
+        return {k: value(v) for k, v in a.items()} if a else a
+
+    def masked(span: Any) -> Any:
+        status = span.status
+        if status.description:
+            status = Status(status.status_code, secrets.text(status.description))
+        return ReadableSpan(
+            name=secrets.text(span.name),
+            context=span.context,
+            parent=span.parent,
+            resource=span.resource,
+            attributes=attrs(span.attributes),
+            events=[
+                Event(secrets.text(e.name), attrs(e.attributes), e.timestamp) for e in span.events
+            ],
+            links=[Link(link.context, attrs(link.attributes)) for link in span.links],
+            kind=span.kind,
+            status=status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+
+    class Redacting(SpanExporter):
+        def export(self, spans: Any) -> Any:
+            if secrets:
+                spans = [masked(s) for s in spans]
+            return exporter.export(spans)
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(exporter.force_flush(timeout_millis))
+
+    return Redacting()
 
 
 def _wanted(traceparent: str | None) -> Any:
@@ -103,7 +169,7 @@ def _end(span: Any, result: wire.Result | None) -> None:
         span.set_status(Status(StatusCode.ERROR, "cancelled"))
     elif not result.ok:
         span.set_attribute("error.type", result.code or "failed")
-        span.set_status(Status(StatusCode.ERROR, (result.error or "")[:512]))
+        span.set_status(Status(StatusCode.ERROR, secrets.text(result.error or "")[:512]))
     span.end()
 
 

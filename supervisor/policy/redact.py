@@ -1,13 +1,38 @@
 """Secret redaction (PROTOCOL 3.5): every vault value handed to a sidecar becomes ``***`` in
-whatever the host writes (envelopes, stderr tails, log lines, audit lines).
+whatever the host writes (envelopes, stderr tails, log lines, audit lines, spans).
 
-Pure. A value is redacted as written and in its JSON-escaped form (a sidecar that puts the secret
-into a JSON string gets it escaped). Values shorter than :data:`MIN_SECRET` are not redacted:
-replacing every ``a`` in a text would destroy it and protect nothing.
+Pure (no clock, no I/O, no trio): the sidecar SDK masks its own spans with the same class.
+
+What is masked, for each value (base64 and hex of its UTF-8 bytes):
+
+- the value as written, and with any character percent-encoded (``%2F`` or ``%2f``, a space
+  also as ``+``): URL query strings and form bodies, whichever characters the encoder escaped;
+- its JSON-escaped forms (msgspec's, and ``json.dumps``'s ``\\uXXXX`` one);
+- base64, standard and URL-safe, with and without ``=`` padding; inside a longer base64 text
+  (``Basic`` credentials, a token in an encoded blob) the characters that only the value
+  determines, at each of the three byte offsets, when there are at least
+  :data:`MIN_BASE64_CORE` of them;
+- hex, lower and upper case.
+
+Values shorter than :data:`MIN_SECRET` characters are not masked in any form: replacing every
+``a`` in a text would destroy it and protect nothing.
+
+# Strategy: ``add`` turns every form of every value into a sequence of regex units (one
+# character, or a character with its percent-encodings), merges the first ``_HEAD`` units of all
+# forms into one trie and compiles it into one alternation, so a text is scanned once whatever
+# the number of values and encodings; a longer form's head ends in an empty named group that
+# says which rest to match after a hit (rests are compiled once, with their value). Bytes are
+# masked as UTF-8 text (invalid bytes kept). The compiled set is replaced whole (one attribute
+# store), so a reader on another thread (the SDK's exporter) sees the old set or the new one.
+# The regex takes the longest form at a position; a match overlapping the end of another (two
+# secrets sharing characters) extends the masked span, so no tail of a secret survives.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from typing import Any
 
 import msgspec
@@ -17,46 +42,206 @@ from supervisor.contracts.wire import NULL
 
 MASK = "***"
 MIN_SECRET = 4
+"""Values shorter than this (in characters) are never masked."""
+MIN_BASE64_CORE = 8
+"""The shortest inner base64 run (value at a byte offset of a longer text) that is masked."""
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_END = ""  # the trie key marking "a form ends here" (no unit is empty)
+_HEAD = 16
+"""Units of a form in the shared regex; the rest of a longer form is matched after a hit."""
+
+Units = tuple[str, ...]
+
+
+def _pct(ch: str) -> str:
+    """``%XX`` for each UTF-8 byte of ``ch``, either hex case."""
+    out = []
+    for b in ch.encode():
+        out.append("%" + "".join(c if c.isdigit() else f"[{c}{c.lower()}]" for c in f"{b:02X}"))
+    return "".join(out)
+
+
+def _url_forms(value: str) -> list[Units]:
+    """The value with any of its characters percent-encoded (the plain value included).
+
+    The first character's spellings are separate forms, so every form begins with a literal:
+    the compiled alternation then gets the regex engine's first-character prefilter.
+    """
+    units: list[str] = []
+    for c in value:
+        if c in _UNRESERVED:
+            units.append(re.escape(c))
+            continue
+        alts = [re.escape(c), _pct(c)]
+        if c == " ":
+            alts.append(r"\+")
+        units.append("(?:" + "|".join(alts) + ")")
+    first = value[0]
+    if first in _UNRESERVED:
+        return [tuple(units)]
+    heads = [re.escape(first), _pct(first)] + ([r"\+"] if first == " " else [])
+    return [(head, *units[1:]) for head in heads]
+
+
+def _base64_forms(raw: bytes) -> list[str]:
+    out: list[str] = []
+    n = len(raw)
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        full = encode(raw).decode()
+        out.append(full)  # padded; the unpadded form is its prefix (the trie keeps both)
+        out.append(full.rstrip("="))
+        for shift in (0, 1, 2):
+            enc = encode(b"\0" * shift + raw).decode()
+            start = -(-8 * shift // 6)  # the first character with no bit of the prefix
+            stop = 8 * (n + shift) // 6  # past the last character with no bit of what follows
+            core = enc[start:stop]
+            if len(core) >= MIN_BASE64_CORE:
+                out.append(core)
+    return out
+
+
+def _forms(value: str) -> list[Units]:
+    """Every form of ``value`` as regex units (one character, or one with its escapes)."""
+    raw = value.encode()
+    texts = {
+        msgspec.json.encode(value).decode()[1:-1],
+        json.dumps(value)[1:-1],
+        raw.hex(),
+        raw.hex().upper(),
+        *_base64_forms(raw),
+    }
+    texts.discard(value)
+    forms = _url_forms(value)
+    forms.extend(tuple(re.escape(c) for c in t) for t in sorted(texts))
+    return forms
+
+
+def _trie(forms: list[Units]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for form in forms:
+        node = root
+        for unit in form:
+            node = node.setdefault(unit, {})
+        node[_END] = {}
+    return root
+
+
+def _emit(node: dict[str, Any]) -> str:
+    """The regex of a trie: one alternation, the longer form first where forms share a prefix
+    (``abc(?:def)?``)."""
+    parts = []
+    for unit, child in node.items():
+        if unit == _END:
+            continue
+        seq = [unit]
+        while len(child) == 1 and _END not in child:  # a chain: no group, no recursion
+            ((unit, child),) = child.items()
+            seq.append(unit)
+        parts.append("".join(seq) + _emit(child))
+    if not parts:
+        return ""
+    body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+    return f"(?:{body})?" if _END in node else body
+
+
+class _Set:
+    """One compiled secret set: ``rx`` over every form's first :data:`_HEAD` units; a longer
+    form's head ends with an empty named group ``t<n>`` whose ``tails[n]`` matches the rest."""
+
+    def __init__(self, rx: re.Pattern[str], tails: dict[str, re.Pattern[str]]) -> None:
+        self.rx = rx
+        self.tails = tails
+
+    def end(self, m: re.Match[str], s: str) -> int:
+        """Where the secret matched by ``m`` ends (a long form: its head and what follows)."""
+        end = m.end()
+        name = m.lastgroup
+        if name is not None:
+            rest = self.tails[name].match(s, end)
+            if rest is not None:
+                end = rest.end()  # else a head alone: a cut secret, masked all the same
+        return end
+
+    def mask(self, s: str) -> str:
+        rx = self.rx
+        m = rx.search(s)
+        if m is None:
+            return s
+        out = []
+        last = 0
+        while m is not None:
+            start, end = m.start(), self.end(m, s)
+            i = start + 1
+            while i < end:  # another secret starting inside this one may run past its end
+                inner = rx.match(s, i)
+                if inner is not None:
+                    end = max(end, self.end(inner, s))
+                i += 1
+            out.append(s[last:start])
+            out.append(MASK)
+            last = end
+            m = rx.search(s, end)
+        out.append(s[last:])
+        return "".join(out)
 
 
 class Redactor:
     """The secrets handed out so far, and how to mask them."""
 
     def __init__(self) -> None:
-        self._texts: list[str] = []
-        self._blobs: list[bytes] = []
+        self._values: set[str] = set()
+        self._heads: list[Units] = []
+        self._marks: dict[Units, str] = {}  # a long form's head -> its group name
+        self._rests: dict[str, list[Units]] = {}
+        self._tails: dict[str, re.Pattern[str]] = {}
+        self._set: _Set | None = None
 
     def __bool__(self) -> bool:
-        return bool(self._texts)
+        return self._set is not None
 
     def add(self, value: str) -> None:
-        """Mask ``value`` from now on (idempotent)."""
-        if len(value) < MIN_SECRET or value in self._texts:
+        """Mask ``value`` (and its encodings) from now on; idempotent. Recompiles the shared
+        regex (heads only: the rest of a long form is compiled once, with its value)."""
+        if len(value) < MIN_SECRET or value in self._values:
             return
-        forms = {value, msgspec.json.encode(value).decode()[1:-1]}
-        for form in sorted(forms, key=len, reverse=True):
-            if form not in self._texts:
-                self._texts.append(form)
-                self._blobs.append(form.encode())
-        # Longest first, so a secret containing another is masked whole.
-        order = sorted(range(len(self._texts)), key=lambda i: -len(self._texts[i]))
-        self._texts = [self._texts[i] for i in order]
-        self._blobs = [self._blobs[i] for i in order]
+        heads = list(self._heads)
+        tails = dict(self._tails)
+        grown: set[str] = set()
+        for form in _forms(value):
+            if len(form) <= _HEAD:
+                heads.append(form)
+                continue
+            head = form[:_HEAD]
+            name = self._marks.get(head)
+            if name is None:
+                name = self._marks[head] = f"t{len(self._marks)}"
+                heads.append((*head, f"(?P<{name}>)"))
+            self._rests.setdefault(name, []).append(form[_HEAD:])
+            grown.add(name)
+        for name in grown:
+            tails[name] = re.compile(_emit(_trie(self._rests[name])))
+        compiled = _Set(re.compile(_emit(_trie(heads))), tails)
+        self._values.add(value)
+        self._heads = heads
+        self._tails = tails
+        self._set = compiled  # one store: a reader on another thread sees the old set or this
 
     def text(self, s: str) -> str:
-        for secret in self._texts:
-            if secret in s:
-                s = s.replace(secret, MASK)
-        return s
+        compiled = self._set
+        return s if compiled is None else compiled.mask(s)
 
     def maybe(self, s: str | None) -> str | None:
         return None if s is None else self.text(s)
 
     def blob(self, b: bytes) -> bytes:
-        for secret in self._blobs:
-            if secret in b:
-                b = b.replace(secret, MASK.encode())
-        return b
+        """``b`` (UTF-8, any invalid bytes kept as they are) with every secret masked."""
+        compiled = self._set
+        if compiled is None:
+            return b
+        s = b.decode("utf-8", "surrogateescape")
+        masked = compiled.mask(s)
+        return b if masked is s else masked.encode("utf-8", "surrogateescape")
 
     def value(self, v: Any) -> Any:
         """A JSON-like value with every string masked."""
@@ -64,13 +249,13 @@ class Redactor:
             return self.text(v)
         if isinstance(v, dict):
             return {self.text(k): self.value(x) for k, x in v.items()}
-        if isinstance(v, list):
+        if isinstance(v, list | tuple):
             return [self.value(x) for x in v]
         return v
 
     def envelope(self, env: Envelope) -> Envelope:
         """``env`` with every secret masked (content, data, error message, stderr, details)."""
-        if not self._texts:
+        if self._set is None:
             return env
         env.content = self.text(env.content)
         if env.data is not NULL:

@@ -1,15 +1,18 @@
 """The SDK's side of host services: ``ctx.invoke``, ``ctx.state``, ``ctx.vault`` from sync and
 async tools, through a running host; a clear error in oneshot mode."""
 
+import base64
 import json
 import subprocess
 import sys
+import urllib.parse
 
 import msgspec
 import trio
 
 from supervisor.runtime.vault import Vault, vault_path
 from tests.conftest import FIXTURES, echo, raw, ready_pids, running_host, script, wait_for
+from tests.kernel import served
 
 TOOLS = ["sdksvc.sync", "sdksvc.async"]
 
@@ -86,3 +89,42 @@ def test_oneshot_mode_says_services_need_a_persistent_worker(tmp_path):
     assert answer["ok"] is False and answer["code"] == "unsupported"
     assert "persistent worker" in answer["error"]
     assert "Traceback" not in r.stderr
+
+
+async def test_encoded_forms_of_a_vault_value_are_masked_in_the_envelope_the_kernel_gets(app):
+    """A tool returns a handed-out value base64- (standard, URL-safe unpadded, inside ``Basic``
+    credentials), hex- (both cases) and URL-encoded: the kernel's envelope holds none of it."""
+    secret = "tok/en+v@lue=99"
+    Vault(vault_path(str(app))).set("API_KEY", secret)
+    entries = {"traced": script("traced", ["traced.encoded"], vault=[{"key": "API_KEY"}])}
+    async with running_host(app, entries) as host:
+        await wait_for(host, lambda: ready_pids(host, "traced"))
+        async with served(host, app) as srv, srv.peer("unix-json") as peer:
+            resp = await peer.request(
+                1, "tools.invoke", {"tool": "traced.encoded", "input": {"key": "API_KEY"}}
+            )
+    env = resp["result"]
+    assert env["status"] == "success", env
+    assert env["data"] == {
+        "b64": "***",
+        "b64url": "***",
+        "hex": "***",
+        "HEX": "***",
+        "url": "https://api.example/?token=***",
+    }
+    # "user:" and the value share the encoded text's groups: only what they mix stays.
+    assert env["content"].startswith("Authorization: Basic dXNlcj")
+    assert "***" in env["content"]
+    raw = secret.encode()
+    wire_text = json.dumps(resp)
+    for form in (
+        secret,
+        base64.b64encode(raw).decode(),
+        base64.b64encode(raw).decode().rstrip("="),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        base64.b64encode(b"user:" + raw).decode()[8:-4],
+        raw.hex(),
+        raw.hex().upper(),
+        urllib.parse.quote(secret, safe=""),
+    ):
+        assert form not in wire_text, form

@@ -22,6 +22,7 @@ import msgspec
 import pytest
 import trio
 
+from supervisor.runtime.vault import Vault, vault_path
 from tests.conftest import echo, raw, running_host, script, wait_available, write_registry
 from tests.kernel import served
 
@@ -459,3 +460,34 @@ async def test_a_remote_mcp_server_call_is_an_mcp_client_span_over_tcp(app, coll
     assert client.kind == 3 and client.parent_id == call.span_id
     assert client.attributes["network.transport"] == "tcp"
     assert client.attributes["mcp.session.id"] == session
+
+
+async def test_sdk_spans_mask_a_vault_value_the_sidecar_fetched(app, collector):
+    """A tool fetches a vault value through ``ctx.vault``, names a span after it, sets it as
+    attributes and an event, and raises an exception holding it: the spans the sidecar exports
+    hold it nowhere (span names, attributes, events, the exception event, the status)."""
+    secret = "s3cr3t/Value+42"
+    Vault(vault_path(str(app))).set("API_KEY", secret)
+    entries = {
+        "traced": script("traced", ["traced.leak"], vault=[{"key": "API_KEY"}]),
+    }
+    async with running_host(app, entries, host=ON) as host:
+        await wait_available(host, "traced.leak")
+        env = await host.invoke("traced.leak", raw({"key": "API_KEY"}))
+        assert env.status == "failed" and "***" in env.error.message
+
+        def found(r):
+            tool = r.named("tool traced.leak")
+            inner = [s for s in r.spans if s.name.startswith("traced.leak ")]
+            return (tool[0], inner[0]) if tool and inner else None
+
+        tool, inner = await wait_spans(collector, found, "the sidecar's spans")
+    # The exception was recorded, the status is an error naming it, all of it masked.
+    assert "exception" in inner.events and inner.is_error
+    assert inner.name == "traced.leak ***" and inner.attributes["token"] == "***"
+    assert tool.is_error and tool.status_message == "ValueError: upstream refused the token ***"
+    assert tool.service == "traced"
+    with collector.cond:
+        bodies = b"".join(collector.bodies)
+    assert b"upstream refused the token ***" in bodies  # the exception event's message
+    assert secret.encode() not in bodies
