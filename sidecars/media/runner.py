@@ -123,7 +123,8 @@ def check_engine(spec: DelegateSpec, exe: str, sidecar: str) -> None:
         problem = _module_problem(exe, name, env)
     if problem is not None:
         raise ToolError(
-            f"{spec.tool} is unavailable: its engine {name} is missing ({problem})",
+            f"{spec.tool} is unavailable: its engine {name} is missing ({problem}); "
+            f"install: {install}",
             code="unavailable",
             details={"reason": "engine-missing", "engine": name, "hint": install},
         )

@@ -121,7 +121,10 @@ async def test_without_approval_the_first_control_step_refuses(
             ]
         }
         env = await host.invoke("computer.use", raw(seq))
-        assert env.status == "unavailable"
+        # The facade answers with the blocking atomic tool's status and code, naming both.
+        assert env.status == "unavailable" and env.error.code == "approval-required", env
+        assert env.error.details["tool"] == "computer.mouse" and env.error.details["step"] == 1
+        assert env.error.details["action"] == "left_click"
         blocked = env.error.details["blockedBy"]
         assert blocked["tool"] == "computer.mouse" and blocked["step"] == 1
         assert blocked["status"] == "unavailable" and blocked["code"] == "approval-required"
@@ -139,6 +142,22 @@ async def test_without_approval_the_first_control_step_refuses(
         await wait_available(host, "computer.use", *TOOLS)
         env = await host.invoke("computer.use", raw({"action": "screenshot"}))
         assert env.status == "unavailable" and env.error.code == "approval-required"
+
+
+async def test_a_quota_limited_step_gives_the_facade_its_code(app: Path, xdisplay: Display) -> None:
+    reg = registry(xdisplay.name, sandbox={"computer.use": "allowed"})
+    reg["computer.native"]["quota"] = {"tools": {"screen.screenshot": {"callsPerMinute": 1}}}
+    async with running_host(app, reg, manifest_dirs=MANIFESTS) as host:
+        await wait_available(host, "computer.use", *TOOLS)
+        seq = {"actions": [{"action": "screenshot"}, {"action": "screenshot"}]}
+        env = await host.invoke("computer.use", raw(seq))
+        assert env.status == "unavailable" and env.error.code == "quota-limited", env
+        details = env.error.details
+        assert details["tool"] == "screen.screenshot" and details["step"] == 1
+        assert details["retryAfterMs"] > 0
+        assert details["blockedBy"]["details"]["retryAfterMs"] == details["retryAfterMs"]
+        steps = msgspec.json.decode(env.data)["steps"]
+        assert [s["status"] for s in steps] == ["success", "unavailable"]
 
 
 async def test_bad_input_gets_structured_errors(app: Path, xdisplay: Display) -> None:
