@@ -90,6 +90,13 @@ async def test_window_list_geometry_and_focus(app: Path, xdisplay: Display) -> N
             await host.invoke("computer.window", raw({"action": "geometry", "window": hex(win.id)}))
         )
         assert geo["name"] == "toolhost-test-window" and geo["width"] == win.width
+        # What list answers, focus and geometry accept as it came (a number).
+        assert isinstance(mine["id"], int)
+        for action in ("focus", "geometry"):
+            got = data(
+                await host.invoke("computer.window", raw({"action": action, "window": mine["id"]}))
+            )
+            assert got["id"] == mine["id"] and got["name"] == "toolhost-test-window"
         env = await host.invoke("computer.window", raw({"action": "focus", "window": "nope"}))
         assert env.status == "failed" and env.error.details["reason"] == "unknown-window"
 
