@@ -57,12 +57,13 @@ class Window:
     def events(self) -> list[str]:
         return self.record.read_text().splitlines()[1:]
 
-    def wait_event(self, prefix: str, timeout: float = 10) -> list[str]:
-        """Wait until the window recorded an event starting with ``prefix``; all such events."""
+    def wait_event(self, prefix: str, timeout: float = 10, count: int = 1) -> list[str]:
+        """Wait until the window recorded ``count`` events starting with ``prefix``; all such
+        events."""
         deadline = time.monotonic() + timeout
         while True:
             found = [e for e in self.events() if e.startswith(prefix)]
-            if found or time.monotonic() > deadline:
+            if len(found) >= count or time.monotonic() > deadline:
                 return found
             time.sleep(0.02)
 

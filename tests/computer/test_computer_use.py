@@ -144,6 +144,32 @@ async def test_without_approval_the_first_control_step_refuses(
         assert env.status == "unavailable" and env.error.code == "approval-required"
 
 
+async def test_a_click_where_the_pointer_is_does_not_wait_for_the_delegate_timeout(
+    app: Path, xdisplay: Display
+) -> None:
+    """A coordinate-less left_click clicks where the pointer already is: the delegate's
+    `mousemove --sync` to that same point never returned, so the step ran into its deadline.
+    The same for a drag that ends where it starts."""
+    win = xdisplay.window
+    cx, cy = win.centre
+    async with running_host(app, registry(xdisplay.name), manifest_dirs=MANIFESTS) as host:
+        await wait_available(host, "computer.use", *TOOLS)
+        here = [cx, cy]
+        seq = {
+            "actions": [
+                {"action": "mouse_move", "coordinate": here},
+                {"action": "left_click"},
+                {"action": "left_click_drag", "start_coordinate": here, "coordinate": here},
+            ]
+        }
+        # A small deadline: before the fix the click step failed with it (delegate-timeout).
+        env = await host.invoke("computer.use", raw(seq), timeout_ms=4000, approval=APPROVED)
+        assert env.status == "success", env
+        steps = msgspec.json.decode(env.data)["steps"]
+        assert steps[1]["coordinate"] == here and steps[2]["from"] == here
+        assert win.wait_event("click", count=2) == [f"click {cx} {cy} 1"] * 2
+
+
 async def test_a_quota_limited_step_gives_the_facade_its_code(app: Path, xdisplay: Display) -> None:
     reg = registry(xdisplay.name, sandbox={"computer.use": "allowed"})
     reg["computer.native"]["quota"] = {"tools": {"screen.screenshot": {"callsPerMinute": 1}}}
