@@ -72,8 +72,10 @@ async def test_web_engine_missing_is_unavailable_before_any_call(
     async with running_host(app, registry, manifest_dirs=MANIFESTS) as host:
         reasons = await wait_for(
             host,
-            lambda: all(probe_reason(host, t) for t in broken)
-            and [probe_reason(host, t) for t in broken],
+            lambda: (
+                all(probe_reason(host, t) for t in broken)
+                and [probe_reason(host, t) for t in broken]
+            ),
             what="the tools without their engine are unavailable",
         )
         for reason in reasons:
@@ -110,7 +112,11 @@ async def test_media_engines_missing_are_unavailable_before_any_call(
         }
     }
     registry = {"media": entry("sidecars.media", MEDIA_TOOLS, config, {})}
-    broken = {"vision.analyze": "PIL", "audio.transcribe": "pocketsphinx", "vision.ocr": "tesseract"}
+    broken = {
+        "vision.analyze": "PIL",
+        "audio.transcribe": "pocketsphinx",
+        "vision.ocr": "tesseract",
+    }
     async with running_host(app, registry, manifest_dirs=MANIFESTS) as host:
         await wait_for(
             host,
