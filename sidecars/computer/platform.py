@@ -185,17 +185,28 @@ def list_windows(command: str, config: dict[str, Any], deadline: float) -> list[
                 }
             )
         return windows
-    out = run(
-        ["xdotool", "search", "--onlyvisible", "--name", "."],
-        config,
-        deadline - time.monotonic(),
-        "computer.window",
-    )
+    try:
+        out = run(
+            ["xdotool", "search", "--onlyvisible", "--name", "."],
+            config,
+            deadline - time.monotonic(),
+            "computer.window",
+        )
+    except ToolError as exc:
+        details = exc.details or {}
+        if details.get("exitCode") == 1 and not str(details.get("stderr", "")).strip():
+            return []  # xdotool search exits 1, silently, when nothing matches: no windows
+        raise
     windows = []
     for token in out.split()[:MAX_WINDOWS]:
         wid = window_id(token)
-        if wid is not None:
+        if wid is None:
+            continue
+        try:
             windows.append(geometry("xdotool", wid, config, deadline))
+        except ToolError as exc:
+            if (exc.details or {}).get("reason") != "unknown-window":
+                raise  # a window closed between the search and its geometry is just gone
     return windows
 
 

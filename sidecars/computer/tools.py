@@ -120,12 +120,17 @@ class WindowInput(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
         Meta(description="list visible windows, or focus / geometry of one."),
     ]
     window: Annotated[
-        str | None,
-        Meta(description="focus/geometry: a window id (decimal or 0x hex) or a title substring."),
+        NonNegative | str | None,
+        Meta(
+            description="focus/geometry: a window id as list returns it (a number), the same id "
+            "as text (decimal or 0x hex), or a title substring."
+        ),
     ] = None
 
 
-def _pick(command: str, selector: str | None, ctx: Context, deadline: float) -> int:
+def _pick(command: str, selector: int | str | None, ctx: Context, deadline: float) -> int:
+    if isinstance(selector, int):
+        return selector  # an id exactly as `list` answers it
     if not selector:
         raise ToolError(
             "this action needs `window` (an id or a title substring)",

@@ -24,13 +24,26 @@ WHEEL = {"up": "4", "down": "5", "left": "6", "right": "7"}
 
 
 def mouse_args(
-    action: str, x: str, y: str, button: str, to_x: str, to_y: str, direction: str, amount: str
+    action: str,
+    x: str,
+    y: str,
+    button: str,
+    to_x: str,
+    to_y: str,
+    direction: str,
+    amount: str,
+    pointer: tuple[str, str] | None = None,
 ) -> list[str]:
-    """xdotool arguments for one mouse action (pointer moved to x, y first)."""
+    """xdotool arguments for one mouse action (pointer moved to x, y first).
+
+    ``mousemove --sync`` waits until the pointer has left where it was, so it never returns when
+    the pointer is already at the target: the move is left out when ``pointer`` (where it is
+    now) is the target, and a drag's second move when it ends where it starts.
+    """
     btn = BUTTONS.get(button, "1")
     if action == "position":
         return ["getmouselocation"]
-    move = ["mousemove", "--sync", x, y]
+    move = [] if pointer == (x, y) else ["mousemove", "--sync", x, y]
     if action == "move":
         return move
     if action == "click":
@@ -52,7 +65,8 @@ def mouse_args(
             WHEEL.get(direction, "5"),
         ]
     if action == "drag":
-        return [*move, "mousedown", btn, "mousemove", "--sync", to_x, to_y, "mouseup", btn]
+        drag = [] if (to_x, to_y) == (x, y) else ["mousemove", "--sync", to_x, to_y]
+        return [*move, "mousedown", btn, *drag, "mouseup", btn]
     raise SystemExit(f"xdo: unknown mouse action {action!r}")
 
 
@@ -65,13 +79,24 @@ def keyboard_args(action: str, text: str, keys: str) -> list[str]:
     raise SystemExit(f"xdo: unknown keyboard action {action!r}")
 
 
+def _pointer(exe: str) -> tuple[str, str] | None:
+    """Where the pointer is now (``("x", "y")``), or None when xdotool cannot say."""
+    out = subprocess.run([exe, "getmouselocation", "--shell"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None  # the action itself will fail and say why
+    facts = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    return facts.get("X", ""), facts.get("Y", "")
+
+
 def main(argv: list[str]) -> int:
     exe = shutil.which("xdotool")
     if exe is None:
         print("xdo: xdotool is not on PATH (apt install xdotool)", file=sys.stderr)
         return 127
     if len(argv) == 10 and argv[1] == "mouse":
-        args = mouse_args(*argv[2:10])
+        pointer = _pointer(exe) if argv[2] != "position" else None
+        action, x, y, button, to_x, to_y, direction, amount = argv[2:10]
+        args = mouse_args(action, x, y, button, to_x, to_y, direction, amount, pointer)
     elif len(argv) == 5 and argv[1] == "keyboard":
         args = keyboard_args(*argv[2:5])
     else:
@@ -90,6 +115,8 @@ def main(argv: list[str]) -> int:
         facts = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
         print(facts.get("X", ""), facts.get("Y", ""))
         return 0
+    if not args:
+        return 0  # a move to where the pointer already is
     os.execv(exe, [exe, *args])
     return 0  # not reached
 

@@ -6,7 +6,8 @@
 # ``via: computer.use#<call>``. The manifest ``requires`` the atomic tools, so the facade is
 # visible only while they are, and an approval given to the ``computer.use`` call covers exactly
 # those child calls. The first step that is refused or fails ends the sequence; the facade's
-# answer carries that step's status, code and tool. See docs/sidecars/computer.md.
+# answer carries that step's code as it came (so its status too), the step and the tool.
+# See docs/sidecars/computer.md.
 """
 
 from __future__ import annotations
@@ -184,6 +185,50 @@ class Runner:
         return {"tool": None, "waitedMs": round(min(seconds, max(0.0, left)) * 1000)}
 
 
+def _blocked_error(
+    index: int,
+    step: Step,
+    blocked: Blocked,
+    results: list[dict[str, Any]],
+    calls: list[dict[str, Any]],
+) -> ToolError:
+    """The facade's answer when step ``index`` was refused or failed: the atomic tool's own
+    ``error.code`` (so the envelope's status is the atomic one too), the step and the tool named
+    in ``details`` (``blockedBy`` keeps the atomic error's details, ``retryAfterMs`` of a
+    ``quota-limited`` refusal is repeated at the top as PROTOCOL 5 asks)."""
+    env = blocked.env
+    error = env.error
+    code = error.code if error is not None else env.status
+    child_details = (error.details if error is not None else None) or {}
+    summary = {
+        "step": index,
+        "action": step.action,
+        "tool": blocked.tool,
+        "status": env.status,
+        "code": code,
+        "message": env.content,
+        **({"details": child_details} if child_details else {}),
+    }
+    results.append({"action": step.action, **summary})
+    details: dict[str, Any] = {
+        "reason": "step-refused",
+        "step": index,
+        "action": step.action,
+        "tool": blocked.tool,
+        "blockedBy": summary,
+        "calls": calls,
+    }
+    if "retryAfterMs" in child_details:
+        details["retryAfterMs"] = child_details["retryAfterMs"]
+    return ToolError.passthrough(
+        f"step {index} ({step.action}): {blocked.tool} answered {env.status} "
+        f"({code}): {env.content}",
+        code,
+        details=details,
+        data={"steps": results},
+    )
+
+
 def computer_use(args: UseInput, ctx: Context) -> Reply:
     """Run one action or a sequence of them, each step through the host's gates."""
     if (args.action is None) == (args.actions is None):
@@ -217,24 +262,7 @@ def computer_use(args: UseInput, ctx: Context) -> Reply:
         try:
             result = runner.run(step)
         except Blocked as blocked:
-            env = blocked.env
-            code = env.error.code if env.error is not None else env.status
-            summary = {
-                "step": index,
-                "action": step.action,
-                "tool": blocked.tool,
-                "status": env.status,
-                "code": code,
-                "message": env.content,
-            }
-            results.append({"action": step.action, **summary})
-            raise ToolError(
-                f"step {index} ({step.action}): {blocked.tool} answered {env.status} "
-                f"({code}): {env.content}",
-                code="unavailable" if env.status == "unavailable" else "failed",
-                details={"reason": "step-refused", "blockedBy": summary, "calls": runner.calls},
-                data={"steps": results},
-            ) from None
+            raise _blocked_error(index, step, blocked, results, runner.calls) from None
         results.append({"action": step.action, "status": "success", **result})
     shots = [r for r in results if r["action"] == "screenshot"]
     content = f"{len(results)} step(s) done: " + ", ".join(r["action"] for r in results)

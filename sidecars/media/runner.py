@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sidecars.media.delegates import ENGINES
 from sidecars.sdk import Context, ToolError
 
 ENV_ALLOW = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")
@@ -91,6 +92,69 @@ class DelegateSpec:
             code="unavailable",
             details={"command": cmd, "reason": "command-not-found", "hint": hint},
         )
+
+
+BUNDLED = "sidecars.media.delegates."
+ENGINE_RECHECK_S = 30.0
+"""A module engine found missing is looked for again after this long (one found stays found)."""
+_module_checks: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[str | None, float]] = {}
+_module_lock = threading.Lock()
+
+
+def check_engine(spec: DelegateSpec, exe: str, sidecar: str) -> None:
+    """Raise ``unavailable`` (reason ``engine-missing``, the package as hint) when ``spec`` is a
+    bundled delegate whose engine is absent, looked for in the delegate's own environment: the
+    executable on its PATH, the module imported for real by its interpreter (a module that is
+    found but fails while importing counts as absent). Other delegates are not inspected."""
+    if spec.command not in ("python", "python3") or spec.args[:1] != ["-m"] or len(spec.args) < 2:
+        return
+    found = (
+        ENGINES.get(spec.args[1].removeprefix(BUNDLED))
+        if spec.args[1].startswith(BUNDLED)
+        else None
+    )
+    if found is None:
+        return
+    kind, name, install = found
+    env = delegate_env(spec.env, sidecar)
+    if kind == "binary":
+        problem = None if shutil.which(name, path=env.get("PATH")) else f"{name} is not on PATH"
+    else:
+        problem = _module_problem(exe, name, env)
+    if problem is not None:
+        raise ToolError(
+            f"{spec.tool} is unavailable: its engine {name} is missing ({problem}); "
+            f"install: {install}",
+            code="unavailable",
+            details={"reason": "engine-missing", "engine": name, "hint": install},
+        )
+
+
+def _module_problem(exe: str, module: str, env: dict[str, str]) -> str | None:
+    key = (exe, module, tuple(sorted(env.items())))
+    now = time.monotonic()
+    with _module_lock:
+        known = _module_checks.get(key)
+        if known is not None and (known[0] is None or now - known[1] < ENGINE_RECHECK_S):
+            return known[0]
+        try:
+            proc = subprocess.run(
+                [exe, "-c", f"import {module}"],
+                capture_output=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                timeout=30,
+            )
+            lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            problem = (
+                None
+                if proc.returncode == 0
+                else (lines[-1] if lines else f"exit {proc.returncode}")
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problem = f"cannot run {exe}: {exc}"
+        _module_checks[key] = (problem, now)
+        return problem
 
 
 def delegate_env(extra: Mapping[str, str], sidecar: str) -> dict[str, str]:
@@ -166,6 +230,7 @@ def run_delegate(
     """
     config = ctx.config
     exe = spec.resolve(ctx.cwd)
+    check_engine(spec, exe, ctx.app.sidecar_id)
     cap = config.get("maxDelegateOutputBytes", DEFAULT_OUTPUT_CAP)
     cap = cap if isinstance(cap, int) and cap > 0 else DEFAULT_OUTPUT_CAP
     request = {

@@ -22,7 +22,13 @@ import msgspec
 from msgspec import Meta
 
 from sidecars.media.provider import call_provider, encode_file, require
-from sidecars.media.runner import DEFAULT_TIMEOUT_MS, MARGIN_MS, DelegateSpec, run_delegate
+from sidecars.media.runner import (
+    DEFAULT_TIMEOUT_MS,
+    MARGIN_MS,
+    DelegateSpec,
+    check_engine,
+    run_delegate,
+)
 from sidecars.sdk import Context, Reply, Sidecar, ToolError
 from sidecars.sdk.paths import atomic_output, confine, project_relative
 from supervisor.contracts import wire
@@ -242,7 +248,7 @@ def health(sidecar: Sidecar) -> dict[str, wire.ToolHealth]:
         try:
             target = route(tool, sidecar.config)
             if isinstance(target, DelegateSpec):
-                target.resolve(sidecar.cwd)
+                check_engine(target, target.resolve(sidecar.cwd), sidecar.sidecar_id)
         except ToolError as exc:
             details = exc.details or {}
             out[tool] = wire.ToolHealth(

@@ -137,7 +137,7 @@ async def _pong(app: Sidecar, ping_id: str) -> None:
     tools: dict[str, wire.ToolHealth] = {}
     status: wire.HealthStatus = "healthy"
     check = app._health
-    if check is not None:
+    if check is not None and app._health_needed():
         try:
             answer = check(app)
             if isinstance(answer, Awaitable):
@@ -146,7 +146,7 @@ async def _pong(app: Sidecar, ping_id: str) -> None:
         except Exception as exc:
             status = "degraded"
             app._log("error", f"health check raised: {exc!r}")
-    app._send(wire.Pong(id=ping_id, status=status, tools=tools))
+    app._send(wire.Pong(id=ping_id, status=status, tools=app._health_of(tools)))
 
 
 async def run_with_nursery(fn: Callable[[trio.Nursery], Awaitable[Any]]) -> Any:

@@ -24,9 +24,10 @@ from typing import IO, TYPE_CHECKING, Any, cast, get_type_hints
 
 import msgspec
 
-from sidecars.sdk import services, tracing
+from sidecars.sdk import engines, services, tracing
 from sidecars.sdk.lines import LineReader
 from supervisor.contracts import wire
+from supervisor.contracts.envelope import FAILED_CODES, UNAVAILABLE_CODES
 
 if TYPE_CHECKING:
     import trio
@@ -38,6 +39,9 @@ _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.decode
 _DESTRUCTIVE = {None, "write", "execute", "computer"}
 """Permissions whose tools are destructive unless read-only (the MCP face's rule too)."""
+CODES = wire.RESULT_CODES | UNAVAILABLE_CODES | FAILED_CODES
+"""Codes a :class:`ToolError` keeps: the worker protocol's five and the envelope's (PROTOCOL 5),
+so a composite tool can answer with the code of the child call that blocked it."""
 
 
 class ToolError(Exception):
@@ -45,7 +49,9 @@ class ToolError(Exception):
 
     Args:
         message: Human text; becomes the envelope's ``content``.
-        code: One of ``failed | unavailable | unsupported | invalid-input``.
+        code: One of ``failed | unavailable | unsupported | invalid-input``, or an envelope
+            code of PROTOCOL 5 (``approval-required``, ``quota-limited``, ``timeout``...);
+            anything else becomes ``failed``. :meth:`passthrough` keeps any code.
         details: Structured facts for audit (paths, exit codes, provider status).
         data: Partial data that should survive the failure.
     """
@@ -60,9 +66,25 @@ class ToolError(Exception):
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.code = code if code in wire.RESULT_CODES else "failed"
+        self.code = code if code in CODES else "failed"
         self.details = details
         self.data = data
+
+    @classmethod
+    def passthrough(
+        cls,
+        message: str,
+        code: str | None,
+        *,
+        details: dict[str, Any] | None = None,
+        data: Any = None,
+    ) -> ToolError:
+        """A composite tool's answer carrying a child call's ``error.code`` as it came (a
+        sidecar's own code such as ``destination-refused`` included); the host derives the
+        envelope's status from the code as it did for the child."""
+        error = cls(message, details=details, data=data)
+        error.code = code or "failed"
+        return error
 
 
 class Reply(msgspec.Struct, kw_only=True):
@@ -229,6 +251,8 @@ class Sidecar:
         self._pending: dict[int, threading.Event] = {}
         self._scopes: dict[int, trio.CancelScope] = {}  # async calls in flight (aio.serve)
         self._requests = services.Requests(self)
+        self.engines: list[engines.Engine] = []
+        self._missing: dict[str, engines.Missing] | None = None
 
     # registration ------------------------------------------------------------------------
 
@@ -281,6 +305,30 @@ class Sidecar:
             return func
 
         return register
+
+    def engine(self, module: str, *, install: str, tools: Iterable[str] | None = None) -> None:
+        """Declare a module the tools import (lazily) and the package that provides it.
+
+        It is imported once before ``ready``; when that fails, ``tools`` (default: every tool)
+        are ``unavailable`` in ``pong`` with the import error and ``install`` as the hint, and
+        their calls are answered ``unavailable`` without running (``sidecars.sdk.engines``).
+        """
+        self.engines.append(engines.Engine(module, install, tuple(tools) if tools else None))
+        self._missing = None
+
+    def missing_engines(self) -> dict[str, engines.Missing]:
+        """Tool -> the declared engine it cannot import (checked once)."""
+        if self._missing is None:
+            self._missing = engines.missing(self.engines, self.tools)
+        return self._missing
+
+    def _health_of(self, answer: HealthMap) -> HealthMap:
+        """The health map of a ``pong``: the health check's answer, engine problems first."""
+        return {**answer, **{t: m.health() for t, m in self.missing_engines().items()}}
+
+    def _health_needed(self) -> bool:
+        """Whether to run the health check: not when no tool has its engines."""
+        return self._health is not None and not set(self.tools) <= set(self.missing_engines())
 
     def health(self, func: HealthFunc) -> HealthFunc:
         """Decorator: ``func(app)`` returns per-tool health for ``pong`` (tools absent: healthy).
@@ -345,6 +393,7 @@ class Sidecar:
                 self._fatal(f"invalid init message: {exc}")
                 return
             self._apply_init(init)
+            self.missing_engines()  # imported before ready: the first pong already knows
             self._send(self.ready_message())
             if self.uses_async:
                 import trio
@@ -407,13 +456,13 @@ class Sidecar:
     def _pong(self, ping_id: str) -> wire.Pong:
         tools: dict[str, wire.ToolHealth] = {}
         status: wire.HealthStatus = "healthy"
-        if self._health is not None:
+        if self._health is not None and self._health_needed():
             try:
                 tools = cast(HealthMap, self._health(self))
             except Exception as exc:
                 status = "degraded"
                 self._log("error", f"health check raised: {exc!r}")
-        return wire.Pong(id=ping_id, status=status, tools=tools)
+        return wire.Pong(id=ping_id, status=status, tools=self._health_of(tools))
 
     def _cancel(self, call_id: int) -> None:
         with self._answered_lock:
@@ -503,6 +552,9 @@ class Sidecar:
             return None, wire.Result(
                 id=0, ok=False, code="unsupported", error=f"{self.name} does not serve {tool}"
             )
+        missing = self.missing_engines().get(tool)
+        if missing is not None:
+            return spec, missing.result(tool)
         try:
             return spec, msgspec.json.decode(raw_input, type=spec.input_type)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:

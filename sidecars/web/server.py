@@ -11,9 +11,8 @@ import base64
 import functools
 import hashlib
 import os
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import httpx
 import msgspec
 import trio
 from msgspec import Meta
@@ -21,13 +20,23 @@ from msgspec import Meta
 from sidecars.sdk import Context, Reply, Sidecar, ToolError
 from sidecars.sdk.paths import atomic_output, confine, project_relative
 from sidecars.web import extract as ex
-from sidecars.web.net import check_url, make_client, stream
 from sidecars.web.policy import ConfigError, Limits, Policy, media_type, policy_from_config
 from sidecars.web.search import http_error, parse_results, providers_from_config
 from supervisor.contracts import wire
 
+if TYPE_CHECKING:
+    import httpx
+
 app = Sidecar("web", version="1.0.0", concurrency=8)
 """The sidecar; ``app.run()`` serves it (see ``__main__``)."""
+
+# The engines (the `web` extra), imported lazily by the tools and checked by the SDK before
+# `ready`: a tool whose engine cannot be imported is unavailable with this fix.
+INSTALL = "pip install -e '.[web]' (httpx[http2], trafilatura, lxml_html_clean)"
+for _module in ("httpx", "httpcore", "h2"):
+    app.engine(_module, install=INSTALL)
+for _module in ("lxml.html", "lxml.html.clean", "trafilatura"):
+    app.engine(_module, install=INSTALL, tools=("web.fetch", "web.extract"))
 
 MARGIN_S = 0.15
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
@@ -82,6 +91,8 @@ class _State:
 
 
 def _settings(config: dict[str, Any]) -> tuple[Limits, Policy]:
+    import httpx
+
     try:
         limits = Limits(config)
         hosts = [httpx.URL(p.url).host for p in providers_from_config(config)]
@@ -92,6 +103,8 @@ def _settings(config: dict[str, Any]) -> tuple[Limits, Policy]:
 
 def _client(config: dict[str, Any]) -> tuple[httpx.AsyncClient, Limits]:
     """The worker's pooled client (rebuilt for a new event loop or a new config)."""
+    from sidecars.web.net import make_client
+
     limits, policy = _settings(config)
     token = trio.lowlevel.current_trio_token()
     key = msgspec.json.encode(config).decode()
@@ -115,6 +128,8 @@ def _timeout_error(url: str, seconds: float) -> ToolError:
 
 
 async def _get_body(url: str, ctx: Context, max_bytes: int | None = None) -> tuple[Any, bytes]:
+    from sidecars.web.net import stream
+
     client, limits = _client(ctx.config)
     limit = min(max_bytes or limits.max_bytes, limits.max_bytes)
     chunks: list[bytes] = []
@@ -232,6 +247,8 @@ async def web_extract(args: ExtractInput, ctx: Context) -> Reply:
 )
 async def web_download(args: DownloadInput, ctx: Context) -> Reply:
     """Stream one URL into a project file, renamed into place only when complete."""
+    from sidecars.web.net import check_url, stream
+
     check_url(args.url)
     target = confine(ctx.project_dir, args.path, must_exist=False)
     if target.is_dir():
@@ -317,6 +334,8 @@ async def web_search(args: SearchInput, ctx: Context) -> Reply:
             details={"reason": "unknown-provider", "providers": [p.name for p in providers]},
         )
     provider = chosen or providers[0]
+    from sidecars.web.net import stream
+
     client, limits = _client(ctx.config)
     params: dict[str, str] | None = None
     body: Any = None

@@ -40,12 +40,9 @@ OPT_IN: dict[str, dict[str, Any]] = {
     # are found on this machine).
     "web": {},
     "media": {},
-    # computer.native: one worker (control actions are serialised in it); the display is passed
-    # explicitly because the host gives sidecars no DISPLAY. Delegates: see computer_delegates.
-    "computer": {
-        "pool": {"min": 1, "max": 1},
-        "env": {"DISPLAY": os.environ.get("DISPLAY") or ":0"},
-    },
+    # computer.native: one worker (control actions are serialised in it). The display (passed
+    # explicitly: the host gives sidecars no DISPLAY) and the delegates: see computer_setup.
+    "computer": {"pool": {"min": 1, "max": 1}},
     # computer.use: the facade over computer.native (every step a host call).
     "computer_use": {"pool": {"min": 1, "max": 1}},
 }
@@ -55,6 +52,25 @@ OPT_IN: dict[str, dict[str, Any]] = {
 XDO_MOUSE = ["python", "-m", "sidecars.computer.xdo", "mouse", "{action}", "{x}", "{y}"]
 XDO_MOUSE += ["{button}", "{toX}", "{toY}", "{direction}", "{amount}"]
 XDO_KEYBOARD = ["python", "-m", "sidecars.computer.xdo", "keyboard", "{action}", "{text}", "{keys}"]
+
+
+def computer_setup(entry: dict[str, Any]) -> str:
+    """The display and the delegates of ``entry``: each written only when found here."""
+    return computer_display(entry) + "\n" + computer_delegates(entry)
+
+
+def computer_display(entry: dict[str, Any]) -> str:
+    """Pass this session's ``DISPLAY`` to ``entry``; with none, write none (never a guess): the
+    screen tools are then unavailable with the "no display" reason until one is set."""
+    display = os.environ.get("DISPLAY")
+    if display:
+        entry["env"] = {"DISPLAY": display}
+        return f"computer: the sidecar uses this session's display DISPLAY={display}"
+    return (
+        "computer: no DISPLAY in this session, so none was written: screen.screenshot and "
+        "computer.window stay unavailable (no display) until the entry's env.DISPLAY (e.g. "
+        '":0") or config.display names a running X server'
+    )
 
 
 def computer_delegates(entry: dict[str, Any]) -> str:
@@ -72,7 +88,7 @@ def computer_delegates(entry: dict[str, Any]) -> str:
 
 
 # Per-family steps that depend on this machine; each returns a line to print.
-OPT_IN_CHECKS: dict[str, Callable[[dict[str, Any]], str]] = {"computer": computer_delegates}
+OPT_IN_CHECKS: dict[str, Callable[[dict[str, Any]], str]] = {"computer": computer_setup}
 NOTES: dict[str, str] = {}
 """What the last :func:`bundled_families` found per family (printed for the families added)."""
 

@@ -6,6 +6,7 @@ with ``CI=true`` they fail instead (``.ci/run`` installs them).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -57,12 +58,13 @@ class Window:
     def events(self) -> list[str]:
         return self.record.read_text().splitlines()[1:]
 
-    def wait_event(self, prefix: str, timeout: float = 10) -> list[str]:
-        """Wait until the window recorded an event starting with ``prefix``; all such events."""
+    def wait_event(self, prefix: str, timeout: float = 10, count: int = 1) -> list[str]:
+        """Wait until the window recorded ``count`` events starting with ``prefix``; all such
+        events."""
         deadline = time.monotonic() + timeout
         while True:
             found = [e for e in self.events() if e.startswith(prefix)]
-            if found or time.monotonic() > deadline:
+            if len(found) >= count or time.monotonic() > deadline:
                 return found
             time.sleep(0.02)
 
@@ -83,12 +85,12 @@ class Display:
         return out.stdout
 
 
-@pytest.fixture
-def xdisplay(tmp_path: Path) -> Iterator[Display]:
-    """Xvfb on a display it picks itself (``-displayfd``) and the Tk window, for one test."""
+@contextlib.contextmanager
+def xvfb() -> Iterator[str]:
+    """Xvfb on a display it picks itself (``-displayfd``), no window on it; its name (``:N``)."""
     require_x()
     read_fd, write_fd = os.pipe()
-    xvfb = subprocess.Popen(
+    server = subprocess.Popen(
         [
             "Xvfb",
             "-displayfd",
@@ -104,12 +106,42 @@ def xdisplay(tmp_path: Path) -> Iterator[Display]:
         stderr=subprocess.DEVNULL,
     )
     os.close(write_fd)
-    window_proc = None
     try:
         with os.fdopen(read_fd) as f:
             number = f.readline().strip()
         assert number, "Xvfb did not report its display"
-        name = f":{number}"
+        yield f":{number}"
+    finally:
+        _stop(server)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def empty_display() -> Iterator[str]:
+    """An X server with no window at all (an empty desktop)."""
+    with xvfb() as name:
+        yield name
+
+
+@pytest.fixture
+def xdisplay(tmp_path: Path) -> Iterator[Display]:
+    """Xvfb and the Tk window, for one test."""
+    with xvfb() as name:
+        yield from _with_window(name, tmp_path)
+
+
+def _with_window(name: str, tmp_path: Path) -> Iterator[Display]:
+    window_proc = None
+    try:
         record = tmp_path / "window-events.txt"
         record.write_text("")
         window_proc = subprocess.Popen(
@@ -129,14 +161,8 @@ def xdisplay(tmp_path: Path) -> Iterator[Display]:
         display.window.frame = frame
         yield display
     finally:
-        for proc in (window_proc, xvfb):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        if window_proc is not None:
+            _stop(window_proc)
 
 
 def pixel(path: Path, x: int, y: int) -> tuple[int, int, int]:

@@ -90,6 +90,13 @@ async def test_window_list_geometry_and_focus(app: Path, xdisplay: Display) -> N
             await host.invoke("computer.window", raw({"action": "geometry", "window": hex(win.id)}))
         )
         assert geo["name"] == "toolhost-test-window" and geo["width"] == win.width
+        # What list answers, focus and geometry accept as it came (a number).
+        assert isinstance(mine["id"], int)
+        for action in ("focus", "geometry"):
+            got = data(
+                await host.invoke("computer.window", raw({"action": action, "window": mine["id"]}))
+            )
+            assert got["id"] == mine["id"] and got["name"] == "toolhost-test-window"
         env = await host.invoke("computer.window", raw({"action": "focus", "window": "nope"}))
         assert env.status == "failed" and env.error.details["reason"] == "unknown-window"
 
@@ -167,3 +174,13 @@ async def test_no_display_makes_screen_tools_unavailable(app: Path) -> None:
         await wait_for(host, probed)
         reasons = host.catalog.get("screen.screenshot").stability.reasons
         assert any("no display" in r.message for r in reasons), reasons
+
+
+async def test_window_list_on_an_empty_desktop_is_empty(app: Path, empty_display: str) -> None:
+    reg = {"computer.native": computer(empty_display)}
+    async with running_host(app, reg, manifest_dirs=MANIFESTS) as host:
+        await wait_available(host, "computer.window")
+        listed = data(await host.invoke("computer.window", raw({"action": "list"})))
+        assert listed == {"windows": [], "command": "xdotool"}
+        env = await host.invoke("computer.window", raw({"action": "focus", "window": "any"}))
+        assert env.status == "failed" and env.error.details["reason"] == "unknown-window", env

@@ -121,7 +121,10 @@ async def test_without_approval_the_first_control_step_refuses(
             ]
         }
         env = await host.invoke("computer.use", raw(seq))
-        assert env.status == "unavailable"
+        # The facade answers with the blocking atomic tool's status and code, naming both.
+        assert env.status == "unavailable" and env.error.code == "approval-required", env
+        assert env.error.details["tool"] == "computer.mouse" and env.error.details["step"] == 1
+        assert env.error.details["action"] == "left_click"
         blocked = env.error.details["blockedBy"]
         assert blocked["tool"] == "computer.mouse" and blocked["step"] == 1
         assert blocked["status"] == "unavailable" and blocked["code"] == "approval-required"
@@ -139,6 +142,48 @@ async def test_without_approval_the_first_control_step_refuses(
         await wait_available(host, "computer.use", *TOOLS)
         env = await host.invoke("computer.use", raw({"action": "screenshot"}))
         assert env.status == "unavailable" and env.error.code == "approval-required"
+
+
+async def test_a_click_where_the_pointer_is_does_not_wait_for_the_delegate_timeout(
+    app: Path, xdisplay: Display
+) -> None:
+    """A coordinate-less left_click clicks where the pointer already is: the delegate's
+    `mousemove --sync` to that same point never returned, so the step ran into its deadline.
+    The same for a drag that ends where it starts."""
+    win = xdisplay.window
+    cx, cy = win.centre
+    async with running_host(app, registry(xdisplay.name), manifest_dirs=MANIFESTS) as host:
+        await wait_available(host, "computer.use", *TOOLS)
+        here = [cx, cy]
+        seq = {
+            "actions": [
+                {"action": "mouse_move", "coordinate": here},
+                {"action": "left_click"},
+                {"action": "left_click_drag", "start_coordinate": here, "coordinate": here},
+            ]
+        }
+        # A small deadline: before the fix the click step failed with it (delegate-timeout).
+        env = await host.invoke("computer.use", raw(seq), timeout_ms=4000, approval=APPROVED)
+        assert env.status == "success", env
+        steps = msgspec.json.decode(env.data)["steps"]
+        assert steps[1]["coordinate"] == here and steps[2]["from"] == here
+        assert win.wait_event("click", count=2) == [f"click {cx} {cy} 1"] * 2
+
+
+async def test_a_quota_limited_step_gives_the_facade_its_code(app: Path, xdisplay: Display) -> None:
+    reg = registry(xdisplay.name, sandbox={"computer.use": "allowed"})
+    reg["computer.native"]["quota"] = {"tools": {"screen.screenshot": {"callsPerMinute": 1}}}
+    async with running_host(app, reg, manifest_dirs=MANIFESTS) as host:
+        await wait_available(host, "computer.use", *TOOLS)
+        seq = {"actions": [{"action": "screenshot"}, {"action": "screenshot"}]}
+        env = await host.invoke("computer.use", raw(seq))
+        assert env.status == "unavailable" and env.error.code == "quota-limited", env
+        details = env.error.details
+        assert details["tool"] == "screen.screenshot" and details["step"] == 1
+        assert details["retryAfterMs"] > 0
+        assert details["blockedBy"]["details"]["retryAfterMs"] == details["retryAfterMs"]
+        steps = msgspec.json.decode(env.data)["steps"]
+        assert [s["status"] for s in steps] == ["success", "unavailable"]
 
 
 async def test_bad_input_gets_structured_errors(app: Path, xdisplay: Display) -> None:
