@@ -1,9 +1,10 @@
 """Plain HTTP routes next to the WebSocket gateway on the same port (``/healthz``, ``/readyz``).
 
 # Strategy: each TCP connection's request head is read first (bounded in size and time). A
-# ``GET`` of a registered route without ``Upgrade`` is answered here and the connection closed;
-# anything else is handed to trio-websocket's server handshake on a stream that replays the bytes
-# already read, so the WebSocket side sees the connection untouched.
+# ``GET`` of a registered route without ``Upgrade`` is answered here and the connection closed, and
+# so is any other request without ``Upgrade`` (404, or 426 at the WebSocket path); a handshake is
+# handed to trio-websocket's server handshake on a stream that replays the bytes already read, so
+# the WebSocket side sees the connection untouched.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ Route = Callable[[str], Awaitable[tuple[int, bytes]]]
 _REASONS = {
     200: b"OK",
     304: b"Not Modified",
+    400: b"Bad Request",
     403: b"Forbidden",
     404: b"Not Found",
+    426: b"Upgrade Required",
     503: b"Service Unavailable",
 }
 
@@ -120,6 +123,20 @@ async def answer_page(stream: trio.SocketStream, page: Page) -> None:
     await stream.send_all(head if page.head_only else head + page.body)
 
 
+def not_served(method: str, path: str, ws_path: str) -> Page:
+    """The answer to a plain request for a path the gateway does not serve: 404 with a short
+    text (426 at the WebSocket path, 400 for a request line that does not parse)."""
+    if not method:
+        status, text = 400, "bad request: not an HTTP/1.1 request line"
+    elif path == ws_path:
+        status, text = 426, f"upgrade required: {ws_path} takes a WebSocket handshake"
+    else:
+        served = f"{ws_path} (WebSocket), /healthz, /readyz, the console at /"
+        status, text = 404, f"not found: the gateway serves {served}"
+    plain = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
+    return Page(status, plain, text.encode() + b"\n", head_only=method == "HEAD")
+
+
 def connection_handler(
     ws_handler: Callable[[WebSocketRequest], Awaitable[None]],
     routes: dict[str, Route],
@@ -127,10 +144,11 @@ def connection_handler(
     max_message_size: int,
     message_queue_size: int = 64,
     pages: Pages | None = None,
+    ws_path: str = "/ws",
 ) -> Callable[[trio.SocketStream], Awaitable[None]]:
-    """A per-connection handler for :func:`trio.serve_listeners`: ``routes`` (and ``pages``)
-    answered as plain HTTP, every other request through the WebSocket handshake to
-    ``ws_handler``."""
+    """A per-connection handler for :func:`~supervisor.server.admission.serve_listeners`:
+    ``routes`` (and ``pages``) answered as plain HTTP, any other plain request 404 (426 at
+    ``ws_path``), every ``Upgrade`` request through the WebSocket handshake to ``ws_handler``."""
 
     async def handle(stream: trio.SocketStream) -> None:
         try:
@@ -149,6 +167,9 @@ def connection_handler(
                     if page is not None:
                         await answer_page(stream, page)
                         return
+                if not upgrade:
+                    await answer_page(stream, not_served(method, path, ws_path))
+                    return
                 async with trio.open_nursery() as nursery:
                     request = await wrap_server_stream(
                         nursery,
