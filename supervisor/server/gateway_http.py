@@ -16,10 +16,15 @@ from typing import NamedTuple
 import trio
 from trio_websocket import WebSocketRequest, wrap_server_stream
 
+from supervisor.server.admission import overloaded_line
+
 log = logging.getLogger("toolhost.server")
 
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT_S = 10.0
+LINGER_S = 1.0
+"""How long a connection closed after an error answer keeps reading (and dropping) what the
+client still sends, so the close does not reset the connection before the answer is read."""
 
 Route = Callable[[str], Awaitable[tuple[int, bytes]]]
 """path -> (HTTP status, JSON body)."""
@@ -30,6 +35,9 @@ _REASONS = {
     400: b"Bad Request",
     403: b"Forbidden",
     404: b"Not Found",
+    408: b"Request Timeout",
+    413: b"Content Too Large",
+    415: b"Unsupported Media Type",
     426: b"Upgrade Required",
     503: b"Service Unavailable",
 }
@@ -104,10 +112,15 @@ def request_line(head: bytes) -> tuple[str, str, bool]:
     return method, path, upgrade
 
 
-async def answer(stream: trio.SocketStream, status: int, body: bytes) -> None:
+async def answer(
+    stream: trio.SocketStream,
+    status: int,
+    body: bytes,
+    content_type: bytes = b"application/json",
+) -> None:
     """A complete HTTP/1.1 response that closes the connection."""
     head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"OK"))
-    head += b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
+    head += b"content-type: %s\r\ncontent-length: %d\r\n" % (content_type, len(body))
     head += b"cache-control: no-store\r\nconnection: close\r\n\r\n"
     await stream.send_all(head + body)
 
@@ -121,6 +134,35 @@ async def answer_page(stream: trio.SocketStream, page: Page) -> None:
         head += b"content-length: %d\r\n" % len(page.body)
     head += b"connection: close\r\n\r\n"
     await stream.send_all(head if page.head_only else head + page.body)
+
+
+async def linger_close(stream: trio.SocketStream, linger_s: float = LINGER_S) -> None:
+    """Close after an answer that ends the connection: shut down our side, then read and drop
+    what the client still sends for at most ``linger_s`` (closing with unread bytes would reset
+    the connection and could destroy the answer on its way)."""
+    with trio.move_on_after(linger_s):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(1 << 16):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    with trio.CancelScope(shield=True):
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
+async def refuse_overloaded(stream: trio.SocketStream, cap: int) -> None:
+    """An HTTP connection over the cap: 503 with the ``overloaded`` JSON the socket sends, then
+    closed (bounded: a client that does not read costs at most a few seconds)."""
+    with trio.move_on_after(1.0):
+        try:
+            await answer(stream, 503, overloaded_line(cap) + b"\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await linger_close(stream)
 
 
 def not_served(method: str, path: str, ws_path: str) -> Page:
