@@ -23,6 +23,26 @@ def _lazy(module: str, func: str = "run") -> Callable[[argparse.Namespace], int]
     return call
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolhost",
@@ -214,6 +234,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="ORIGIN",
         help="accept this Origin besides loopback ones (repeatable)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        metavar="N",
+        help="--http: open connections at once, past it 503 (default 1024, at most half ulimit -n)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=_positive_float,
+        metavar="S",
+        help="--http: a request head must arrive within S seconds, else 408 and closed (10)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=_positive_float,
+        metavar="S",
+        help="--http: close a kept-alive connection idle (or a body stalled) for S seconds (60)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     p.set_defaults(func=_lazy("supervisor.cli.mcp"))

@@ -24,7 +24,7 @@ from supervisor.registry.load import load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.server.health import http_answer
 from supervisor.server.mcp_face import Connect, embedded_connector, unix_connector
-from supervisor.server.mcp_http import HealthHook
+from supervisor.server.mcp_http import HealthHook, HttpLimits
 
 log = logging.getLogger("toolhost.mcp")
 
@@ -140,6 +140,7 @@ async def _serve(
         allowed_origins=set(args.allow_origin or []),
         health=health,
         tracing=tracing,
+        limits=_http_limits(args),
     )
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve, args.http)
@@ -151,3 +152,13 @@ async def _serve(
                 break
         nursery.cancel_scope.cancel()
     return 0
+
+
+def _http_limits(args: argparse.Namespace) -> HttpLimits:
+    """``--max-connections``, ``--header-timeout``, ``--idle-timeout`` over the defaults."""
+    given = {
+        "max_connections": args.max_connections,
+        "header_timeout_s": args.header_timeout,
+        "idle_timeout_s": args.idle_timeout,
+    }
+    return HttpLimits()._replace(**{k: v for k, v in given.items() if v is not None})

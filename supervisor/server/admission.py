@@ -5,17 +5,22 @@
 # HTTP 503 carrying the same JSON, for a WebSocket handshake) and closed, so a flood of idle
 # clients cannot use up the host's file descriptors (workers need them to start). The cap is
 # also held to half the process's open-file limit. When descriptors run out anyway (another
-# process of the same user, a low ``ulimit -n``), trio's accept loop backs off on EMFILE/ENFILE
-# instead of dying; the connections wait in the listen backlog.
+# process of the same user, a low ``ulimit -n``), the accept loop (:func:`serve_listeners`, used
+# by every listener: the socket, the gateway, ``toolhost mcp --http``) backs off on EMFILE/ENFILE
+# instead of dying, and says so once per :data:`ACCEPT_LOG_INTERVAL_S`, not once per retry; the
+# connections wait in the listen backlog.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import logging
+import os
 import resource
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import trio
@@ -26,6 +31,10 @@ MIN_CONNECTIONS = 8
 TRIM_AFTER = 256
 """Connections that must have left (and half of the most there were) before memory is trimmed."""
 TRIM_DELAY_S = 0.5
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""accept(2) failures that mean "no room now": wait and retry, the client waits in the backlog."""
+ACCEPT_RETRY_S = 0.1
+ACCEPT_LOG_INTERVAL_S = 10.0
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -162,3 +171,84 @@ async def refuse_stream(stream: trio.SocketStream, cap: int) -> None:
             await stream.aclose()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
+
+
+class AcceptFailures:
+    """Counts accept(2) capacity failures of one listener and logs them at most once per
+    ``interval_s`` (the loop retries every :data:`ACCEPT_RETRY_S`: one line per retry would be ten
+    a second, each with a traceback, as trio's own loop does)."""
+
+    def __init__(self, what: str, interval_s: float = ACCEPT_LOG_INTERVAL_S) -> None:
+        self.what = what
+        self.interval_s = interval_s
+        self.total = 0
+        self.logged = 0
+        """Lines written (for tests)."""
+        self._unlogged = 0
+        self._last: float | None = None
+
+    def failed(self, exc: OSError, now: float) -> None:
+        self.total += 1
+        self._unlogged += 1
+        if self._last is not None and now - self._last < self.interval_s:
+            return
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        log.warning(
+            "%s cannot accept connections: %s (%s); they wait in the listen backlog, retrying "
+            "every %.1f s (%d failed accepts since the last such line; logged once per %.0f s)",
+            self.what,
+            name,
+            os.strerror(exc.errno or 0),
+            ACCEPT_RETRY_S,
+            self._unlogged,
+            self.interval_s,
+        )
+        self.logged += 1
+        self._unlogged = 0
+        self._last = now
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    handler: Callable[[trio.SocketStream], Awaitable[Any]],
+    nursery: trio.Nursery,
+    failures: AcceptFailures,
+) -> None:
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                failures.failed(exc, trio.current_time())
+                await trio.sleep(ACCEPT_RETRY_S)
+            else:
+                nursery.start_soon(_run_handler, stream, handler)
+
+
+async def _run_handler(
+    stream: trio.SocketStream, handler: Callable[[trio.SocketStream], Awaitable[Any]]
+) -> None:
+    try:
+        await handler(stream)
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def serve_listeners(
+    handler: Callable[[trio.SocketStream], Awaitable[Any]],
+    listeners: list[trio.SocketListener],
+    *,
+    what: str = "the host",
+    failures: AcceptFailures | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """:func:`trio.serve_listeners` with the EMFILE/ENFILE back-off logged once per interval
+    (``failures``, shared by the listeners, made from ``what`` when absent); runs until
+    cancelled, one task per connection."""
+    failures = failures or AcceptFailures(what)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener, handler, nursery, failures)
+        task_status.started()

@@ -1,9 +1,10 @@
 """Plain HTTP routes next to the WebSocket gateway on the same port (``/healthz``, ``/readyz``).
 
 # Strategy: each TCP connection's request head is read first (bounded in size and time). A
-# ``GET`` of a registered route without ``Upgrade`` is answered here and the connection closed;
-# anything else is handed to trio-websocket's server handshake on a stream that replays the bytes
-# already read, so the WebSocket side sees the connection untouched.
+# ``GET`` of a registered route without ``Upgrade`` is answered here and the connection closed, and
+# so is any other request without ``Upgrade`` (404, or 426 at the WebSocket path); a handshake is
+# handed to trio-websocket's server handshake on a stream that replays the bytes already read, so
+# the WebSocket side sees the connection untouched.
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ from typing import NamedTuple
 import trio
 from trio_websocket import WebSocketRequest, wrap_server_stream
 
+from supervisor.server.admission import overloaded_line
+
 log = logging.getLogger("toolhost.server")
 
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT_S = 10.0
+LINGER_S = 1.0
+"""How long a connection closed after an error answer keeps reading (and dropping) what the
+client still sends, so the close does not reset the connection before the answer is read."""
 
 Route = Callable[[str], Awaitable[tuple[int, bytes]]]
 """path -> (HTTP status, JSON body)."""
@@ -26,8 +32,13 @@ Route = Callable[[str], Awaitable[tuple[int, bytes]]]
 _REASONS = {
     200: b"OK",
     304: b"Not Modified",
+    400: b"Bad Request",
     403: b"Forbidden",
     404: b"Not Found",
+    408: b"Request Timeout",
+    413: b"Content Too Large",
+    415: b"Unsupported Media Type",
+    426: b"Upgrade Required",
     503: b"Service Unavailable",
 }
 
@@ -101,10 +112,15 @@ def request_line(head: bytes) -> tuple[str, str, bool]:
     return method, path, upgrade
 
 
-async def answer(stream: trio.SocketStream, status: int, body: bytes) -> None:
+async def answer(
+    stream: trio.SocketStream,
+    status: int,
+    body: bytes,
+    content_type: bytes = b"application/json",
+) -> None:
     """A complete HTTP/1.1 response that closes the connection."""
     head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"OK"))
-    head += b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
+    head += b"content-type: %s\r\ncontent-length: %d\r\n" % (content_type, len(body))
     head += b"cache-control: no-store\r\nconnection: close\r\n\r\n"
     await stream.send_all(head + body)
 
@@ -120,6 +136,49 @@ async def answer_page(stream: trio.SocketStream, page: Page) -> None:
     await stream.send_all(head if page.head_only else head + page.body)
 
 
+async def linger_close(stream: trio.SocketStream, linger_s: float = LINGER_S) -> None:
+    """Close after an answer that ends the connection: shut down our side, then read and drop
+    what the client still sends for at most ``linger_s`` (closing with unread bytes would reset
+    the connection and could destroy the answer on its way)."""
+    with trio.move_on_after(linger_s):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(1 << 16):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    with trio.CancelScope(shield=True):
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
+async def refuse_overloaded(stream: trio.SocketStream, cap: int) -> None:
+    """An HTTP connection over the cap: 503 with the ``overloaded`` JSON the socket sends, then
+    closed (bounded: a client that does not read costs at most a few seconds)."""
+    with trio.move_on_after(1.0):
+        try:
+            await answer(stream, 503, overloaded_line(cap) + b"\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await linger_close(stream)
+
+
+def not_served(method: str, path: str, ws_path: str) -> Page:
+    """The answer to a plain request for a path the gateway does not serve: 404 with a short
+    text (426 at the WebSocket path, 400 for a request line that does not parse)."""
+    if not method:
+        status, text = 400, "bad request: not an HTTP/1.1 request line"
+    elif path == ws_path:
+        status, text = 426, f"upgrade required: {ws_path} takes a WebSocket handshake"
+    else:
+        served = f"{ws_path} (WebSocket), /healthz, /readyz, the console at /"
+        status, text = 404, f"not found: the gateway serves {served}"
+    plain = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
+    return Page(status, plain, text.encode() + b"\n", head_only=method == "HEAD")
+
+
 def connection_handler(
     ws_handler: Callable[[WebSocketRequest], Awaitable[None]],
     routes: dict[str, Route],
@@ -127,10 +186,11 @@ def connection_handler(
     max_message_size: int,
     message_queue_size: int = 64,
     pages: Pages | None = None,
+    ws_path: str = "/ws",
 ) -> Callable[[trio.SocketStream], Awaitable[None]]:
-    """A per-connection handler for :func:`trio.serve_listeners`: ``routes`` (and ``pages``)
-    answered as plain HTTP, every other request through the WebSocket handshake to
-    ``ws_handler``."""
+    """A per-connection handler for :func:`~supervisor.server.admission.serve_listeners`:
+    ``routes`` (and ``pages``) answered as plain HTTP, any other plain request 404 (426 at
+    ``ws_path``), every ``Upgrade`` request through the WebSocket handshake to ``ws_handler``."""
 
     async def handle(stream: trio.SocketStream) -> None:
         try:
@@ -149,6 +209,9 @@ def connection_handler(
                     if page is not None:
                         await answer_page(stream, page)
                         return
+                if not upgrade:
+                    await answer_page(stream, not_served(method, path, ws_path))
+                    return
                 async with trio.open_nursery() as nursery:
                     request = await wrap_server_stream(
                         nursery,

@@ -9,6 +9,15 @@
 # ``notifications/tools/list_changed``; ``DELETE /mcp`` ends the session. Every request needs
 # ``Authorization: Bearer <token>`` (constant-time compare) and, when it carries ``Origin``, an
 # allowed origin (loopback, or one given with ``--allow-origin``): DNS-rebinding protection.
+#
+# Connections are held like the WebSocket gateway's (``server/admission.py``, ``gateway_http.py``):
+# at most :attr:`HttpLimits.max_connections` at once (the next ones get 503 ``overloaded`` and are
+# closed), a request head must arrive whole within the header timeout however slowly it trickles
+# in, a kept-alive connection waits at most the idle timeout for its next request, and the accept
+# loop logs EMFILE once per interval. A request h11 cannot parse, or one carrying both
+# ``Content-Length`` and ``Transfer-Encoding`` (request smuggling), is answered 400 and the
+# connection closed; a POST that is not ``application/json`` is answered 415 (a browser cannot
+# send that type across origins without a preflight).
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import logging
 import math
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import h11
@@ -35,6 +44,8 @@ from supervisor.protocols.mcp_server import (
     McpServerConnection,
     Reply,
 )
+from supervisor.server.admission import ConnectionCount, serve_listeners
+from supervisor.server.gateway_http import HEAD_TIMEOUT_S, answer, linger_close, refuse_overloaded
 from supervisor.server.mcp_face import Connect, McpFace
 from supervisor.server.ws import is_loopback, parse_listen
 
@@ -43,10 +54,25 @@ log = logging.getLogger("toolhost.mcp")
 MCP_PATH = "/mcp"
 MAX_BODY = 16 * 1024 * 1024
 MAX_SESSIONS = 256
+MAX_HEAD = 64 * 1024
 HealthHook = Callable[[str], Awaitable[tuple[int, bytes]]]
 """``/healthz`` or ``/readyz`` -> (status, JSON body)."""
 
 Headers = list[tuple[bytes, bytes]]
+
+
+class HttpLimits(NamedTuple):
+    """How ``toolhost mcp --http`` holds its connections (``--max-connections``,
+    ``--header-timeout``, ``--idle-timeout``)."""
+
+    max_connections: int = 1024
+    """Open TCP connections at once (also held to half the open-file limit); past it: 503."""
+    header_timeout_s: float = HEAD_TIMEOUT_S
+    """A request head must be complete this long after it began (after the accept, for the
+    first request of a connection), else 408 and the connection is closed."""
+    idle_timeout_s: float = 60.0
+    """A kept-alive connection with no request under way, or a request body that stops
+    arriving, is closed after this long."""
 
 
 class _Session:
@@ -93,8 +119,11 @@ class McpHttpServer:
         allowed_origins: set[str] | None = None,
         health: HealthHook | None = None,
         tracing: Any = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.connect = connect
+        self.limits = limits or HttpLimits()
+        self.count = ConnectionCount(self.limits.max_connections)
         self._expected = f"Bearer {token}".encode()
         self.allowed_origins = allowed_origins or set()
         self.health = health
@@ -114,19 +143,38 @@ class McpHttpServer:
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self.count.trimmer)
             task_status.started(bound)
-            await trio.serve_listeners(self._connection, listeners)
+            await serve_listeners(self._connection, listeners, what="toolhost mcp --http")
 
     # one TCP connection ------------------------------------------------------------------
 
     async def _connection(self, stream: trio.SocketStream) -> None:
-        h = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        if not self.count.try_enter():
+            await refuse_overloaded(stream, self.count.cap)
+            return
+        try:
+            await self._serve_connection(stream)
+        finally:
+            self.count.leave()
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         try:
             async with stream:
+                first = True
                 while True:
-                    request = await self._read_request(stream, h)
+                    try:
+                        request = await self._read_request(stream, h, first=first)
+                    except h11.RemoteProtocolError as exc:
+                        log.debug("bad HTTP from client: %s", exc)
+                        if h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                            why = f"bad request: {str(exc)[:200]}\n".encode("utf-8", "replace")
+                            await self._refuse(stream, h, exc.error_status_hint, why)
+                        return
                     if request is None:
                         return
+                    first = False
                     req, body = request
                     await self._dispatch(stream, h, req, body)
                     if h.our_state is not h11.DONE or h.their_state is not h11.DONE:
@@ -134,32 +182,76 @@ class McpHttpServer:
                     h.start_next_cycle()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
-        except h11.RemoteProtocolError as exc:
-            log.debug("bad HTTP from client: %s", exc)
 
     async def _read_request(
-        self, stream: trio.SocketStream, h: h11.Connection
+        self, stream: trio.SocketStream, h: h11.Connection, *, first: bool
     ) -> tuple[h11.Request, bytes] | None:
+        """The next request and its body, or None when the connection is to be closed (the
+        client left, was too slow, or was answered an error already).
+
+        Raises:
+            h11.RemoteProtocolError: Not HTTP/1.1 as h11 reads it.
+        """
+        limits = self.limits
+        # The head's clock runs from the accept (first request) or from the first byte of a
+        # later one; before that a kept-alive connection may idle for the idle timeout.
+        started = first or bool(h.trailing_data[0])
+        deadline = trio.current_time() + (
+            limits.header_timeout_s if started else limits.idle_timeout_s
+        )
         req: h11.Request | None = None
         body = bytearray()
         while True:
             event = h.next_event()
             if event is h11.NEED_DATA:
-                data = await stream.receive_some(1 << 16)
+                if req is not None:  # the body: no pause longer than the idle timeout
+                    deadline = trio.current_time() + limits.idle_timeout_s
+                data = None
+                with trio.move_on_at(deadline):
+                    data = await stream.receive_some(1 << 16)
+                if data is None:
+                    if started:
+                        what = "request body" if req is not None else "request head"
+                        log.debug("closing a client too slow to send its %s", what)
+                        with trio.move_on_after(1.0):
+                            await answer(
+                                stream, 408, f"request timeout: {what}\n".encode(), b"text/plain"
+                            )
+                    return None
+                if not started and data:
+                    started = True
+                    deadline = trio.current_time() + limits.header_timeout_s
                 h.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
                 req = event
+                names = {name.lower() for name, _ in req.headers}
+                if b"content-length" in names and b"transfer-encoding" in names:
+                    await self._refuse(
+                        stream,
+                        h,
+                        400,
+                        b"bad request: both Content-Length and Transfer-Encoding\n",
+                    )
+                    return None
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY:
-                    await self._send(stream, h, 413, b"request body too large\n", close=True)
+                    await self._refuse(stream, h, 413, b"request body too large\n")
                     return None
             elif isinstance(event, h11.EndOfMessage):
                 assert req is not None
                 return req, bytes(body)
             else:  # ConnectionClosed, PAUSED
                 return None
+
+    async def _refuse(
+        self, stream: trio.SocketStream, h: h11.Connection, status: int, body: bytes
+    ) -> None:
+        """Answer ``status`` and close the connection, after reading (and dropping) what the
+        client still sends for a moment, so the answer is not lost to a reset."""
+        await self._send(stream, h, status, body, close=True)
+        await linger_close(stream)
 
     async def _send(
         self,
@@ -218,6 +310,15 @@ class McpHttpServer:
             return
         sid = headers.get(b"mcp-session-id", b"").decode("latin-1")
         if method == "POST":
+            media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
+            if media != b"application/json":
+                await self._send(
+                    stream,
+                    h,
+                    415,
+                    b"unsupported media type: POST /mcp takes Content-Type: application/json\n",
+                )
+                return
             await self._post(stream, h, sid, body)
         elif method == "GET":
             await self._get(stream, h, sid)

@@ -8,11 +8,12 @@ import logging
 import os
 import socket as stdsocket
 import stat
+from functools import partial
 
 import trio
 
 from supervisor.runtime.host import Host
-from supervisor.server.admission import refuse_stream
+from supervisor.server.admission import refuse_stream, serve_listeners
 from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name
 
 log = logging.getLogger("toolhost.server")
@@ -99,7 +100,9 @@ async def serve_unix(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(count.trimmer)
-            await nursery.start(trio.serve_listeners, handler, [listener])
+            await nursery.start(
+                partial(serve_listeners, what="the host's socket"), handler, [listener]
+            )
             task_status.started(path)
     finally:
         with contextlib.suppress(OSError):

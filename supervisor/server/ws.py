@@ -25,7 +25,7 @@ from wsproto.utilities import LocalProtocolError
 from supervisor.runtime.host import Host
 from supervisor.runtime.private import TokenFile
 from supervisor.server import console
-from supervisor.server.admission import overloaded_line
+from supervisor.server.admission import overloaded_line, serve_listeners
 from supervisor.server.codec import Codec
 from supervisor.server.gateway_http import Page, Route, connection_handler
 from supervisor.server.health import http_answer
@@ -69,18 +69,19 @@ def authorized(request: WebSocketRequest, token: str) -> bool:
 
 
 def browser_refusal(request: WebSocketRequest, loopback: bool) -> str | None:
-    """Why a browser's handshake is refused, or None. A request with ``Origin`` (only browsers
-    send one) must come from the gateway's own origin, and on a loopback listener name a
-    loopback ``Host`` (a DNS-rebinding page has a foreign one). Clients that send no ``Origin``
-    (kernels, the CLI) are not browsers and pass."""
-    origin = next((v for k, v in request.headers if k.lower() == b"origin"), None)
-    if origin is None:
-        return None
+    """Why a handshake is refused before its token is looked at, or None. On a loopback
+    listener every handshake must name a loopback ``Host`` (a DNS-rebinding page has a foreign
+    one, and a client that drops ``Origin`` is no excuse). A request with ``Origin`` (browsers
+    send one) must also come from the gateway's own origin; clients that send no ``Origin``
+    (kernels, the CLI) are not browsers and need only the token."""
     event = getattr(request, "_event", None)  # wsproto's Request: it keeps Host apart
     host = getattr(event, "host", None)
-    shown = origin.decode("latin-1", "replace")
+    origin = next((v for k, v in request.headers if k.lower() == b"origin"), None)
     if loopback and not console.host_is_loopback(host):
-        return f"Host {host!r} is not loopback (origin {shown})"
+        return f"Host {host!r} is not loopback"
+    if origin is None:
+        return None
+    shown = origin.decode("latin-1", "replace")
     if not console.same_origin(shown, host):
         return f"origin {shown} is not this gateway's (http://{host})"
     return None
@@ -290,8 +291,10 @@ async def serve_ws(
         return console.serve_page(method, path, head, loopback=loopback)
 
     listeners = await trio.open_tcp_listeners(port, host=bind)
-    handle = connection_handler(handler, routes, max_message_size=limits.max_frame, pages=pages)
+    handle = connection_handler(
+        handler, routes, max_message_size=limits.max_frame, pages=pages, ws_path=WS_PATH
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(count.trimmer)
         task_status.started(listeners[0].socket.getsockname()[1])
-        await trio.serve_listeners(handle, listeners)
+        await serve_listeners(handle, listeners, what="the WebSocket gateway")

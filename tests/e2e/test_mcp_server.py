@@ -238,7 +238,8 @@ def test_mcp_streamable_http_embedded(app):
                 assert r.json()["result"]["protocolVersion"] == "2024-11-05"
                 sid = r.headers["mcp-session-id"]
                 # Not JSON: a JSON-RPC parse error, not a crash.
-                r = await http.post(url, content=b"{oops", headers={**auth, "Mcp-Session-Id": sid})
+                as_json = {**auth, "Mcp-Session-Id": sid, "Content-Type": "application/json"}
+                r = await http.post(url, content=b"{oops", headers=as_json)
                 assert r.json()["error"]["code"] == -32700
                 r = await http.delete(url, headers={**auth, "Mcp-Session-Id": sid})
                 assert r.status_code == 204
