@@ -65,6 +65,15 @@ def app(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture
+def project(app: Path) -> Path:
+    """The default ``projectDir`` of ``app`` (``workspace/``, PROTOCOL 1), made ahead of the host
+    so a test can put files there before it starts."""
+    folder = app / "workspace"
+    folder.mkdir()
+    return folder
+
+
 @asynccontextmanager
 async def running_host(
     root: Path,

@@ -85,7 +85,7 @@ async def test_screenshot_is_a_png_with_the_page_colours(app, chromium, pages):
         env = await client.invoke("browser.screenshot", {"path": "shots/page.png"})
         assert env.status == "success", env
         assert env.data["path"] == "shots/page.png"
-        data = (app / "shots" / "page.png").read_bytes()
+        data = (app / "workspace" / "shots" / "page.png").read_bytes()
         assert env.data["bytes"] == len(data)
         image = Image.open(io.BytesIO(data))
         image.load()
@@ -99,7 +99,7 @@ async def test_screenshot_is_a_png_with_the_page_colours(app, chromium, pages):
 
         env = await client.invoke("browser.screenshot", {"path": "full.png", "fullPage": True})
         assert env.status == "success", env
-        full = Image.open(app / "full.png").convert("RGB")
+        full = Image.open(app / "workspace" / "full.png").convert("RGB")
         assert full.size[1] >= 1550 and full.getpixel((25, 1525)) == (0, 255, 0)
 
         env = await client.invoke("browser.screenshot", {"path": "../escape.png"})
@@ -107,7 +107,7 @@ async def test_screenshot_is_a_png_with_the_page_colours(app, chromium, pages):
         assert env.error.details["reason"] == "parent-traversal"
         env = await client.invoke("browser.screenshot", {})
         assert env.status == "success" and env.data["path"].startswith("screenshots/")
-        assert (app / env.data["path"]).is_file()
+        assert (app / "workspace" / env.data["path"]).is_file()
 
 
 async def test_evaluate_needs_approval_returns_values_and_maps_throws(app, chromium, pages):
@@ -170,8 +170,8 @@ async def test_two_tabs_addressed_by_target_id(app, chromium, pages):
         assert env.error.details["reason"] == "unknown-target"
 
 
-async def test_url_policy(app, chromium, pages):
-    (app / "local.html").write_text("<html><head><title>Local File</title></head></html>")
+async def test_url_policy(app, project, chromium, pages):
+    (project / "local.html").write_text("<html><head><title>Local File</title></head></html>")
     async with browser_host(app, chromium.endpoint) as client:
         await wait_effective(client, "browser.open", "available")
         for url in ["javascript:alert(1)", "chrome://version", "data:text/html,hi", "example.com"]:
@@ -180,7 +180,7 @@ async def test_url_policy(app, chromium, pages):
             assert env.error.details["reason"] == "scheme-refused", url
         env = await client.invoke("browser.open", {"url": "file:///etc/passwd"})
         assert env.status == "failed" and env.error.details["reason"] == "file-outside-project"
-        env = await client.invoke("browser.open", {"url": (app / "local.html").as_uri()})
+        env = await client.invoke("browser.open", {"url": (project / "local.html").as_uri()})
         assert env.status == "success" and env.data["title"] == "Local File"
         env = await client.invoke("browser.navigate", {"url": "about:blank"})
         assert env.status == "success" and env.data["url"] == "about:blank"

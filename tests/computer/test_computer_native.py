@@ -47,18 +47,18 @@ async def test_screenshot_pixels_show_the_window(app: Path, xdisplay: Display) -
         shot = data(await host.invoke("screen.screenshot", raw({"path": "shots/full.png"})))
         assert shot["path"] == "shots/full.png" and shot["command"] == "import"
         assert (shot["width"], shot["height"]) == (1024, 768)
-        png = app / "shots" / "full.png"
+        png = app / "workspace" / "shots" / "full.png"
         assert shot["bytes"] == png.stat().st_size
         assert pixel(png, *win.centre) == COLOUR
         assert pixel(png, win.x + 2, win.y + 2) == COLOUR
         assert pixel(png, win.x + win.width + 20, win.y + win.height + 20) != COLOUR
-        assert not [p for p in (app / "shots").iterdir() if p.name != "full.png"]  # no temp left
+        assert not [p for p in (app / "workspace" / "shots").iterdir() if p.name != "full.png"]  # no temp left
 
         region = {"x": win.x, "y": win.y, "width": win.width, "height": win.height}
         shot = data(await host.invoke("screen.screenshot", raw({"region": region})))
         assert (shot["width"], shot["height"]) == (win.width, win.height)
         assert shot["path"].startswith(".toolhost/screenshots/")
-        assert pixel(app / shot["path"], 5, 5) == COLOUR
+        assert pixel(app / "workspace" / shot["path"], 5, 5) == COLOUR
 
         env = await host.invoke("screen.screenshot", raw({"path": "../out.png"}))
         assert env.status == "failed" and env.error.details["reason"] == "parent-traversal"

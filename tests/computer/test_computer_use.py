@@ -83,7 +83,7 @@ async def test_a_sequence_through_the_kernel_socket(app: Path, xdisplay: Display
             1024,
             768,
         )
-        assert pixel(app / shot["path"], cx, cy) == COLOUR
+        assert pixel(app / "workspace" / shot["path"], cx, cy) == COLOUR
         assert steps[4]["coordinate"] == [cx, cy]
         assert win.wait_event("key Return")
         assert win.events()[0] == f"click {cx} {cy} 1"

@@ -49,9 +49,9 @@ async def wait_visible(sock, tools, timeout=30):
 
 def test_serve_invoke_file_hash_matches_hashlib(tmp_path):
     root = tmp_path / "app"
-    (root / "data").mkdir(parents=True)
+    (root / "workspace" / "data").mkdir(parents=True)
     payload = os.urandom(200_000)
-    (root / "data" / "blob.bin").write_bytes(payload)
+    (root / "workspace" / "data" / "blob.bin").write_bytes(payload)
     write_registry(root, {"utility": UTILITY})
     with serve(root):
         sock = root / ".toolhost" / "host.sock"

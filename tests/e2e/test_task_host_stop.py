@@ -29,7 +29,8 @@ TICKER = textwrap.dedent(
 
 def write_app(root: Path, detach: bool) -> None:
     (root / "tools").mkdir(parents=True)
-    (root / "ticker.py").write_text(TICKER)
+    (root / "workspace").mkdir()
+    (root / "workspace" / "ticker.py").write_text(TICKER)
     registry = {
         "schemaVersion": 2,
         "host": {"socket": ".toolhost/host.sock"},
@@ -68,7 +69,7 @@ def start_task(root: Path) -> tuple[int, int]:
         time.sleep(0.1)
     assert env["status"] == "success", out.stdout + out.stderr
     task_id, keeper = env["data"]["id"], env["data"]["pid"]
-    log = root / ".toolhost" / "tasks" / task_id / "stdout.log"
+    log = root / "workspace" / ".toolhost" / "tasks" / task_id / "stdout.log"
     deadline = time.monotonic() + 30
     while "grandchild" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline, "the task never printed"

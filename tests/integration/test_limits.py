@@ -177,7 +177,9 @@ async def test_forking_sidecar_is_capped_and_its_children_die(app):
             assert d["rule"] == "nproc" and d["limit"] == 3 and d["measured"] > 3
             await replaced(host, first)
         # the sampler may kill the worker before its sixth fork: every child it made must die
-        children = [int(p) for p in (app / f"hog-children-{first}").read_text().split()]
+        children = [
+            int(p) for p in (app / "workspace" / f"hog-children-{first}").read_text().split()
+        ]
         assert len(children) > 3
 
         def gone():

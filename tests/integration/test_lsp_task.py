@@ -140,9 +140,9 @@ async def test_missing_commands_make_the_tools_unavailable_in_probe_and_call(app
 # lsp -------------------------------------------------------------------------------------
 
 
-async def test_pylsp_symbols_diagnostics_and_restart(app: Path) -> None:
-    (app / "pkg").mkdir()
-    (app / "pkg" / "mod.py").write_text(MODULE)
+async def test_pylsp_symbols_diagnostics_and_restart(app: Path, project: Path) -> None:
+    (project / "pkg").mkdir()
+    (project / "pkg" / "mod.py").write_text(MODULE)
     config = {"lspCommand": ["python", "-m", "pylsp"]}
     async with running_host(app, {"utility": utility(config)}, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, *LSP_TOOLS)
@@ -161,7 +161,7 @@ async def test_pylsp_symbols_diagnostics_and_restart(app: Path) -> None:
         assert undefined[0]["start"]["line"] == 9
 
         # The file changes: the next answer describes the new text, not the old one.
-        (app / "pkg" / "mod.py").write_text(MODULE.replace("undefined_thing", "self"))
+        (project / "pkg" / "mod.py").write_text(MODULE.replace("undefined_thing", "self"))
         got = data(await host.invoke("lsp.diagnostics", raw({"path": "pkg/mod.py"})))
         assert not [d for d in got["diagnostics"] if "undefined" in d["message"]], got
 
@@ -182,8 +182,8 @@ async def test_pylsp_symbols_diagnostics_and_restart(app: Path) -> None:
     await poll(lambda: not pid_alive(second_pid), timeout=10)
 
 
-async def test_language_server_dies_with_a_killed_worker(app: Path) -> None:
-    (app / "mod.py").write_text(MODULE)
+async def test_language_server_dies_with_a_killed_worker(app: Path, project: Path) -> None:
+    (project / "mod.py").write_text(MODULE)
     config = {"lspCommand": ["python", "-m", "pylsp"]}
     async with running_host(app, {"utility": utility(config)}, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, *LSP_TOOLS)
@@ -219,8 +219,8 @@ def group_members(pgid: int) -> list[int]:
     return found
 
 
-async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path) -> None:
-    (app / "ticker.py").write_text(TICKER)
+async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path, project: Path) -> None:
+    (project / "ticker.py").write_text(TICKER)
     async with running_host(
         app, {"utility": utility(task_config())}, manifest_dirs=MANIFESTS
     ) as host:
@@ -252,7 +252,7 @@ async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path) -> No
             )
         )
         assert page["offset"] == first["size"] and len(page["text"]) == 7
-        assert (app / ".toolhost" / "tasks" / tid / "stdout.log").is_file()
+        assert (project / ".toolhost" / "tasks" / tid / "stdout.log").is_file()
 
         cancelled = data(await task(host, {"action": "cancel", "id": tid}))
         assert cancelled["status"] in {"killed", "exited"} and cancelled["reason"] == "cancelled"
@@ -260,8 +260,8 @@ async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path) -> No
         assert group_members(keeper) == []
 
 
-async def test_task_exit_code_stderr_cap_and_bad_ids(app: Path) -> None:
-    (app / "ticker.py").write_text(TICKER)
+async def test_task_exit_code_stderr_cap_and_bad_ids(app: Path, project: Path) -> None:
+    (project / "ticker.py").write_text(TICKER)
     config = task_config(maxTasks=1)
     async with running_host(app, {"utility": utility(config)}, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, TASK)
@@ -293,8 +293,8 @@ async def test_task_exit_code_stderr_cap_and_bad_ids(app: Path) -> None:
         assert env.status == "failed" and env.error.code == "invalid-input"
 
 
-async def test_task_survives_a_worker_restart_and_is_reattached(app: Path) -> None:
-    (app / "ticker.py").write_text(TICKER)
+async def test_task_survives_a_worker_restart_and_is_reattached(app: Path, project: Path) -> None:
+    (project / "ticker.py").write_text(TICKER)
     async with running_host(
         app, {"utility": utility(task_config())}, manifest_dirs=MANIFESTS
     ) as host:
@@ -315,5 +315,5 @@ async def test_task_survives_a_worker_restart_and_is_reattached(app: Path) -> No
         await poll(grown)
         cancelled = data(await task(host, {"action": "cancel", "id": tid}))
         assert cancelled["status"] != "running" and not pid_alive(keeper)
-        meta = json.loads((app / ".toolhost" / "tasks" / tid / "meta.json").read_text())
+        meta = json.loads((project / ".toolhost" / "tasks" / tid / "meta.json").read_text())
         assert meta["pid"] == keeper and meta["argv"][-1] == "400"

@@ -43,7 +43,8 @@ async def test_success_request_line_and_snapshot(app):
         assert data["echo"] == {"text": "héllo"}
         req = data["request"]
         assert req["tool"] == "fly.echo" and req["config"] == {"region": "eu"}
-        assert req["projectDir"] == str(app) and req["cwd"] == str(app)
+        assert req["projectDir"] == str(app / "workspace") and req["cwd"] == str(app)
+        assert str(app / ".toolhost") in req["hostPrivate"]  # PROTOCOL 1, host-private
         assert first.meta.pid != second.meta.pid  # one process per call
         assert not pid_alive(first.meta.pid)
         status = next(s for s in host.sidecar_statuses() if s.id == "fly")
@@ -182,8 +183,8 @@ async def test_spawn_concurrency_is_bounded_by_the_pool(app):
         assert max(seen) <= 2 and 2 in seen
 
 
-async def test_sdk_sidecar_runs_oneshot(app):
-    (app / "blob.bin").write_bytes(b"toolhost" * 1000)
+async def test_sdk_sidecar_runs_oneshot(app, project):
+    (project / "blob.bin").write_bytes(b"toolhost" * 1000)
     utility = {
         "command": "python",
         "args": ["-m", "sidecars.utility"],
@@ -198,6 +199,12 @@ async def test_sdk_sidecar_runs_oneshot(app):
         env = await host.invoke("file.hash", raw({"path": "../outside"}))
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert env.error.exitCode == 1
+        (project / "reg").symlink_to(app / "tools" / "external.tools.jsonc")
+        env = await host.invoke("file.hash", raw({"path": "reg"}))
+        assert env.error is not None and env.error.details["reason"] in (
+            "host-private",
+            "symlink-escape",
+        )
 
 
 async def test_missing_program_is_unavailable_and_restarted_per_policy(app):

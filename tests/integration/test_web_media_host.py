@@ -33,7 +33,7 @@ WEB_TOOLS = ["web.fetch", "web.extract", "web.download", "web.search"]
 MEDIA_TOOLS = ["vision.analyze", "vision.ocr", "audio.transcribe", "audio.speak"]
 
 
-async def test_web_worker_memory_and_killed_download(app: Path) -> None:
+async def test_web_worker_memory_and_killed_download(app: Path, project: Path) -> None:
     need_module("httpx", "web")
     with web_server() as base:
         registry = {"web": sidecar("sidecars.web", WEB_TOOLS, {"allowPrivate": True})}
@@ -66,19 +66,21 @@ async def test_web_worker_memory_and_killed_download(app: Path) -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(download)
                 with trio.fail_after(20):
-                    while not any(p.stat().st_size > 0 for p in (app / "dl").glob(".big.bin.*")):
+                    while not any(
+                        p.stat().st_size > 0 for p in (project / "dl").glob(".big.bin.*")
+                    ):
                         await trio.sleep(0.05)
                 worker.kill()
             assert outcome["env"].status == "failed"
             assert outcome["env"].error.code == "worker-crashed", outcome["env"]
-            assert not (app / "dl" / "big.bin").exists()
+            assert not (project / "dl" / "big.bin").exists()
 
 
-async def test_media_unconfigured_tools_and_a_crashing_delegate(app: Path) -> None:
+async def test_media_unconfigured_tools_and_a_crashing_delegate(app: Path, project: Path) -> None:
     need_module("PIL", "media")
     from PIL import Image
 
-    Image.new("RGB", (64, 32), (0, 128, 0)).save(app / "green.png")
+    Image.new("RGB", (64, 32), (0, 128, 0)).save(project / "green.png")
     config = {
         "localCommands": {
             "vision.analyze": {
