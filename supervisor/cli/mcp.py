@@ -123,6 +123,7 @@ async def _serve(
         except OSError as exc:
             return die(f"cannot reach the host: {exc}")
         return 0
+    from supervisor.server.listen import ListenError
     from supervisor.server.mcp_http import McpHttpServer
     from supervisor.server.ws import load_or_create_token, parse_listen
 
@@ -141,7 +142,10 @@ async def _serve(
         tracing=tracing,
     )
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(server.serve, args.http)
+        try:
+            port = await nursery.start(server.serve, args.http)
+        except ListenError as exc:
+            return die(str(exc), EXIT_FAILED)
         bind, _ = parse_listen(args.http)
         print(f"toolhost mcp: Streamable HTTP on http://{bind}:{port}/mcp", file=sys.stderr)
         sys.stderr.flush()

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
 import sys
 
 import trio
 
 from supervisor.cli.common import app_root, die
-from supervisor.registry.load import load_registry
+from supervisor.registry.load import Registry, load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.runtime.process import warden
+from supervisor.server.listen import ListenError, first_listen_error, open_tcp
 from supervisor.server.stream import ConnectionLimits
 from supervisor.server.systemd import Notifier
-from supervisor.server.unix import SocketInUse, check_free, serve_unix
+from supervisor.server.unix import bind_unix, serve_unix
 from supervisor.server.ws import load_or_create_token, parse_listen, serve_ws
 from supervisor.telemetry import logs
 
@@ -30,8 +33,11 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         return trio.run(_serve, args)
-    except SocketInUse as exc:
-        return die(str(exc), 1)
+    except (ListenError, BaseExceptionGroup) as exc:
+        found = first_listen_error(exc)
+        if found is None:
+            raise
+        return die(str(found), 1)
     finally:
         warden().close()
 
@@ -49,7 +55,11 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     logs.configure(options.log_format or reg.host.log_format, host.services.redactor.text)
     path = args.socket or reg.path(reg.host.socket)
-    check_free(path)  # before anything starts: a second host must not disturb the first
+    # Every listener is opened before anything starts: a second host must not disturb the
+    # first, and an address in use is one line naming it (ListenError), before any sidecar runs.
+    unix_listener, ws_listeners = await _listen(
+        path, "--socket" if args.socket else "host.socket", reg
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
         reg = host.registry
@@ -61,7 +71,9 @@ async def _serve(args: argparse.Namespace) -> int:
 
         async def serve(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
             with server_scope:
-                await serve_unix(host, path, limits=limits, task_status=task_status)
+                await serve_unix(
+                    host, path, limits=limits, listener=unix_listener, task_status=task_status
+                )
 
         await nursery.start(serve)
         host.endpoints["unix"] = path
@@ -78,7 +90,12 @@ async def _serve(args: argparse.Namespace) -> int:
                 ) -> None:
                     with gateway_scope:
                         await serve_ws(
-                            host, ws.listen, token, limits=limits, task_status=task_status
+                            host,
+                            ws.listen,
+                            token,
+                            limits=limits,
+                            listeners=ws_listeners,
+                            task_status=task_status,
                         )
 
                 port = await nursery.start(serve_gateway)
@@ -87,6 +104,9 @@ async def _serve(args: argparse.Namespace) -> int:
                 log.info(
                     "WebSocket gateway on %s (token in %s)", host.endpoints["ws"], ws.token_file
                 )
+        if "ws" not in host.endpoints:  # the gateway stayed off: free its port
+            for listener in ws_listeners or []:
+                await listener.aclose()
         log.info(
             "toolhost serving %d sidecar(s) on %s (registry: %s)",
             len(host.plan.sidecars),
@@ -106,6 +126,30 @@ async def _serve(args: argparse.Namespace) -> int:
         gateway_scope.cancel()
         nursery.cancel_scope.cancel()
     return 0
+
+
+async def _listen(
+    path: str, setting: str, reg: Registry
+) -> tuple[trio.SocketListener, list[trio.SocketListener] | None]:
+    """The kernel socket and, when ``host.ws`` is set, the gateway's TCP listeners.
+
+    Raises:
+        ListenError: One of them cannot be opened (nothing stays bound then).
+    """
+    unix_listener = await bind_unix(path, setting)
+    if reg.host.ws is None:
+        return unix_listener, None
+    try:
+        try:
+            bind, port = parse_listen(reg.host.ws.listen)
+        except ValueError as exc:
+            raise ListenError(f"cannot listen ({exc})") from exc
+        return unix_listener, await open_tcp(bind, port, "host.ws.listen")
+    except BaseException:
+        await unix_listener.aclose()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
 
 
 def _status_line(host: Host) -> str:

@@ -31,6 +31,7 @@ from supervisor.server.admission import overloaded_line
 from supervisor.server.codec import Codec
 from supervisor.server.gateway_http import Page, ReplayStream, Route, connection_handler
 from supervisor.server.health import http_answer
+from supervisor.server.listen import open_tcp
 from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
 
@@ -307,9 +308,11 @@ async def serve_ws(
     token: str,
     *,
     limits: ConnectionLimits | None = None,
+    listeners: list[trio.SocketListener] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the kernel protocol over WebSocket until cancelled; ``started`` gets the port.
+    """Serve the kernel protocol over WebSocket until cancelled (on ``listeners`` when they were
+    opened before, else opening them here); ``started`` gets the port.
 
     ``GET /healthz`` and ``GET /readyz`` on the same port answer liveness and readiness
     (:mod:`supervisor.server.health`), without a token, for probes.
@@ -370,7 +373,8 @@ async def serve_ws(
             return console.console_off(path)
         return console.serve_page(method, path, head, loopback=loopback)
 
-    listeners = await trio.open_tcp_listeners(port, host=bind)
+    if listeners is None:
+        listeners = await open_tcp(bind, port, "host.ws.listen")
     handle = connection_handler(handler, routes, max_message_size=limits.max_frame, pages=pages)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(count.trimmer)
