@@ -222,9 +222,10 @@ class Host:
                 await nursery.start(self.upgrades.run)
                 task_status.started(self)
                 await self._stop.wait()
+                await self._drain()
                 async with trio.open_nursery() as stopping:
                     for pool in list(self.pools.values()):
-                        stopping.start_soon(pool.stop)
+                        stopping.start_soon(partial(pool.stop, drain_s=0.0))
                 self.invoker.shutdown()
                 nursery.cancel_scope.cancel()
         finally:
@@ -235,6 +236,18 @@ class Host:
             self._subscribers.clear()
             await self._stop_telemetry()
             self._stopped.set()
+
+    async def _drain(self) -> None:
+        """The shutdown drain: no new calls; running ones get ``host.shutdownGraceMs`` to end,
+        then the rest are cancelled with a message that names the setting."""
+        for pool in list(self.pools.values()):
+            pool.refuse_new()
+        self.invoker.shutdown()  # calls waiting for a retry: refused now
+        grace_ms = self.registry.host.shutdown_grace_ms
+        why = f"host shutting down: shutdownGraceMs ({grace_ms} ms) elapsed"
+        cut = await self.invoker.drain(grace_ms / 1000.0, why)
+        if cut:
+            log.warning("%s: cancelled %d running call(s)", why, cut)
 
     def _start_telemetry(self) -> None:
         """OpenTelemetry per ``host.telemetry`` and sidecar stderr forwarding per the log
