@@ -11,7 +11,7 @@ import sys
 
 import trio
 
-from supervisor.cli.common import app_root, die
+from supervisor.cli.common import app_root, die, remove_serving, write_serving
 from supervisor.registry.load import Registry, load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.runtime.process import warden
@@ -113,6 +113,7 @@ async def _serve(args: argparse.Namespace) -> int:
             path,
             ", ".join(reg.files) or "none",
         )
+        write_serving(options.app_root, host.endpoints)  # the CLI finds this host, not an edit
         notifier = Notifier()
         # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
         # test) must stop the host gracefully, not kill it with the default disposition.
@@ -121,7 +122,10 @@ async def _serve(args: argparse.Namespace) -> int:
         nursery.start_soon(notifier.watchdog)
         nursery.start_soon(notifier.follow_status, lambda: _status_line(host), host.wait_change)
         # host.run returns once every pool has drained and stopped; then close the socket.
-        await host.wait_stopped()
+        try:
+            await host.wait_stopped()
+        finally:
+            remove_serving(options.app_root)
         server_scope.cancel()
         gateway_scope.cancel()
         nursery.cancel_scope.cancel()

@@ -23,7 +23,7 @@ from supervisor import telemetry
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.manifest import ToolManifest
-from supervisor.contracts.registry import SidecarConfig
+from supervisor.contracts.registry import HostConfig, SidecarConfig
 from supervisor.contracts.rpc import (
     Approval,
     Catalog,
@@ -81,7 +81,38 @@ class HostOptions(msgspec.Struct, kw_only=True):
     """``text`` | ``json`` over ``host.logFormat`` (``toolhost serve --log-format``)."""
 
 
-class ReloadResult(msgspec.Struct, kw_only=True):
+RESTART_SETTINGS = (
+    "socket",
+    "ws",
+    "auditLog",
+    "auditMaxBytes",
+    "auditKeep",
+    "maxFrameBytes",
+    "maxConnections",
+    "logFormat",
+    "telemetry",
+    "quotaState",
+    "zygote.enabled",
+    "zygote.replyTimeoutMs",
+)
+"""``host`` settings read once when toolhost starts: a reload cannot apply a change to them."""
+
+
+def needs_restart(old: HostConfig, new: HostConfig) -> list[str]:
+    """The ``host.*`` settings of :data:`RESTART_SETTINGS` that differ between the two."""
+    before, after = msgspec.to_builtins(old), msgspec.to_builtins(new)
+    changed = []
+    for name in RESTART_SETTINGS:
+        a, b = before, after
+        for part in name.split("."):
+            a = a.get(part) if isinstance(a, dict) else None
+            b = b.get(part) if isinstance(b, dict) else None
+        if a != b:
+            changed.append(f"host.{name}")
+    return changed
+
+
+class ReloadResult(msgspec.Struct, kw_only=True, rename="camel"):
     """What a registry reload did."""
 
     applied: bool
@@ -91,6 +122,8 @@ class ReloadResult(msgspec.Struct, kw_only=True):
     restarted: list[str] = msgspec.field(default_factory=list)
     unchanged: list[str] = msgspec.field(default_factory=list)
     errors: list[str] = msgspec.field(default_factory=list)
+    needs_restart: list[str] = msgspec.field(default_factory=list)
+    """``host`` settings that changed but apply only when toolhost restarts (still the old)."""
 
     def summary(self) -> str:
         if not self.applied:
@@ -102,6 +135,8 @@ class ReloadResult(msgspec.Struct, kw_only=True):
                 parts.append(f"{name} {', '.join(items)}")
         if self.errors:
             parts.append(f"{len(self.errors)} problem(s): " + "; ".join(self.errors))
+        if self.needs_restart:
+            parts.append(f"not applied until toolhost restarts: {', '.join(self.needs_restart)}")
         return ", ".join(parts)
 
 
@@ -127,6 +162,8 @@ class Host:
         self._on_change: list[Callable[[list[Descriptor]], None]] = []
         self._aliases: dict[str, str] = {}
         self.endpoints: dict[str, str] = {}
+        self.started_host = self.registry.host
+        """The ``host`` settings this run started with (a reload compares against them)."""
         self.audit: AuditLog | None = None
         self._pulse = trio.Event()
         self.upgrades = Upgrades(self)
@@ -195,6 +232,7 @@ class Host:
         self.started_at = trio.current_time()
         await self.upgrades.recover()  # an interrupted package apply/rollback, before reading
         self.plan = self.load()
+        self.started_host = self.registry.host
         self.catalog.allow_degraded = self.registry.host.allow_degraded
         self.upgrades.refresh()
         self._changed(self.catalog.load(self.plan))
@@ -310,7 +348,18 @@ class Host:
                 errors = list(self.registry.errors)
                 self.registry, self.known = old_registry, old_known
                 return ReloadResult(applied=False, revision=self.catalog.revision, errors=errors)
-            result = ReloadResult(applied=True, revision=0, errors=list(self.registry.errors))
+            result = ReloadResult(
+                applied=True,
+                revision=0,
+                errors=list(self.registry.errors),
+                needs_restart=needs_restart(self.started_host, self.registry.host),
+            )
+            if result.needs_restart:
+                log.warning(
+                    "reload: %s changed; a reload cannot apply that: the host keeps serving "
+                    "with the old value until toolhost restarts",
+                    ", ".join(result.needs_restart),
+                )
             for sid, sp in list(new_plan.sidecars.items()):
                 old = old_plan.sidecars.get(sid)
                 if (
