@@ -113,7 +113,10 @@ async def _serve(args: argparse.Namespace) -> int:
             path,
             ", ".join(reg.files) or "none",
         )
-        write_serving(options.app_root, host.endpoints)  # the CLI finds this host, not an edit
+        try:  # the CLI finds this host even after host.socket was edited
+            write_serving(options.app_root, host.endpoints)
+        except OSError as exc:
+            log.warning("cannot record the endpoints in .toolhost/serving.json: %s", exc)
         notifier = Notifier()
         # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
         # test) must stop the host gracefully, not kill it with the default disposition.
