@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -37,38 +36,27 @@ class BenchHost:
     """Start and talk to one ``toolhost serve``.
 
     Args:
-        sidecars: The registry's ``sidecars`` (ignored when ``copy_tools`` is given).
+        sidecars: The registry's ``sidecars``.
         ws: Also open the WebSocket gateway (on a free port picked here).
-        copy_tools: Copy this ``tools/`` folder (with its registry) instead of writing one.
+
+    The registry is always written here, in a temporary app root with its own socket: the bench
+    never reads the operator's ``tools/`` and never binds their addresses.
     """
 
-    def __init__(
-        self,
-        sidecars: dict[str, Any] | None = None,
-        *,
-        ws: bool = False,
-        copy_tools: Path | None = None,
-    ) -> None:
+    def __init__(self, sidecars: dict[str, Any] | None = None, *, ws: bool = False) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="toolhost-bench-")
         self.root = Path(self._tmp.name)
         self.sidecars = sidecars or {}
         self.ws_port = free_port() if ws else None
-        if copy_tools is not None:
-            shutil.copytree(
-                copy_tools, self.root / "tools", ignore=shutil.ignore_patterns("__pycache__")
-            )
-        else:
-            (self.root / "tools").mkdir()
-            host: dict[str, Any] = {}
-            if self.ws_port is not None:
-                host["ws"] = {
-                    "listen": f"127.0.0.1:{self.ws_port}",
-                    "tokenFile": ".toolhost/ws.token",
-                }
-            registry = {"schemaVersion": 2, "host": host, "sidecars": self.sidecars}
-            (self.root / "tools" / "external.tools.jsonc").write_text(
-                json.dumps(registry, indent=2)
-            )
+        (self.root / "tools").mkdir()
+        host: dict[str, Any] = {}
+        if self.ws_port is not None:
+            host["ws"] = {
+                "listen": f"127.0.0.1:{self.ws_port}",
+                "tokenFile": ".toolhost/ws.token",
+            }
+        registry = {"schemaVersion": 2, "host": host, "sidecars": self.sidecars}
+        (self.root / "tools" / "external.tools.jsonc").write_text(json.dumps(registry, indent=2))
         self.sock_path = self.root / ".toolhost" / "host.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr_tail: deque[str] = deque(maxlen=200)

@@ -16,9 +16,10 @@ import msgspec
 
 from bench.clients import LineClient, PipelinedClient, invoke_request, ndjson
 from bench.host import BenchHost
-from bench.machine import REPO, CpuWindow, RssSampler, rss_bytes
+from bench.machine import CpuWindow, RssSampler, rss_bytes
 from bench.run import PAYLOAD, RECOVERY_BACKOFF_MS, Bench, tool_of
 from bench.stats import Figure, Target
+from supervisor.cli.init import bundled_registry
 
 MB = float(1 << 20)
 COLD_START_TARGET_MS = 1000.0
@@ -58,7 +59,9 @@ def cold_start(b: Bench) -> None:
     runs: list[dict[str, float]] = []
     idle_rss: list[float] = []
     for _ in range(b.settings.cold_runs):
-        host = BenchHost(copy_tools=REPO / "tools")
+        # The registry the package bundles (what `toolhost init` writes), in the bench's own app
+        # root: never the operator's tools/, whose host.ws or socket would bind their addresses.
+        host = BenchHost(bundled_registry()["sidecars"])
         try:
             host.start()
             ready = _ready_times(host)

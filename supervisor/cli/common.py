@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
+from typing import Any
 
 from supervisor.registry.load import load_registry
 
@@ -20,12 +23,69 @@ def app_root(args: argparse.Namespace) -> str:
     return os.path.abspath(root)
 
 
+SERVING_FILE = os.path.join(".toolhost", "serving.json")
+"""Under the app root: what the running ``toolhost serve`` listens on (its pid, socket and
+gateway), written once it listens and removed when it ends. The CLI reads it before the
+registry, whose ``host.socket`` may have been edited since (a reload does not move the socket)."""
+
+
+def write_serving(root: str, endpoints: dict[str, str]) -> None:
+    """Record this process's endpoints in :data:`SERVING_FILE` (atomically, mode 0600)."""
+    path = os.path.join(root, SERVING_FILE)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    endpoints = dict(endpoints)
+    if "unix" in endpoints:
+        endpoints["unix"] = os.path.abspath(endpoints["unix"])
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"pid": os.getpid(), **endpoints}, f)
+    os.replace(tmp, path)
+
+
+def remove_serving(root: str) -> None:
+    """Remove :data:`SERVING_FILE` if this process wrote it."""
+    path = os.path.join(root, SERVING_FILE)
+    if _serving_record(path).get("pid") == os.getpid():
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _serving_record(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def served_socket(root: str) -> str | None:
+    """The socket the host running in ``root`` serves, from :data:`SERVING_FILE`; None when
+    there is no record, or its process or socket is gone (a host that was killed)."""
+    record = _serving_record(os.path.join(root, SERVING_FILE))
+    pid, sock = record.get("pid"), record.get("unix")
+    if not isinstance(pid, int) or not isinstance(sock, str) or not os.path.exists(sock):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:  # alive, another user's
+        pass
+    return sock
+
+
 def socket_path(args: argparse.Namespace) -> str:
-    """``--socket``, ``$TOOLHOST_SOCKET``, or the registry's ``host.socket`` under the app root."""
+    """``--socket``, ``$TOOLHOST_SOCKET``, the socket the running host recorded that it serves
+    (:data:`SERVING_FILE`), or the registry's ``host.socket`` under the app root."""
     explicit = getattr(args, "socket", None) or os.environ.get("TOOLHOST_SOCKET")
     if explicit:
         return os.path.abspath(explicit)
     root = app_root(args)
+    served = served_socket(root)
+    if served is not None:
+        return served
     reg = load_registry(
         root,
         registry_path=getattr(args, "registry", None),

@@ -124,6 +124,7 @@ async def _serve(
             return die(f"cannot reach the host: {exc}")
         return 0
     from supervisor.runtime.private import read_token
+    from supervisor.server.listen import ListenError
     from supervisor.server.mcp_http import McpHttpServer
     from supervisor.server.ws import parse_listen
 
@@ -143,7 +144,10 @@ async def _serve(
         limits=_http_limits(args),
     )
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(server.serve, args.http)
+        try:
+            port = await nursery.start(server.serve, args.http)
+        except ListenError as exc:
+            return die(str(exc), EXIT_FAILED)
         bind, _ = parse_listen(args.http)
         print(f"toolhost mcp: Streamable HTTP on http://{bind}:{port}/mcp", file=sys.stderr)
         sys.stderr.flush()

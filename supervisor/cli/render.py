@@ -208,4 +208,9 @@ def reload_text(result: dict[str, Any]) -> str:
             lines.append(f"  {key}: {', '.join(result[key])}")
     for e in result.get("errors", []):
         lines.append(f"  problem: {e}")
+    if result.get("needsRestart"):
+        lines.append(
+            f"  needs a restart of toolhost: {', '.join(result['needsRestart'])} changed; "
+            "the running host keeps the old value"
+        )
     return "\n".join(lines)

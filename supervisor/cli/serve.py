@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
 import sys
 
 import trio
 
-from supervisor.cli.common import app_root, die
-from supervisor.registry.load import load_registry
+from supervisor.cli.common import app_root, die, remove_serving, write_serving
+from supervisor.registry.load import Registry, load_registry
 from supervisor.runtime.host import Host, HostOptions, HostStartError
 from supervisor.runtime.private import TokenFile
 from supervisor.runtime.process import warden
+from supervisor.server.listen import ListenError, first_listen_error, open_tcp
 from supervisor.server.stream import ConnectionLimits
 from supervisor.server.systemd import Notifier
-from supervisor.server.unix import SocketInUse, check_free, serve_unix
+from supervisor.server.unix import bind_unix, serve_unix
 from supervisor.server.ws import parse_listen, serve_ws
 from supervisor.telemetry import logs
 
@@ -31,8 +34,11 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         return trio.run(_serve, args)
-    except SocketInUse as exc:
-        return die(str(exc), 1)
+    except (ListenError, BaseExceptionGroup) as exc:
+        found = first_listen_error(exc)
+        if found is None:
+            raise
+        return die(str(found), 1)
     finally:
         warden().close()
 
@@ -51,7 +57,11 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     logs.configure(options.log_format or reg.host.log_format, host.services.redactor.text)
     path = args.socket or reg.path(reg.host.socket)
-    check_free(path)  # before anything starts: a second host must not disturb the first
+    # Every listener is opened before anything starts: a second host must not disturb the
+    # first, and an address in use is one line naming it (ListenError), before any sidecar runs.
+    unix_listener, ws_listeners = await _listen(
+        path, "--socket" if args.socket else "host.socket", reg
+    )
     async with trio.open_nursery() as nursery:
         try:
             await nursery.start(host.run)
@@ -66,7 +76,9 @@ async def _serve(args: argparse.Namespace) -> int:
 
         async def serve(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
             with server_scope:
-                await serve_unix(host, path, limits=limits, task_status=task_status)
+                await serve_unix(
+                    host, path, limits=limits, listener=unix_listener, task_status=task_status
+                )
 
         await nursery.start(serve)
         host.endpoints["unix"] = path
@@ -85,7 +97,12 @@ async def _serve(args: argparse.Namespace) -> int:
                 ) -> None:
                     with gateway_scope:
                         await serve_ws(
-                            host, ws.listen, token, limits=limits, task_status=task_status
+                            host,
+                            ws.listen,
+                            token,
+                            limits=limits,
+                            listeners=ws_listeners,
+                            task_status=task_status,
                         )
 
                 port = await nursery.start(serve_gateway)
@@ -94,12 +111,19 @@ async def _serve(args: argparse.Namespace) -> int:
                 log.info(
                     "WebSocket gateway on %s (token in %s)", host.endpoints["ws"], ws.token_file
                 )
+        if "ws" not in host.endpoints:  # the gateway stayed off: free its port
+            for listener in ws_listeners or []:
+                await listener.aclose()
         log.info(
             "toolhost serving %d sidecar(s) on %s (registry: %s)",
             len(host.plan.sidecars),
             path,
             ", ".join(reg.files) or "none",
         )
+        try:  # the CLI finds this host even after host.socket was edited
+            write_serving(options.app_root, host.endpoints)
+        except OSError as exc:
+            log.warning("cannot record the endpoints in .toolhost/serving.json: %s", exc)
         notifier = Notifier()
         # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
         # test) must stop the host gracefully, not kill it with the default disposition.
@@ -108,11 +132,38 @@ async def _serve(args: argparse.Namespace) -> int:
         nursery.start_soon(notifier.watchdog)
         nursery.start_soon(notifier.follow_status, lambda: _status_line(host), host.wait_change)
         # host.run returns once every pool has drained and stopped; then close the socket.
-        await host.wait_stopped()
+        try:
+            await host.wait_stopped()
+        finally:
+            remove_serving(options.app_root)
         server_scope.cancel()
         gateway_scope.cancel()
         nursery.cancel_scope.cancel()
     return 0
+
+
+async def _listen(
+    path: str, setting: str, reg: Registry
+) -> tuple[trio.SocketListener, list[trio.SocketListener] | None]:
+    """The kernel socket and, when ``host.ws`` is set, the gateway's TCP listeners.
+
+    Raises:
+        ListenError: One of them cannot be opened (nothing stays bound then).
+    """
+    unix_listener = await bind_unix(path, setting)
+    if reg.host.ws is None:
+        return unix_listener, None
+    try:
+        try:
+            bind, port = parse_listen(reg.host.ws.listen)
+        except ValueError as exc:
+            raise ListenError(f"cannot listen ({exc})") from exc
+        return unix_listener, await open_tcp(bind, port, "host.ws.listen")
+    except BaseException:
+        await unix_listener.aclose()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
 
 
 def _status_line(host: Host) -> str:

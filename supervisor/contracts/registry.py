@@ -107,6 +107,9 @@ class HostConfig(_Config):
     console: bool = True
     """The web console at ``/`` on the gateway's HTTP port (docs/console.md); it needs ``ws``
     and the gateway token. ``false`` answers 404 there."""
+    shutdown_grace_ms: NonNegInt = 5000
+    """On SIGTERM/SIGINT, how long running calls may take to finish; the ones still running then
+    are cancelled with a message naming this setting."""
 
 
 class PoolConfig(_Config):

@@ -116,11 +116,16 @@ class CallEngine:
         """Set once a secret was handed to a sidecar: every envelope passes through it."""
         self.events: CallEvents | None = None
         """Set only while someone subscribes to ``calls`` events (None costs nothing)."""
+        self.live: set[Call] = set()
+        """Calls begun and not yet finished (the host's shutdown drain waits for them)."""
+        self.on_idle: Callable[[], None] | None = None
+        """Called when the last live call finishes (set only while someone waits for that)."""
 
     def begin(self, call: Call) -> None:
         """Start the machine: arm the deadline and give the call to its pool."""
         if call.key is not None:
             self.calls[call.key] = call
+        self.live.add(call)
         if self.events is not None:
             self.events.call_started(call)
         call._timer = self.timers.at(call.deadline, call.expire)
@@ -138,6 +143,13 @@ class CallEngine:
         """The host stops: calls waiting for a retry end now (pools refuse their queues)."""
         for call in list(self.backoff):
             call.refuse_outcome("shutting-down", message)
+
+    def cut(self, message: str) -> int:
+        """Cancel every live call with ``message`` (the shutdown grace ran out); how many."""
+        calls = list(self.live)
+        for call in calls:
+            call.cancel(message)
+        return len(calls)
 
 
 class Call:
@@ -354,6 +366,10 @@ class Call:
         engine.release(self.ticket)
         if self.key is not None:
             engine.calls.pop(self.key, None)
+        live = engine.live
+        live.discard(self)
+        if not live and engine.on_idle is not None:
+            engine.on_idle()
         children = self.children
         if children:
             for child in children:

@@ -25,7 +25,7 @@ from supervisor import telemetry
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.manifest import ToolManifest
-from supervisor.contracts.registry import SidecarConfig
+from supervisor.contracts.registry import HostConfig, SidecarConfig
 from supervisor.contracts.rpc import (
     Approval,
     Catalog,
@@ -90,7 +90,38 @@ class HostStartError(Exception):
     """The host refuses to start (a symlinked audit log or token, ...): the message says why."""
 
 
-class ReloadResult(msgspec.Struct, kw_only=True):
+RESTART_SETTINGS = (
+    "socket",
+    "ws",
+    "auditLog",
+    "auditMaxBytes",
+    "auditKeep",
+    "maxFrameBytes",
+    "maxConnections",
+    "logFormat",
+    "telemetry",
+    "quotaState",
+    "zygote.enabled",
+    "zygote.replyTimeoutMs",
+)
+"""``host`` settings read once when toolhost starts: a reload cannot apply a change to them."""
+
+
+def needs_restart(old: HostConfig, new: HostConfig) -> list[str]:
+    """The ``host.*`` settings of :data:`RESTART_SETTINGS` that differ between the two."""
+    before, after = msgspec.to_builtins(old), msgspec.to_builtins(new)
+    changed = []
+    for name in RESTART_SETTINGS:
+        a, b = before, after
+        for part in name.split("."):
+            a = a.get(part) if isinstance(a, dict) else None
+            b = b.get(part) if isinstance(b, dict) else None
+        if a != b:
+            changed.append(f"host.{name}")
+    return changed
+
+
+class ReloadResult(msgspec.Struct, kw_only=True, rename="camel"):
     """What a registry reload did."""
 
     applied: bool
@@ -100,6 +131,8 @@ class ReloadResult(msgspec.Struct, kw_only=True):
     restarted: list[str] = msgspec.field(default_factory=list)
     unchanged: list[str] = msgspec.field(default_factory=list)
     errors: list[str] = msgspec.field(default_factory=list)
+    needs_restart: list[str] = msgspec.field(default_factory=list)
+    """``host`` settings that changed but apply only when toolhost restarts (still the old)."""
 
     def summary(self) -> str:
         if not self.applied:
@@ -111,6 +144,8 @@ class ReloadResult(msgspec.Struct, kw_only=True):
                 parts.append(f"{name} {', '.join(items)}")
         if self.errors:
             parts.append(f"{len(self.errors)} problem(s): " + "; ".join(self.errors))
+        if self.needs_restart:
+            parts.append(f"not applied until toolhost restarts: {', '.join(self.needs_restart)}")
         return ", ".join(parts)
 
 
@@ -149,6 +184,8 @@ class Host:
         self.host_private: tuple[str, ...] = ()
         """Paths no tool may touch (PROTOCOL 1), sent to every worker in ``init``."""
         self.endpoints: dict[str, str] = {}
+        self.started_host = self.registry.host
+        """The ``host`` settings this run started with (a reload compares against them)."""
         self.audit: AuditLog | None = None
         self._pulse = trio.Event()
         self.upgrades = Upgrades(self)
@@ -230,6 +267,7 @@ class Host:
         self.started_at = trio.current_time()
         await self.upgrades.recover()  # an interrupted package apply/rollback, before reading
         self.plan = self.load()
+        self.started_host = self.registry.host
         self.catalog.allow_degraded = self.registry.host.allow_degraded
         self.upgrades.refresh()
         self._changed(self.catalog.load(self.plan))
@@ -258,9 +296,10 @@ class Host:
                 await nursery.start(self.upgrades.run)
                 task_status.started(self)
                 await self._stop.wait()
+                await self._drain()
                 async with trio.open_nursery() as stopping:
                     for pool in list(self.pools.values()):
-                        stopping.start_soon(pool.stop)
+                        stopping.start_soon(partial(pool.stop, drain_s=0.0))
                 self.invoker.shutdown()
                 nursery.cancel_scope.cancel()
         finally:
@@ -313,6 +352,18 @@ class Host:
                 if self.audit is not None:
                     self.audit.event("token-changed", token=name, path=token.path)
         return errors
+
+    async def _drain(self) -> None:
+        """The shutdown drain: no new calls; running ones get ``host.shutdownGraceMs`` to end,
+        then the rest are cancelled with a message that names the setting."""
+        for pool in list(self.pools.values()):
+            pool.refuse_new()
+        self.invoker.shutdown()  # calls waiting for a retry: refused now
+        grace_ms = self.registry.host.shutdown_grace_ms
+        why = f"host shutting down: shutdownGraceMs ({grace_ms} ms) elapsed"
+        cut = await self.invoker.drain(grace_ms / 1000.0, why)
+        if cut:
+            log.warning("%s: cancelled %d running call(s)", why, cut)
 
     def _start_telemetry(self) -> None:
         """OpenTelemetry per ``host.telemetry`` and sidecar stderr forwarding per the log
@@ -375,7 +426,18 @@ class Host:
                 errors = list(self.registry.errors)
                 self.registry, self.known = old_registry, old_known
                 return ReloadResult(applied=False, revision=self.catalog.revision, errors=errors)
-            result = ReloadResult(applied=True, revision=0, errors=list(self.registry.errors))
+            result = ReloadResult(
+                applied=True,
+                revision=0,
+                errors=list(self.registry.errors),
+                needs_restart=needs_restart(self.started_host, self.registry.host),
+            )
+            if result.needs_restart:
+                log.warning(
+                    "reload: %s changed; a reload cannot apply that: the host keeps serving "
+                    "with the old value until toolhost restarts",
+                    ", ".join(result.needs_restart),
+                )
             for sid, sp in list(new_plan.sidecars.items()):
                 old = old_plan.sidecars.get(sid)
                 if (

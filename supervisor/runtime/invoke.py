@@ -202,6 +202,20 @@ class Invoker:
         """The host stops: calls waiting for a retry end now."""
         self.engine.shutdown("the host is stopping")
 
+    async def drain(self, grace_s: float, message: str) -> int:
+        """Wait (at most ``grace_s``) until no call runs, then cancel the ones still running
+        with ``message``; returns how many were cut."""
+        engine = self.engine
+        if engine.live:
+            idle = trio.Event()
+            engine.on_idle = idle.set
+            try:
+                with trio.move_on_after(grace_s):
+                    await idle.wait()
+            finally:
+                engine.on_idle = None
+        return engine.cut(message)
+
     async def run_timers(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:

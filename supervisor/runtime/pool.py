@@ -152,13 +152,17 @@ class Pool:
             await self._done.wait()
             nursery.cancel_scope.cancel()
 
-    async def stop(self, *, drain_s: float = 5.0) -> None:
-        """Refuse new calls, drain running ones, stop every worker, end :meth:`run`."""
+    def refuse_new(self) -> None:
+        """Take no more calls: the queued ones and every new one are refused (shutting-down)."""
         self.stopped = True
         self.dispatch.refuse_all(
             CallOutcome(ok=False, code="shutting-down", error=f"sidecar {self.sidecar} is stopping")
         )
         self._kick.set()
+
+    async def stop(self, *, drain_s: float = 5.0) -> None:
+        """Refuse new calls, drain running ones, stop every worker, end :meth:`run`."""
+        self.refuse_new()
         async with trio.open_nursery() as nursery:
             for w in list(self.workers):
                 nursery.start_soon(partial(w.stop, "stopped", drain_s=drain_s))

@@ -58,18 +58,37 @@ Pages = Callable[[str, str, bytes], "Page | None"]
 
 
 class ReplayStream(trio.abc.Stream):
-    """``stream``, with ``prefix`` handed out first by :meth:`receive_some`."""
+    """``stream``, with ``prefix`` handed out first by :meth:`receive_some`.
+
+    The peer's EOF (a half-close: it shut down its sending side and still reads) is held back
+    from the reader: trio-websocket would take it for a dead connection and stop sending. It
+    sets :attr:`peer_eof` instead, and the reader gets the EOF only after :meth:`release_eof`
+    (the WebSocket side answered what it had read and closes).
+    """
 
     def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
         self.stream = stream
         self._prefix = prefix
+        self.peer_eof = trio.Event()
+        self._released = trio.Event()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._prefix:
             n = len(self._prefix) if max_bytes is None else max_bytes
             data, self._prefix = self._prefix[:n], self._prefix[n:]
             return data
-        return await self.stream.receive_some(max_bytes)
+        if self.peer_eof.is_set():
+            await self._released.wait()
+            return b""
+        data = await self.stream.receive_some(max_bytes)
+        if not data:
+            self.peer_eof.set()
+            await self._released.wait()
+        return data
+
+    def release_eof(self) -> None:
+        """Let the reader see the peer's EOF (the connection is closing)."""
+        self._released.set()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.stream.send_all(data)
@@ -180,7 +199,7 @@ def not_served(method: str, path: str, ws_path: str) -> Page:
 
 
 def connection_handler(
-    ws_handler: Callable[[WebSocketRequest], Awaitable[None]],
+    ws_handler: Callable[[WebSocketRequest, ReplayStream], Awaitable[None]],
     routes: dict[str, Route],
     *,
     max_message_size: int,
@@ -190,7 +209,8 @@ def connection_handler(
 ) -> Callable[[trio.SocketStream], Awaitable[None]]:
     """A per-connection handler for :func:`~supervisor.server.admission.serve_listeners`:
     ``routes`` (and ``pages``) answered as plain HTTP, any other plain request 404 (426 at
-    ``ws_path``), every ``Upgrade`` request through the WebSocket handshake to ``ws_handler``."""
+    ``ws_path``), every ``Upgrade`` request through the WebSocket handshake to ``ws_handler``
+    (with the connection's stream, which tells a half-close)."""
 
     async def handle(stream: trio.SocketStream) -> None:
         try:
@@ -213,14 +233,15 @@ def connection_handler(
                     await answer_page(stream, not_served(method, path, ws_path))
                     return
                 async with trio.open_nursery() as nursery:
+                    replay = ReplayStream(stream, head)
                     request = await wrap_server_stream(
                         nursery,
-                        ReplayStream(stream, head),
+                        replay,
                         message_queue_size=message_queue_size,
                         max_message_size=max_message_size,
                     )
                     try:
-                        await ws_handler(request)
+                        await ws_handler(request, replay)
                     finally:
                         nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:

@@ -46,6 +46,7 @@ from supervisor.protocols.mcp_server import (
 )
 from supervisor.server.admission import ConnectionCount, serve_listeners
 from supervisor.server.gateway_http import HEAD_TIMEOUT_S, answer, linger_close, refuse_overloaded
+from supervisor.server.listen import open_tcp
 from supervisor.server.mcp_face import Connect, McpFace
 from supervisor.server.ws import is_loopback, parse_listen
 
@@ -139,7 +140,7 @@ class McpHttpServer:
         bind, port = parse_listen(listen)
         if not is_loopback(bind):
             log.warning("MCP HTTP on non-loopback %s: anyone with the token can call tools", bind)
-        listeners = await trio.open_tcp_listeners(port, host=bind)
+        listeners = await open_tcp(bind, port, "--http")
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             self._nursery = nursery

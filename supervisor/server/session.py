@@ -5,19 +5,23 @@
 # tick that ends it, with no task per call), and gives slow operator methods to a pool of
 # long-lived invoker tasks it owns, grown on demand. Everything it sends goes through the
 # transport's bounded :class:`OutQueue`; a client that stops reading is disconnected instead of
-# making the host buffer without bound. When the client leaves (EOF, or a disconnect), the
-# transport stops reading and calls :meth:`Session.leave`: every request whose frame was read and
-# that changes state (``STATE_CHANGING_METHODS``, ``tools.invoke`` of a tool not marked
-# read-only) runs to its end with its answer dropped; read-only ones are dropped (cancelled if
-# running), each logged with why. Then the nursery holding the invokers is cancelled.
+# making the host buffer without bound. A client that half-closes (EOF: it shut down its sending
+# side, as ``nc`` does when its stdin ends) still reads: the transport stops reading, answers
+# every request already read (:meth:`QueuedTransport.finish`), then closes. Only a client that is
+# gone (a hang-up or reset seen on the socket, a failed write, a disconnect) makes the transport
+# call :meth:`Session.leave`: every request whose frame was read and that changes state
+# (``STATE_CHANGING_METHODS``, ``tools.invoke`` of a tool not marked read-only) runs to its end
+# with its answer dropped; read-only ones are dropped (cancelled if running), each logged with
+# why. Then the nursery holding the invokers is cancelled.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import select
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -65,6 +69,28 @@ EVENTS_BACKLOG = 256 * 1024
 """Operator events move to the client's outbound queue only while less than this waits there:
 a client that stops reading makes its subscription drop events (``events.dropped``), it never
 makes the host queue more."""
+
+
+def hung_up(fd: int) -> bool:
+    """The peer of socket ``fd`` is gone: it hung up entirely (closed, not just shut down its
+    sending side) or the connection broke (a reset). A half-close is not a hang-up."""
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLHUP and POLLERR are reported whatever the mask
+    return bool(poller.poll(0))
+
+
+async def wait_hung_up(fd: int) -> None:
+    """Return once :func:`hung_up` is true for ``fd``, woken by the kernel (an epoll set that
+    watches only for that); never returns where there is no epoll."""
+    if not hasattr(select, "epoll"):  # pragma: no cover - Linux has it
+        await trio.sleep_forever()
+    ep = select.epoll()
+    try:
+        ep.register(fd, 0)  # EPOLLHUP and EPOLLERR only
+        while not ep.poll(0):
+            await trio.lowlevel.wait_readable(ep.fileno())
+    finally:
+        ep.close()
 
 
 class OutQueue:
@@ -146,6 +172,33 @@ class QueuedTransport:
         if self._scope is not None:
             self._scope.cancel()
 
+    def gone(self, reason: str) -> None:
+        """The client is gone (it hung up, the connection broke): stop as :meth:`disconnect`
+        does, without its warning (hanging up is what clients do)."""
+        if not self.close_reason:
+            self.close_reason = reason
+        self.out.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def finish(self, fd: int, flushed: Callable[[], Awaitable[None]]) -> None:
+        """The client half-closed (EOF) after its frames: answer every request already read,
+        wait for ``flushed`` (the answers written), then return so the transport closes. A
+        hang-up or reset of socket ``fd`` meanwhile makes the client :meth:`gone` (the
+        transport then lets :meth:`Session.leave` decide what still runs)."""
+        if hung_up(fd):
+            self.gone("the client closed its end")
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_hangup, fd)
+            await self.session.answered()
+            await flushed()
+            nursery.cancel_scope.cancel()
+
+    async def _watch_hangup(self, fd: int) -> None:
+        await wait_hung_up(fd)
+        self.gone("the client hung up")
+
     def switch_encoding(self, encoding: str) -> Codec:  # pragma: no cover - overridden
         raise NotImplementedError
 
@@ -185,6 +238,7 @@ class Session:
         # Fairness: past this many calls in flight the transport stops reading this client.
         self.max_calls = host.registry.host.max_calls_per_client
         self._room = trio.Event()
+        self._quiet = trio.Event()
 
     def attach(self, nursery: trio.Nursery) -> None:
         """The nursery that owns the session's tasks (cancelled when the client leaves)."""
@@ -228,7 +282,19 @@ class Session:
     def call_done(self, request_id: RequestId) -> None:
         self._started.pop(request_id, None)
         self._inflight.discard(request_id)
+        self._wake()
+
+    def _wake(self) -> None:
+        """A request ended: room for the next frame; quiet once none is left."""
         self._room.set()
+        if not self._inflight:
+            self._quiet.set()
+
+    async def answered(self) -> None:
+        """Return once every request read so far has been answered."""
+        while self._inflight:
+            self._quiet = trio.Event()
+            await self._quiet.wait()
 
     @property
     def full(self) -> bool:
@@ -382,7 +448,7 @@ class Session:
                     if not changes_state(call, name, params):
                         self._drop(call.rid, name, "the client left before it ran", "queued")
                         self._inflight.discard(call.rid)
-                        self._room.set()
+                        self._wake()
                         self._check_settled()
                         continue
                     self._keep(call.rid, name, "the client left before it ran")
@@ -393,7 +459,7 @@ class Session:
                     finally:
                         del self._running[call.rid]
                         self._inflight.discard(call.rid)
-                        self._room.set()
+                        self._wake()
                         self._check_settled()
                 if self._idle >= MAX_IDLE_INVOKERS:
                     return

@@ -101,7 +101,8 @@ class StreamConnection(QueuedTransport):
                 self.session.attach(nursery)
                 nursery.start_soon(self._direct.run)
                 with trio.CancelScope() as self._scope:  # disconnect() stops the reading
-                    await self._reader()
+                    if await self._reader():  # a half-close: the client still reads
+                        await self.finish(self.stream.socket.fileno(), self._flushed)
                 await self.session.leave(self.close_reason or "the client closed its end")
                 nursery.cancel_scope.cancel()  # the client left: cancel the rest
         finally:
@@ -112,7 +113,15 @@ class StreamConnection(QueuedTransport):
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
 
-    async def _reader(self) -> None:
+    async def _flushed(self) -> None:
+        """Every answer queued so far is written (or the writes failed)."""
+        direct = self._direct
+        while direct.pending_bytes and not direct.broken and not self.out.closed:
+            await direct.drain(timeout_s=60.0)
+
+    async def _reader(self) -> bool:
+        """Read and handle frames; True when the client half-closed (EOF), False when it is
+        gone or was disconnected."""
         fd = self.stream.socket.fileno()
         session = self.session
         handle = session.handle
@@ -124,9 +133,9 @@ class StreamConnection(QueuedTransport):
             try:
                 data = await read_ready(fd, RECV_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return
+                return False
             if not data:
-                return
+                return True
             too_long: LineTooLong | None = None
             cork()  # answers and worker writes of this chunk go out in one write each
             try:
@@ -160,7 +169,8 @@ class StreamConnection(QueuedTransport):
                 )
                 await self._direct.drain(timeout_s=1.0)
                 self.disconnect("oversized frame")
-                return
+                return False
+        return False
 
     async def _paused(self) -> None:
         """The client is not reading its answers: read none of its frames until they are out."""

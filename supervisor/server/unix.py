@@ -14,12 +14,13 @@ import trio
 
 from supervisor.runtime.host import Host
 from supervisor.server.admission import refuse_stream, serve_listeners
+from supervisor.server.listen import ListenError, unix_error
 from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name
 
 log = logging.getLogger("toolhost.server")
 
 
-class SocketInUse(Exception):
+class SocketInUse(ListenError):
     """Another host already answers on the socket path."""
 
 
@@ -40,8 +41,9 @@ def _prepare_dir(path: str) -> None:
             )
 
 
-def check_free(path: str) -> None:
-    """Remove a stale socket at ``path``; raise :class:`SocketInUse` if a host answers there."""
+def check_free(path: str, setting: str = "host.socket") -> None:
+    """Remove a stale socket at ``path``; raise :class:`SocketInUse` if a host answers there
+    (or a :class:`ListenError` when the path cannot be probed)."""
     if not os.path.exists(path):
         return
     probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
@@ -52,25 +54,35 @@ def check_free(path: str) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return
-        raise
+        raise unix_error(path, setting, exc) from exc
     else:
-        raise SocketInUse(f"another toolhost is already serving on {path}")
+        raise SocketInUse(
+            f"cannot listen on {path} ({setting}): another toolhost is already serving there; "
+            f"stop it first (`toolhost status` shows it), or give this one another {setting}"
+        )
     finally:
         probe.close()
 
 
-async def bind_unix(path: str) -> trio.SocketListener:
-    """Create the listening socket with mode 0600 (atomically, via the umask)."""
-    _prepare_dir(path)
-    check_free(path)
-    sock = trio.socket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
-    old = os.umask(0o177)
+async def bind_unix(path: str, setting: str = "host.socket") -> trio.SocketListener:
+    """Create the listening socket with mode 0600 (atomically, via the umask).
+
+    Raises:
+        ListenError: The path is taken, too long, or in a folder this user cannot write.
+    """
     try:
-        await sock.bind(path)
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(256)
+        _prepare_dir(path)
+        check_free(path, setting)
+        sock = trio.socket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            await sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        sock.listen(256)
+    except OSError as exc:
+        raise unix_error(path, setting, exc) from exc
     return trio.SocketListener(sock)
 
 
@@ -79,12 +91,15 @@ async def serve_unix(
     path: str,
     *,
     limits: ConnectionLimits | None = None,
+    listener: trio.SocketListener | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the kernel protocol on ``path`` until cancelled; removes the socket on exit."""
+    """Serve the kernel protocol on ``path`` until cancelled (on ``listener`` when it was bound
+    before, else binding it here); removes the socket on exit."""
     limits = limits or ConnectionLimits()
     count = limits.connections()
-    listener = await bind_unix(path)
+    if listener is None:
+        listener = await bind_unix(path)
     ino = os.stat(path).st_ino
 
     async def handler(stream: trio.SocketStream) -> None:

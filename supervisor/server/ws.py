@@ -15,6 +15,7 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import math
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
@@ -27,8 +28,9 @@ from supervisor.runtime.private import TokenFile
 from supervisor.server import console
 from supervisor.server.admission import overloaded_line, serve_listeners
 from supervisor.server.codec import Codec
-from supervisor.server.gateway_http import Page, Route, connection_handler
+from supervisor.server.gateway_http import Page, ReplayStream, Route, connection_handler
 from supervisor.server.health import http_answer
+from supervisor.server.listen import open_tcp
 from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
 
@@ -90,10 +92,20 @@ def browser_refusal(request: WebSocketRequest, loopback: bool) -> str | None:
 class WsConnection(QueuedTransport):
     """One WebSocket client."""
 
-    def __init__(self, host: Host, ws: WebSocketConnection, limits: ConnectionLimits, name: str):
+    def __init__(
+        self,
+        host: Host,
+        ws: WebSocketConnection,
+        limits: ConnectionLimits,
+        name: str,
+        stream: ReplayStream | None = None,
+    ):
         super().__init__(host, name, limits.max_queue_bytes)
         self.limits = limits
         self.ws = ws
+        self.stream = stream
+        """The TCP stream under ``ws``: it tells a half-close (None: no half-close support)."""
+        self._receiving: trio.CancelScope | None = None
         self.codecs = {
             "json": Codec("json", framed=False),
             "msgpack": Codec("msgpack", framed=False),
@@ -112,6 +124,8 @@ class WsConnection(QueuedTransport):
             async with trio.open_nursery() as nursery:
                 session.attach(nursery)
                 nursery.start_soon(self._writer)
+                if self.stream is not None:
+                    nursery.start_soon(self._watch_eof, self.stream.peer_eof)
                 with trio.CancelScope() as self._scope:  # disconnect() stops the reading
                     while not self.out.closed:
                         # Fairness and memory: read nothing more while its answers pile up or
@@ -121,8 +135,12 @@ class WsConnection(QueuedTransport):
                         if session.full:
                             await session.wait_room()
                         try:
-                            message = await self.ws.get_message()
+                            message = await self._receive()
                         except ConnectionClosed:
+                            break
+                        if message is None:  # a half-close: the client still reads
+                            assert self.stream is not None
+                            await self.finish(self.stream.stream.socket.fileno(), self._flushed)
                             break
                         if isinstance(message, str):
                             handle(message.encode("utf-8"), json_codec)
@@ -135,8 +153,48 @@ class WsConnection(QueuedTransport):
             # Bounded: when the gateway itself is cancelled, the task that would read the peer's
             # close frame is gone, and an unbounded wait here would hang the shutdown.
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                if self.stream is not None:  # our close frame goes out, then the EOF is seen
+                    self.stream.release_eof()
                 with trio.move_on_after(CLOSE_GRACE_S):
                     await self.ws.aclose()
+
+    async def _receive(self) -> str | bytes | None:
+        """The next message; None once the client half-closed and every message it sent before
+        is taken.
+
+        Raises:
+            ConnectionClosed: The connection closed (a close frame, a reset).
+        """
+        stream = self.stream
+        if stream is not None and stream.peer_eof.is_set():
+            # Nothing arrives after the EOF: take what trio-websocket queued, never wait.
+            recv = getattr(self.ws, "_recv_channel", None)
+            if recv is None:
+                return None
+            try:
+                message: str | bytes = recv.receive_nowait()
+            except trio.WouldBlock:
+                return None
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                raise ConnectionClosed(self.ws.closed) from None
+            return message
+        with trio.CancelScope() as self._receiving:
+            try:
+                return await self.ws.get_message()
+            finally:
+                self._receiving = None
+        return None  # cancelled by _watch_eof while waiting: nothing was queued
+
+    async def _watch_eof(self, eof: trio.Event) -> None:
+        """At the client's EOF, stop a read that waits (its queue is empty: it would wait for
+        ever)."""
+        await eof.wait()
+        if self._receiving is not None:
+            self._receiving.cancel()
+
+    async def _flushed(self) -> None:
+        """Every answer queued so far is written (or the connection closed)."""
+        await self.out.drain(timeout_s=math.inf)
 
     async def _writer(self) -> None:
         out = self.out
@@ -224,9 +282,11 @@ async def serve_ws(
     token: str | TokenFile,
     *,
     limits: ConnectionLimits | None = None,
+    listeners: list[trio.SocketListener] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the kernel protocol over WebSocket until cancelled; ``started`` gets the port.
+    """Serve the kernel protocol over WebSocket until cancelled (on ``listeners`` when they were
+    opened before, else opening them here); ``started`` gets the port.
 
     ``token`` as a :class:`TokenFile` is the one the host last read (at start or reload).
 
@@ -244,7 +304,7 @@ async def serve_ws(
 
     loopback = is_loopback(bind)
 
-    async def handler(request: WebSocketRequest) -> None:
+    async def handler(request: WebSocketRequest, stream: ReplayStream) -> None:
         remote = f"ws:{request.remote}"
         if request.path.split("?", 1)[0] != WS_PATH:
             await request.reject(404, body=b"not found: the gateway is at /ws\n")
@@ -274,7 +334,7 @@ async def serve_ws(
         try:
             # A browser (the console) offered the token as a subprotocol: answer the plain one.
             ws = await request.accept(subprotocol=console.SUBPROTOCOL if by_subprotocol else None)
-            await WsConnection(host, ws, limits, remote).run()
+            await WsConnection(host, ws, limits, remote, stream).run()
         finally:
             count.leave()
 
@@ -290,7 +350,8 @@ async def serve_ws(
             return console.console_off(path)
         return console.serve_page(method, path, head, loopback=loopback)
 
-    listeners = await trio.open_tcp_listeners(port, host=bind)
+    if listeners is None:
+        listeners = await open_tcp(bind, port, "host.ws.listen")
     handle = connection_handler(
         handler, routes, max_message_size=limits.max_frame, pages=pages, ws_path=WS_PATH
     )

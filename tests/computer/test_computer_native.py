@@ -52,7 +52,9 @@ async def test_screenshot_pixels_show_the_window(app: Path, xdisplay: Display) -
         assert pixel(png, *win.centre) == COLOUR
         assert pixel(png, win.x + 2, win.y + 2) == COLOUR
         assert pixel(png, win.x + win.width + 20, win.y + win.height + 20) != COLOUR
-        assert not [p for p in (app / "workspace" / "shots").iterdir() if p.name != "full.png"]  # no temp left
+        assert not [
+            p for p in (app / "workspace" / "shots").iterdir() if p.name != "full.png"
+        ]  # no temp left
 
         region = {"x": win.x, "y": win.y, "width": win.width, "height": win.height}
         shot = data(await host.invoke("screen.screenshot", raw({"region": region})))
