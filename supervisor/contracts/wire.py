@@ -70,7 +70,8 @@ class ServiceError(Struct, kw_only=True, omit_defaults=True):
 class Response(_Msg, tag="response", kw_only=True):
     """The host's answer to a worker's ``request`` (exactly one of ``result``/``error``)."""
 
-    id: str | int | None = None
+    id: str | int | None
+    """The request's id; ``null`` (always written) when the request had no usable id."""
     result: Raw | msgspec.UnsetType = msgspec.UNSET
     """Absent on an error response (a Raw cannot be Optional in msgspec: UNSET is omitted)."""
     error: ServiceError | None = None

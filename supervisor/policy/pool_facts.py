@@ -7,13 +7,19 @@
 #
 # 1. a worker serves, or an idle ``pool.min: 0`` pool       -> ready
 # 2. stopped (the pool is shutting down)                   -> failed, code ``stopped``
-# 3. it was ready before, a replacement is on its way and
+# 3. it was ready before and a replacement's start failed
+#    (exited, refused, or no ``ready`` in time), with no
+#    successful start since                                 -> failed, code ``start-failed``
+# 4. it was ready before, a replacement is on its way and
 #    the restart intensity holds (the restart window)       -> ready, details.restarting
-# 4. never ready, nothing ended yet                         -> starting
-# 5. the last worker overran its start deadline             -> timed-out
-# 6. the last worker broke the protocol                     -> schema-error
-# 7. otherwise                                              -> failed (``gave-up`` past the
+# 5. never ready, nothing ended yet                         -> starting
+# 6. the last worker overran its start deadline             -> timed-out
+# 7. the last worker broke the protocol                     -> schema-error
+# 8. otherwise                                              -> failed (``gave-up`` past the
 #                                                              intensity, else ``restarting``)
+#
+# The restart window (4) covers starting a replacement, not a sidecar that cannot start (3):
+# the model must not keep calling a tool whose every call would wait out its deadline.
 #
 # ``probe`` is the last pong's while ready, ``skipped`` otherwise; a declared tool the sidecar's
 # ``ready`` does not list is ``schema-error`` with reason ``tool-not-served``.
@@ -43,6 +49,8 @@ class PoolState(msgspec.Struct, frozen=True, kw_only=True):
     stopped: bool = False
     gave_up: bool = False
     """The restart policy gave up (intensity exceeded, or a policy that does not restart)."""
+    start_failed: bool = False
+    """The last worker ended before ``ready`` (its start failed) and none was ready since."""
     exit_reason: str | None = None
     exit_message: str | None = None
     exit_code: int | None = None
@@ -65,6 +73,12 @@ def runtime_of(s: PoolState) -> tuple[RuntimeState, Reason | None, bool]:
         return "ready", None, False
     if s.stopped:
         return "failed", _reason("stopped", f"sidecar {sid} is stopped", _logs_hint(sid)), False
+    if s.ever_ready and s.start_failed and not s.gave_up:
+        why = s.exit_message or "the replacement worker did not start"
+        if s.next_restart_ms is not None:
+            why += f"; retrying in {round(s.next_restart_ms)} ms"
+        hint = _logs_hint(sid) + "; it is ready again after the next successful start"
+        return "failed", _reason("start-failed", f"{sid} cannot start: {why}", hint), False
     if s.ever_ready and s.replacing and not s.gave_up:
         return "ready", None, True
     if s.exit_reason is None:

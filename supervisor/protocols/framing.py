@@ -40,21 +40,30 @@ class LineSplitter:
         if end < 0:
             self._scan_from = len(buf)
             if len(buf) > self.max_line:
-                raise LineTooLong(f"line longer than {self.max_line} bytes")
+                raise self._too_long(f"line longer than {self.max_line} bytes")
             return []
         lines = bytes(buf[:end]).split(b"\n")
         del buf[: end + 1]
         self._scan_from = 0
         self._check(lines)
         if len(buf) > self.max_line:
-            raise LineTooLong(f"line longer than {self.max_line} bytes")
+            raise self._too_long(f"line longer than {self.max_line} bytes")
         return lines
+
+    def _too_long(self, message: str) -> LineTooLong:
+        """The error, with the buffer's memory released first: up to ``max_line`` bytes that
+        nobody will read, which the connection (kept alive by reference cycles until the
+        cyclic collector runs, and by the error's traceback) would otherwise hold on to."""
+        self._buf.clear()
+        self._buf = bytearray()
+        self._scan_from = 0
+        return LineTooLong(message)
 
     def _check(self, lines: list[bytes]) -> None:
         limit = self.max_line
         for line in lines:
             if len(line) > limit:
-                raise LineTooLong(f"line of {len(line)} bytes is over the {limit}-byte limit")
+                raise self._too_long(f"line of {len(line)} bytes is over the {limit}-byte limit")
 
     @property
     def pending(self) -> int:
@@ -96,6 +105,7 @@ class LengthPrefixSplitter:
         while n - pos >= 4:
             size = int.from_bytes(buf[pos : pos + 4], "big")
             if size > self.max_frame:
+                buf.clear()  # nobody will read it (see LineSplitter._too_long)
                 raise LineTooLong(f"frame of {size} bytes is over the {self.max_frame}-byte limit")
             if n - pos - 4 < size:
                 break

@@ -526,11 +526,18 @@ class Host:
                 cfg,
                 restart=msgspec.structs.replace(cfg.restart, policy=self.options.restart_policy),
             )
+
+        def publish(sidecar: str, facts: SidecarFacts) -> None:
+            # A pool a reload replaced may still publish (its last "stopped", late): only the
+            # pool serving the sidecar now (or none) speaks for it.
+            if self.pools.get(sidecar, pool) is pool:
+                self.on_facts(sidecar, facts)
+
         pool = Pool(
             sp.id,
             kinds.pool_config(cfg),
             partial(self.launch_spec, sp),
-            self.on_facts,
+            publish,
             list(sp.entry.tools),
             rng=random.Random(self.rng.random()),
             worker_factory=kinds.worker_factory(cfg),

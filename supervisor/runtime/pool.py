@@ -112,6 +112,8 @@ class Pool:
         self.last_stderr = ""
         self.ever_ready = False
         self.gave_up = False
+        self.start_failing = False
+        """The last worker ended before ready; cleared by the next ready (PROTOCOL 4)."""
         self.stopped = False
         self.next_restart_at: float | None = None
         self.starts = 0
@@ -230,6 +232,7 @@ class Pool:
                 if ex.reason == "recycled":
                     continue
                 self.last_exit = ex
+                self.start_failing = not ex.was_ready
                 decision, self.restart_state = restart_policy.on_exit(
                     self.config.restart,
                     self.restart_state,
@@ -245,6 +248,10 @@ class Pool:
                     return
                 if decision.action == "give-up":
                     self.gave_up = True
+                    self._refuse_queue(ex)
+                elif self.start_failing and self.ever_ready:
+                    # The restart window covers starting a replacement, not a sidecar that
+                    # cannot start: what waited for this one is answered now.
                     self._refuse_queue(ex)
                 self.next_restart_at = _ms() + decision.delay_ms
                 self._publish()
@@ -274,7 +281,8 @@ class Pool:
             guard.release(worker)
 
     def _refuse_queue(self, ex: WorkerExit) -> None:
-        """Past the restart intensity: the calls waiting for a replacement are refused."""
+        """Past the restart intensity, or a replacement could not start: the calls waiting
+        for a replacement are refused."""
         if any(w.state == "ready" for w in self.workers):
             return
         self.dispatch.refuse_all(
@@ -295,6 +303,7 @@ class Pool:
         if self.metering is not None:
             self.metering.worker_started(self.sidecar, worker.started_by)
         self.ever_ready = True
+        self.start_failing = False
         if self.gave_up:
             self.gave_up = False
         if worker.ready_msg is not None and worker.ready_msg.tools:
@@ -452,6 +461,17 @@ class Pool:
             return CallOutcome(
                 ok=False, code="shutting-down", error=f"sidecar {self.sidecar} is stopping"
             )
+        failing = self.start_failing and self.ever_ready
+        if failing and not any(w.state == "ready" for w in self.workers):
+            ex = self.last_exit
+            return CallOutcome(
+                ok=False,
+                code="unavailable",
+                error=f"sidecar {self.sidecar} cannot start"
+                + (f": {ex.message}" if ex is not None else ""),
+                exit_code=ex.exit_code if ex else None,
+                stderr=(ex.stderr_tail[-4096:] or None) if ex else None,
+            )
         if self.gave_up and not any(w.state in ("ready", "starting") for w in self.workers):
             ex = self.last_exit
             return CallOutcome(
@@ -488,6 +508,7 @@ class Pool:
             and ex is None,
             stopped=self.stopped,
             gave_up=self.gave_up,
+            start_failed=self.start_failing,
             exit_reason=ex.reason if ex else None,
             exit_message=ex.message if ex else None,
             exit_code=ex.exit_code if ex else None,

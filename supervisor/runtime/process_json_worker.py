@@ -6,7 +6,7 @@ import trio
 
 from supervisor.contracts import wire
 from supervisor.protocols.errors import ProtocolError
-from supervisor.protocols.process_json import ProcessJsonConnection
+from supervisor.protocols.process_json import MalformedRequest, ProcessJsonConnection
 from supervisor.runtime.worker import (
     Call,
     CallOutcome,
@@ -93,7 +93,7 @@ class ProcessWorker(LineWorker):
         for msg in msgs:
             dispatch(msg)
 
-    def _dispatch(self, msg: wire.WorkerMessage) -> None:
+    def _dispatch(self, msg: wire.WorkerMessage | MalformedRequest) -> None:
         if type(msg) is wire.Result:
             self._answer(msg.id, msg)
         elif type(msg) is wire.Progress:
@@ -106,21 +106,22 @@ class ProcessWorker(LineWorker):
             self.stderr.write(f"[{msg.level}] {msg.message}\n".encode("utf-8", "replace"))
         elif type(msg) is wire.Request:
             self._request(msg)
-
-    def _request(self, req: wire.Request) -> None:
-        """A host-service request (PROTOCOL 3.5): checked here, answered by the pool's
-        services; a bad one gets an error response, never a protocol break."""
-        slot = self.slots.get(req.callId) if type(req.callId) is int else None
-        if req.id is None or req.method is None or req.callId is None:
+        elif type(msg) is MalformedRequest:
             self._respond(
                 wire.Response(
-                    id=req.id,
+                    id=msg.id,
                     error=wire.ServiceError(
-                        code="invalid-request", message="a request needs id, callId and method"
+                        code="invalid-request", message=f"invalid request: {msg.problem}"
                     ),
                 )
             )
-        elif slot is None or slot.abandoned:
+
+    def _request(self, req: wire.Request) -> None:
+        """A host-service request (PROTOCOL 3.5): checked here, answered by the pool's
+        services; a bad one gets an error response, never a protocol break (the connection
+        turned one with missing or wrongly typed fields into a ``MalformedRequest``)."""
+        slot = self.slots.get(req.callId) if req.callId is not None else None
+        if slot is None or slot.abandoned:
             self._respond(
                 wire.Response(
                     id=req.id,

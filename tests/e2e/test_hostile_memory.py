@@ -13,9 +13,10 @@ def test_a_100_mb_line_is_refused_while_reading_and_its_memory_given_back():
     assert "frame too large" in got["oversizedAnswer"]
     assert got["garbageLinesRefused"] == 200
     assert got["rssPeakMb"] - got["rssIdleMb"] < 40  # never assembled whole
-    # Given back: well under one refused frame plus slack for a loaded machine's allocator
-    # (a 100 MB line kept, or one 16 MiB frame buffer per garbage line, would be far above).
-    assert got["afterMinusIdleMb"] < 20, got
+    # Given back (issue 12 asked for at most 10 MB; issue 26 item 8): the refused frame's
+    # buffer is released when it is refused, not when the cyclic collector happens to free the
+    # connection (it used to stay, 16 MiB of it, in about one run of three).
+    assert got["afterMinusIdleMb"] < 10, got
 
 
 @pytest.mark.slow

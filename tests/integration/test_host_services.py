@@ -380,3 +380,46 @@ async def test_a_flooding_worker_is_bounded_and_bystanders_keep_serving(app):
         codes = [r.get("error", {}).get("code") for r in data(results["flood"])["responses"]]
         assert codes.count("too-many-requests") > 0
         assert codes.count(None) >= 32
+
+
+WRONG = ["1.5", "true", "false", "{}", '{"a":1}', "[]", "[1]", "null"]
+"""JSON values of the wrong type for some field (each field rejects all of them)."""
+
+
+def request_line(**fields: str) -> str:
+    base = {"id": '"q"', "callId": "$CALL", "method": '"state.get"', "params": '{"name":"n"}'}
+    base.update(fields)
+    body = ",".join(f'"{k}":{v}' for k, v in base.items() if v != "ABSENT")
+    return '{"type":"request",' + body + "}"
+
+
+async def test_a_wrongly_typed_field_is_invalid_request_and_the_worker_keeps_serving(app):
+    """PROTOCOL 3.5: every field of a request may have the wrong type; each such request is
+    answered ``invalid-request`` (on its id when the id is usable, else on ``id: null``), and
+    the same worker keeps serving: no protocol error, no restart."""
+    async with running_host(app, {"svc": svc()}) as host:
+        await wait_available(host, "svc.run")
+        pid = ready_pids(host, "svc")
+        cases: list[tuple[str, object]] = []  # (line, expected response id)
+        for bad in [*WRONG, '"7"', '"$CALL"', "ABSENT"]:
+            cases.append((request_line(callId=bad), "q"))
+        for bad in ["123", "-1", *WRONG, "ABSENT"]:
+            cases.append((request_line(method=bad), "q"))
+        for bad in ["[]", '"x"', "5", "true", "null", "1.5"]:
+            cases.append((request_line(params=bad), "q"))
+        for bad in ["1.5", "true", "{}", '{"id":"q"}', "[]", '["q"]', "null", "ABSENT"]:
+            cases.append((request_line(id=bad), None))
+        # a well-typed request in between still works on the same call
+        cases.append((request_line(method='"no.such"'), "q"))
+        env = await host.invoke("svc.run", raw({"raw": [line for line, _ in cases]}))
+        responses = data(env)["responses"]
+        assert len(responses) == len(cases)
+        for (line, rid), resp in zip(cases, responses, strict=True):
+            want = "unknown-method" if '"no.such"' in line else "invalid-request"
+            assert resp["error"]["code"] == want, (line, resp)
+            assert resp["id"] == rid, (line, resp)
+            assert resp["error"]["message"], line
+        assert ready_pids(host, "svc") == pid
+        snap = host.catalog.get("svc.run").stability
+        assert snap.runtime == "ready" and snap.details.restarts == 0
+        assert data(await host.invoke("svc.run", raw({})))["pid"] == pid[0]

@@ -8,6 +8,14 @@ from supervisor.contracts.wire import ToolInfo
 from supervisor.policy.pool_facts import PoolState, runtime_of, sidecar_facts
 
 CRASH = {"exit_reason": "crashed", "exit_message": "worker exited (status 3)", "exit_code": 3}
+NO_START = {
+    "start_failed": True,
+    "exit_reason": "start-failed",
+    "exit_message": "exited before ready (status 5)",
+    "exit_code": 5,
+    "next_restart_ms": 120.0,
+}
+START_FAILED = ("failed", "start-failed", False)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +43,46 @@ CRASH = {"exit_reason": "crashed", "exit_message": "worker exited (status 3)", "
             PoolState(sidecar="s", ever_ready=True, gave_up=True, **CRASH),
             "failed",
             "gave-up",
+            False,
+        ),
+        # PROTOCOL 4: the window covers starting a replacement, not a sidecar that cannot start
+        (PoolState(sidecar="s", ever_ready=True, replacing=True, **NO_START), *START_FAILED),
+        (  # the next attempt is starting: still failed until it is ready
+            PoolState(
+                sidecar="s",
+                ever_ready=True,
+                replacing=True,
+                **{**NO_START, "next_restart_ms": None},
+            ),
+            *START_FAILED,
+        ),
+        (  # ready did not come in time
+            PoolState(
+                sidecar="s",
+                ever_ready=True,
+                replacing=True,
+                start_failed=True,
+                exit_reason="start-timeout",
+                exit_message="no ready within 100 ms",
+            ),
+            *START_FAILED,
+        ),
+        (  # a scale-up worker failed to start while another serves
+            PoolState(sidecar="s", serving=True, ever_ready=True, **NO_START),
+            "ready",
+            None,
+            False,
+        ),
+        (
+            PoolState(sidecar="s", ever_ready=True, replacing=True, gave_up=True, **NO_START),
+            "failed",
+            "gave-up",
+            False,
+        ),
+        (
+            PoolState(sidecar="s", stopped=True, ever_ready=True, **NO_START),
+            "failed",
+            "stopped",
             False,
         ),
         # never ready: the first start failed
@@ -69,6 +117,16 @@ def test_runtime_table(state, runtime, code, restarting):
     assert got_restarting == restarting
     facts = sidecar_facts(state)
     assert facts.runtime == runtime and facts.details.restarting == restarting
+
+
+def test_a_failed_replacement_start_names_the_cause_and_the_next_attempt():
+    facts = sidecar_facts(PoolState(sidecar="s", ever_ready=True, replacing=True, **NO_START))
+    assert facts.runtime == "failed" and facts.details.nextRestartMs == 120.0
+    assert not facts.details.restarting and facts.details.lastExitReason == "start-failed"
+    reason = facts.runtime_reason
+    assert reason is not None and reason.code == "start-failed"
+    assert "exited before ready (status 5)" in reason.message
+    assert "retrying in 120 ms" in reason.message and "toolhost logs s" in reason.hint
 
 
 def test_probe_is_reported_only_while_ready():

@@ -1,11 +1,13 @@
 """The sans-IO process-json connection: fed whole, byte by byte, and with trailing data."""
 
+import re
+
 import msgspec
 import pytest
 
 from supervisor.contracts import wire
 from supervisor.protocols.errors import LineTooLong, ProtocolError
-from supervisor.protocols.process_json import ProcessJsonConnection
+from supervisor.protocols.process_json import MalformedRequest, ProcessJsonConnection
 
 READY = (
     b'{"type":"ready","protocol":1,"name":"t","version":"1","concurrency":2,'
@@ -90,6 +92,57 @@ def test_breaches_raise_and_stick(data, message):
     assert c.state == "error"
     with pytest.raises(ProtocolError):
         c.feed(result_line(1))
+
+
+GOOD_REQUEST = {"type": "request", "id": "r1", "callId": 5, "method": "state.get", "params": {}}
+
+
+@pytest.mark.parametrize(
+    ("change", "rid", "problem"),
+    [
+        ({"method": 123}, "r1", "`method` must be a string, got an integer"),
+        ({"method": None}, "r1", "`method` is missing"),
+        ({"method": ["x"]}, "r1", "`method` must be a string, got an array"),
+        ({"params": [1]}, "r1", "`params` must be an object, got an array"),
+        ({"params": "x"}, "r1", "`params` must be an object, got a string"),
+        ({"params": None}, "r1", "`params` must be an object, got null"),
+        ({"params": 1.5}, "r1", "`params` must be an object, got a number"),
+        ({"callId": "5"}, "r1", "`callId` must be an integer, got a string"),
+        ({"callId": True}, "r1", "`callId` must be an integer, got a boolean"),
+        ({"callId": 5.5}, "r1", "`callId` must be an integer, got a number"),
+        ({"callId": {}}, "r1", "`callId` must be an integer, got an object"),
+        ({"id": 7}, 7, None),  # an integer id is fine: this one is well formed
+        ({"id": 1.5}, None, "`id` must be a string or an integer, got a number"),
+        ({"id": False}, None, "`id` must be a string or an integer, got a boolean"),
+        ({"id": {"r": 1}}, None, "`id` must be a string or an integer, got an object"),
+        ({"id": ["r1"]}, None, "`id` must be a string or an integer, got an array"),
+        ({"id": None}, None, "`id` is missing"),
+        ({"id": 1.5, "method": 1}, None, "`id` must be .*; `method` must be a string"),
+    ],
+)
+def test_a_malformed_request_is_not_a_breach(change, rid, problem):
+    """PROTOCOL 3.5: every field of a request may have the wrong type; the connection hands
+    the worker a MalformedRequest to answer ``invalid-request`` on, and stays usable."""
+    c = ready_conn()
+    line = msgspec.json.encode({**GOOD_REQUEST, **change}) + b"\n"
+    (msg,) = c.feed(line)
+    if problem is None:
+        assert type(msg) is wire.Request and msg.id == rid
+    else:
+        assert type(msg) is MalformedRequest and msg.id == rid
+        assert re.search(problem, msg.problem), msg.problem
+    for absent in ("id", "callId", "method"):
+        req = {k: v for k, v in GOOD_REQUEST.items() if k != absent}
+        (msg,) = c.feed(msgspec.json.encode(req) + b"\n")
+        assert type(msg) is MalformedRequest and msg.problem == f"`{absent}` is missing"
+    cid, _ = c.call("a", msgspec.Raw(b"{}"), 1)
+    assert c.state == "ready" and [m.id for m in c.feed(result_line(cid))] == [cid]
+
+
+def test_a_request_before_ready_is_still_a_breach():
+    c = ProcessJsonConnection()
+    with pytest.raises(ProtocolError, match="request before ready"):
+        c.feed(msgspec.json.encode({**GOOD_REQUEST, "method": 1}) + b"\n")
 
 
 def test_messages_before_a_breach_are_kept():
