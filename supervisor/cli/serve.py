@@ -9,7 +9,7 @@ import sys
 
 import trio
 
-from supervisor.cli.common import app_root, die
+from supervisor.cli.common import EXIT_USAGE, app_root, die
 from supervisor.registry.load import load_registry
 from supervisor.runtime.host import Host, HostOptions
 from supervisor.runtime.process import warden
@@ -48,6 +48,8 @@ async def _serve(args: argparse.Namespace) -> int:
         options.app_root, registry_path=args.registry, use_global=options.use_global
     )
     logs.configure(options.log_format or reg.host.log_format, host.services.redactor.text)
+    if reg.missing:
+        return die(f"registry {reg.missing} does not exist (named by --registry)", EXIT_USAGE)
     path = args.socket or reg.path(reg.host.socket)
     check_free(path)  # before anything starts: a second host must not disturb the first
     async with trio.open_nursery() as nursery:
@@ -91,7 +93,7 @@ async def _serve(args: argparse.Namespace) -> int:
             "toolhost serving %d sidecar(s) on %s (registry: %s)",
             len(host.plan.sidecars),
             path,
-            ", ".join(reg.files) or "none",
+            ", ".join([*reg.files, *(f"{f} (not usable)" for f in reg.unusable)]) or "none",
         )
         notifier = Notifier()
         # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
