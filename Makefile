@@ -2,17 +2,30 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Two stamps: serving needs the runtime and the bundled families' extras only; the test tooling
+# (the [test] extra, about 490 MB) comes with the first target that runs tests or tools. The
+# test install is a superset, so it refreshes the serve stamp too; `make serve` then `make test`
+# still installs [test], because the test stamp does not exist yet.
+SERVE_EXTRAS := web,media
+TEST_EXTRAS := test,web,media,otel
+SERVE_STAMP := $(VENV)/.serve-stamp
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: serve test lint typecheck unit schemas manifests bench clean
 
+$(SERVE_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(SERVE_EXTRAS)]'
+	touch $(SERVE_STAMP)
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,web,media,otel]'
-	touch $(STAMP)
+	$(PY) -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
+	touch $(STAMP) $(SERVE_STAMP)
 
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(VENV)/bin/toolhost serve
 
 lint: $(STAMP)

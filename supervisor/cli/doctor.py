@@ -37,6 +37,8 @@ class Report(msgspec.Struct, kw_only=True):
     ok: bool
     registry: list[str]
     registry_problems: list[str]
+    registry_unusable: list[str] = msgspec.field(default_factory=list)
+    """Registry files that exist (or were named) but cannot be used: why is in the problems."""
     sidecars: list[SidecarReport]
     tools: list[dict[str, Any]]
     zygote: str = ""
@@ -123,6 +125,7 @@ def _report(host: Host) -> Report:
         ok=all_ok and not registry_problems,  # a problem in a file is a failure too
         registry=list(host.registry.files),
         registry_problems=registry_problems,
+        registry_unusable=list(host.registry.unusable),
         sidecars=sidecars,
         tools=[
             {"name": d.name, "effective": d.stability.effective, "sidecar": d.sidecar}
@@ -148,7 +151,8 @@ def _zygote_line(host: Host) -> str:
 
 
 def render(report: Report) -> str:
-    out = [f"registry: {', '.join(report.registry) or 'none found (run `toolhost init`)'}"]
+    files = [*report.registry, *(f"{f} (not usable: see below)" for f in report.registry_unusable)]
+    out = [f"registry: {', '.join(files) or 'none found (run `toolhost init`)'}"]
     for p in report.registry_problems:
         out.append(f"  ! {p}")
     for s in report.sidecars:

@@ -17,7 +17,7 @@ from typing import Any
 
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
 from supervisor.cli.init_add import family_config, print_notes
-from supervisor.registry.load import REGISTRY_RELPATH
+from supervisor.registry.load import REGISTRY_RELPATH, jsonc_error
 from supervisor.registry.manifests import bundled_manifest_dir, load_manifest_file
 
 HEADER = """// toolhost registry (schemaVersion 2), written by `toolhost init`.
@@ -166,7 +166,8 @@ def _add_to_existing(target: Path, add: list[str], force: bool) -> int:
     try:
         doc = json5.loads(target.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        print(f"toolhost: cannot read {target}: {exc}", file=sys.stderr)
+        why = jsonc_error(exc, str(target)) if isinstance(exc, ValueError) else f"{target}: {exc}"
+        print(f"toolhost: cannot read {why}", file=sys.stderr)
         return EXIT_FAILED
     if not isinstance(doc, dict) or not isinstance(doc.get("sidecars", {}), dict):
         print(f"toolhost: {target} has no sidecars object", file=sys.stderr)

@@ -11,7 +11,7 @@ import sys
 
 import trio
 
-from supervisor.cli.common import app_root, die, remove_serving, write_serving
+from supervisor.cli.common import EXIT_USAGE, app_root, die, remove_serving, write_serving
 from supervisor.registry.load import Registry, load_registry
 from supervisor.runtime.host import Host, HostOptions, HostStartError
 from supervisor.runtime.private import TokenFile
@@ -56,6 +56,8 @@ async def _serve(args: argparse.Namespace) -> int:
         options.app_root, registry_path=args.registry, use_global=options.use_global
     )
     logs.configure(options.log_format or reg.host.log_format, host.services.redactor.text)
+    if reg.missing:
+        return die(f"registry {reg.missing} does not exist (named by --registry)", EXIT_USAGE)
     path = args.socket or reg.path(reg.host.socket)
     # Every listener is opened before anything starts: a second host must not disturb the
     # first, and an address in use is one line naming it (ListenError), before any sidecar runs.
@@ -118,7 +120,7 @@ async def _serve(args: argparse.Namespace) -> int:
             "toolhost serving %d sidecar(s) on %s (registry: %s)",
             len(host.plan.sidecars),
             path,
-            ", ".join(reg.files) or "none",
+            ", ".join([*reg.files, *(f"{f} (not usable)" for f in reg.unusable)]) or "none",
         )
         try:  # the CLI finds this host even after host.socket was edited
             write_serving(options.app_root, host.endpoints)

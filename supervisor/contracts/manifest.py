@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
 from supervisor.contracts.registry import PositiveInt, SandboxValue, StateDecl, ToolName
 
@@ -20,13 +20,19 @@ class RetryConfig(Struct, forbid_unknown_fields=True, rename="camel", kw_only=Tr
 
 
 class ToolManifest(Struct, forbid_unknown_fields=True, rename="camel", kw_only=True):
-    """One ``[[tool]]`` table."""
+    """One ``[[tool]]`` table.
+
+    ``description``, ``inputSchema``, ``outputSchema`` and ``readOnly``, when left out, come
+    from what the serving sidecar announces (an MCP server's ``tools/list``, a ``ready``
+    message), else from the defaults: ``""``, ``{"type": "object"}``, none, false. A manifest
+    that sets only ``timeoutMs`` and ``retry`` must not erase the tool's description.
+    """
 
     name: ToolName
-    description: str = ""
-    input_schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
-    output_schema: dict[str, Any] | None = None
-    read_only: bool = False
+    description: str | UnsetType = UNSET
+    input_schema: dict[str, Any] | UnsetType = UNSET
+    output_schema: dict[str, Any] | UnsetType = UNSET
+    read_only: bool | UnsetType = UNSET
     concurrency_safe: bool = False
     exclusive: bool = False
     result_limit: PositiveInt | None = None

@@ -69,7 +69,7 @@ from supervisor.packages.journal import (
 )
 from supervisor.packages.jsonc import set_sidecar
 from supervisor.packages.states import Verdict, derive_upgrade, settle, upgrade_reason
-from supervisor.registry.load import REGISTRY_RELPATH, validate_entry
+from supervisor.registry.load import REGISTRY_RELPATH, jsonc_error, validate_entry
 
 PACKAGES_RELPATH = "tools/packages"
 CRASH_ENV = "TOOLHOST_PKG_CRASH_AT"
@@ -340,7 +340,7 @@ class PackageManager:
                 data = json5.loads(text)
             except ValueError as exc:
                 raise PackageError(
-                    "conflict", f"{self._rel(self.registry)} is not valid JSONC ({exc}); fix it"
+                    "conflict", f"{jsonc_error(exc, self._rel(self.registry))}; fix it"
                 ) from exc
             sidecars = data.get("sidecars") if isinstance(data, dict) else None
             current = sidecars.get(pkg.id) if isinstance(sidecars, dict) else None

@@ -16,6 +16,7 @@ from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.rpc import Approval
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.policy import results
+from supervisor.policy.quota import Refusal, refusal_details, refusal_message
 
 REFUSAL_CODES = {"denied": "sandbox-denied", "quota-limited": "quota-limited"}
 
@@ -24,7 +25,7 @@ def refuse(
     desc: Descriptor,
     policy: str,
     approval: Approval | None,
-    retry_after: Callable[[], int],
+    quota: Callable[[], Refusal | None],
 ) -> Envelope | None:
     """The refusal of a call of ``desc``, or None when the gate lets it through.
 
@@ -33,22 +34,33 @@ def refuse(
         policy: The tool's sandbox *policy* (allowed | approval-required | denied), which a
             ``quota-limited`` snapshot value does not hide.
         approval: What the caller sent.
-        retry_after: Milliseconds until a quota-limited tool takes calls again (asked only then).
+        quota: The window quota refusing a quota-limited tool now (asked only then): the
+            answer names its rule, limit and wait like the ledger's own refusal.
     """
     tool = desc.name
     stab = desc.stability
     if not desc.visible:
         code = REFUSAL_CODES.get(stab.sandbox, "not-visible")
         first = stab.reasons[0].message if stab.reasons else stab.effective
-        wait = retry_after() if stab.sandbox == "quota-limited" else stab.details.retryAfterMs
+        message = f"{tool} is {stab.effective}: {first}"
+        extra: dict[str, object] = {}
+        if stab.details.retryAfterMs:
+            extra["retryAfterMs"] = stab.details.retryAfterMs
+        if stab.sandbox == "quota-limited":
+            refusal = quota()
+            if refusal is not None:
+                message = refusal_message(tool, refusal)
+                extra = dict(refusal_details(refusal))
+            else:  # the window has just reopened; the timer flips the tool back
+                extra["retryAfterMs"] = 1
         return results.unavailable(
             tool,
             code,
-            f"{tool} is {stab.effective}: {first}",
+            message,
             details={
                 "effective": stab.effective,
                 "reasons": msgspec.to_builtins(stab.reasons),
-                **({"retryAfterMs": wait} if wait else {}),
+                **extra,
             },
             sidecar=desc.sidecar,
         )

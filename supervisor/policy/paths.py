@@ -22,6 +22,22 @@ from supervisor.contracts.snapshot import PathDetails, PathState
 HOST_PYTHON_NAMES = frozenset(("python", "python3"))
 
 
+def host_path(path_env: str | None, executable: str) -> str:
+    """The PATH the host resolves bare names with and hands to sidecars: the folder of its own
+    interpreter first (a virtual environment's ``bin``, whatever shell started the host), then
+    ``path_env`` (``os.defpath`` when unset) without that folder again.
+
+    ``executable`` is ``sys.executable`` as started, not resolved through symlinks: a venv's
+    ``python`` is a symlink to the base interpreter, whose folder is not the venv's ``bin``.
+    """
+    first = os.path.dirname(os.path.abspath(executable)) if executable else ""
+    source = os.defpath if path_env is None else path_env
+    rest = source.split(os.pathsep) if source else []
+    if not first:
+        return os.pathsep.join(rest)
+    return os.pathsep.join([first, *(p for p in rest if os.path.normpath(p or ".") != first)])
+
+
 class Resolution(Struct, frozen=True, kw_only=True):
     """Outcome of resolving a sidecar command."""
 

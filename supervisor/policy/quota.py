@@ -47,6 +47,25 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     retry_after_ms: int
 
 
+def refusal_message(tool: str, refusal: Refusal) -> str:
+    """``file.hash: quota.tools.file.hash.callsPerMinute=3 reached; retry in 41250 ms``: the
+    rule, its registry path and limit, and the wait (docs/quotas-and-limits.md)."""
+    scope, _, name = refusal.key.partition(":")
+    where = f"sidecars.{name}.quota" if scope == "sidecar" else f"quota.tools.{name}"
+    ms = refusal.retry_after_ms
+    return f"{tool}: {where}.{refusal.rule}={refusal.limit} reached; retry in {ms} ms"
+
+
+def refusal_details(refusal: Refusal) -> dict[str, int | str]:
+    """The ``error.details`` of a ``quota-limited`` answer."""
+    return {
+        "retryAfterMs": refusal.retry_after_ms,
+        "rule": refusal.rule,
+        "limit": refusal.limit,
+        "scope": refusal.key,
+    }
+
+
 class _Key:
     __slots__ = ("day", "day_count", "inflight", "limits", "window")
 
@@ -204,13 +223,18 @@ class Ledger:
 
         ``maxConcurrent`` is not a window: it frees the moment a call ends, so it never blocks.
         """
+        refusal = self.blocking(key, now, wall)
+        return refusal.retry_after_ms if refusal is not None else 0
+
+    def blocking(self, key: str, now: float, wall: float) -> Refusal | None:
+        """The window refusal (rule, limit, wait) every call of ``key`` gets now, if any."""
         k = self._keys.get(key)
         if k is None:
-            return 0
+            return None
         refusal = self._check(key, k, now, wall, int(wall // DAY_MS), 0)
         if refusal is None or refusal.rule == "maxConcurrent":
-            return 0
-        return refusal.retry_after_ms
+            return None
+        return refusal
 
     def usage(self, key: str, now: float, wall: float) -> dict[str, int]:
         """Counts of ``key`` now: calls in the last minute, today, and running."""

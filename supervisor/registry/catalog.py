@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import msgspec
+from msgspec import UNSET
 
 from supervisor.contracts.facts import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
 from supervisor.contracts.snapshot import (
@@ -212,17 +213,40 @@ class Catalog:
     def _effective_plan(self, name: str) -> ToolPlan | None:
         tp = self._plan.tools.get(name)
         if tp is not None and not tp.autodiscovered and tp.discovery != "missing":
-            return tp
+            return self._completed(tp)
         # A registry sidecar announcing the name serves a tool only the manifests know of, and
         # overrides a discovered script of the same name; the manifest, if any, still wins.
         announced = self._announced_plan(name)
         if announced is None:
-            return tp
+            return self._completed(tp) if tp is not None else None
         if tp is not None and tp.manifest is not None and announced.manifest is None:
             announced.manifest = tp.manifest
             sp = self._plan.sidecars[announced.sidecar or ""]
             announced.sandbox = sandbox_for(sp.config, name, tp.manifest)
-        return announced
+        return self._completed(announced)
+
+    def _completed(self, tp: ToolPlan) -> ToolPlan:
+        """``tp`` with the keys its manifest leaves out taken from the sidecar's announcement
+        (description, schemas, read-only hint), so a manifest that only adds ``timeoutMs`` and
+        ``retry`` does not erase what an MCP server says about its tool."""
+        m = tp.manifest
+        if m is None or UNSET not in (m.description, m.input_schema, m.output_schema, m.read_only):
+            return tp
+        facts = self._facts.get(tp.sidecar) if tp.sidecar else None
+        info = facts.announced.get(tp.name) if facts and facts.announced else None
+        if info is None:
+            return tp
+        hint = (info.annotations or {}).get("readOnlyHint")
+        filled = msgspec.structs.replace(
+            m,
+            description=info.description if m.description is UNSET else m.description,
+            input_schema=info.inputSchema if m.input_schema is UNSET else m.input_schema,
+            output_schema=(info.outputSchema or UNSET)
+            if m.output_schema is UNSET
+            else m.output_schema,
+            read_only=(hint is True) if m.read_only is UNSET else m.read_only,
+        )
+        return msgspec.structs.replace(tp, manifest=filled)
 
     def _announced_plan(self, name: str) -> ToolPlan | None:
         for sid, facts in self._facts.items():
@@ -342,17 +366,20 @@ class Catalog:
             details=details,
         )
         if manifest is not None:
-            description = manifest.description
+            # Keys neither the manifest nor an announcement gives: the defaults.
+            description = manifest.description if isinstance(manifest.description, str) else ""
             schema = manifest.input_schema
+            if not isinstance(schema, dict):
+                schema = {"type": "object"}
             annotations = Annotations(
-                readOnly=manifest.read_only,
+                readOnly=manifest.read_only is True,
                 concurrencySafe=manifest.concurrency_safe,
                 exclusive=manifest.exclusive,
                 permission=manifest.permission,
                 resultLimit=manifest.result_limit,
                 timeoutMs=manifest.timeout_ms,
                 requires=requires,
-                outputSchema=manifest.output_schema,
+                outputSchema=out if isinstance(out := manifest.output_schema, dict) else None,
             )
         else:
             description = info.description if info else ""

@@ -167,8 +167,8 @@ def _unwrap(tp: Any) -> Any:
 def struct_problems(raw: Any, struct: type[msgspec.Struct], prefix: str) -> list[str]:
     """Every validation problem of ``raw`` against ``struct``, one message per bad field.
 
-    Nested structs (and ``dict[str, Struct]`` members) are checked member by member; any other
-    field is checked whole, so its message is msgspec's first for that field.
+    Nested structs (and ``dict[str, Struct]`` and ``list[Struct]`` members) are checked member
+    by member; any other field is checked whole, so its message is msgspec's first for it.
     """
     if not isinstance(raw, dict):
         return _convert_problems(raw, struct, prefix)
@@ -200,6 +200,14 @@ def _field_problems(value: Any, tp: Any, path: str) -> list[str]:
             for k, v in value.items():
                 problems += _field_problems(v, inner, _join(path, str(k)))
             return problems
+    if typing.get_origin(bare) is list and isinstance(value, list):
+        (item_tp,) = typing.get_args(bare)
+        inner = _struct_type(_unwrap(item_tp))
+        if inner is not None:
+            problems = []
+            for i, v in enumerate(value):
+                problems += _field_problems(v, inner, f"{path}[{i}]")
+            return problems
     return _convert_problems(value, tp, path)
 
 
@@ -208,6 +216,8 @@ def _convert_problems(value: Any, tp: Any, path: str) -> list[str]:
         msgspec.convert(value, tp)
     except msgspec.ValidationError as exc:
         return [describe(exc, value, path)]
+    except (ValueError, TypeError, RecursionError) as exc:  # a lone surrogate: UnicodeError
+        return [f"{path}: cannot be used: {type(exc).__name__}"]
     return []
 
 
@@ -220,6 +230,38 @@ def all_problems(
     except (RecursionError, TypeError, ValueError):
         found = []
     return found or [describe(exc, raw, prefix)]
+
+
+def checked(
+    raw: Any, struct: type[msgspec.Struct], prefix: str
+) -> tuple[msgspec.Struct | None, list[str]]:
+    """``raw`` converted to ``struct`` and every problem found on the way.
+
+    The value pass (NaN, Infinity, huge integers, surrogates) and the field-by-field pass both
+    run, so an entry with a NaN in one field and a wrong type in another gets both messages; a
+    field the value pass already named is not named again by the struct pass. The converted
+    value is returned when msgspec accepts ``raw`` (even with value problems, so callers can
+    still run their semantic checks); it must not be used when problems is non-empty.
+    """
+    values = value_problems(raw, prefix)
+    try:
+        return msgspec.convert(raw, struct), values
+    except msgspec.ValidationError as exc:
+        found = all_problems(raw, struct, prefix, exc)
+    except (ValueError, TypeError, RecursionError) as exc:  # a lone surrogate: UnicodeError
+        found = struct_problems(raw, struct, prefix) or [
+            f"{prefix or '$'}: cannot be used: {type(exc).__name__}"
+        ]
+    return None, values + [p for p in found if not _covered(p, values)]
+
+
+def _covered(problem: str, values: list[str]) -> bool:
+    """True when ``problem`` is about a path (or a path inside one) a value problem names."""
+    for value in values:
+        path = value.partition(": ")[0]
+        if problem.startswith((path + ":", path + ".", path + "[")):
+            return True
+    return False
 
 
 def every_problem(registry: Any, known: Any) -> list[str]:

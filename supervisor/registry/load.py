@@ -26,12 +26,7 @@ from supervisor.contracts.registry import (
 )
 from supervisor.policy.host_private import private_roots
 from supervisor.protocols.mcp_http import header_problems, url_problem
-from supervisor.registry.check import (
-    all_problems,
-    join_surrogates,
-    nesting_problem,
-    value_problems,
-)
+from supervisor.registry.check import checked, join_surrogates, nesting_problem
 
 REGISTRY_RELPATH = "tools/external.tools.jsonc"
 SIDECAR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -78,7 +73,12 @@ class Registry(msgspec.Struct, kw_only=True):
     sidecars: dict[str, SidecarEntry] = msgspec.field(default_factory=dict)
     errors: list[str] = msgspec.field(default_factory=list)
     unreadable: bool = False
-    """A file exists but could not be read or parsed at all."""
+    """A file exists but could not be read or parsed at all (or a named one is missing)."""
+    unusable: list[str] = msgspec.field(default_factory=list)
+    """Registry files that exist but could not be read or parsed (their problems are in
+    ``errors``), so nobody mistakes them for files that are not there."""
+    missing: str = ""
+    """The absolute path of a registry named explicitly (``--registry``) that does not exist."""
 
     def path(self, rel: str) -> str:
         """An absolute path for a registry-relative one (for I/O only, never written back)."""
@@ -121,6 +121,29 @@ def global_registry_path(env: Mapping[str, str] = os.environ) -> Path:
     return Path(base) / "toolhost" / "external.tools.jsonc"
 
 
+_JSON5_AT = re.compile(r"^<string>:(?P<line>\d+) (?P<what>.*) at column (?P<col>\d+)$", re.S)
+_JSON5_CHAR = re.compile(r'^Unexpected "(?P<char>.+)"$', re.S)
+
+
+def jsonc_error(exc: Exception, display: str) -> str:
+    """``display: not valid JSONC at line L, column C: unexpected ','`` for a json5 error.
+
+    json5 names its input ``<string>`` and puts the line before the message and the column
+    after it; the operator needs the file, the line and the column.
+    """
+    text = str(exc)
+    m = _JSON5_AT.match(text)
+    if m is None:
+        if text == "Empty strings are not legal JSON5":
+            text = "the file is empty"
+        return f"{display}: not valid JSONC: {text}"
+    what = m.group("what")
+    char = _JSON5_CHAR.match(what)
+    what = f"unexpected '{char.group('char')}'" if char else what[:1].lower() + what[1:]
+    where = f"line {m.group('line')}, column {m.group('col')}"
+    return f"{display}: not valid JSONC at {where}: {what}"
+
+
 def parse_text(text: str, display: str) -> tuple[dict[str, Any] | None, list[str]]:
     """Parse JSONC text; returns the object or the reasons it is unusable (never raises)."""
     deep = nesting_problem(text)
@@ -129,7 +152,7 @@ def parse_text(text: str, display: str) -> tuple[dict[str, Any] | None, list[str
     try:
         data = json5.loads(text)
     except (ValueError, RecursionError) as exc:
-        return None, [f"{display}: not valid JSONC: {exc}"]
+        return None, [jsonc_error(exc, display)]
     except Exception as exc:  # json5 has raised other types on garbage; never let one escape
         return None, [f"{display}: not valid JSONC: {type(exc).__name__}: {exc}"]
     if not isinstance(data, dict):
@@ -201,6 +224,7 @@ def load_registry(
     views: list[_FileView] = []
     errors: list[str] = []
     files: list[str] = []
+    unusable: list[str] = []
     if use_global:
         gpath = Path(global_path) if global_path else global_registry_path()
         view, errs = _read_file(gpath, "~global:" + gpath.name)
@@ -208,14 +232,30 @@ def load_registry(
         if view:
             views.append(view)
             files.append(str(gpath))
+        elif errs:
+            unusable.append(str(gpath))
     display = os.path.relpath(project, root) if project.is_absolute() else str(project)
-    view, errs = _read_file(project if project.is_absolute() else Path(root) / project, display)
+    full = project if project.is_absolute() else Path(root) / project
+    view, errs = _read_file(full, display)
+    missing = ""
+    if view is None and not errs and registry_path is not None:
+        missing = os.path.abspath(full)
+        errs = [f"{display}: no such file ({missing})"]
     errors += errs
     unreadable = bool(errors)
     if view:
         views.append(view)
         files.append(display)
-    reg = Registry(app_root=root, files=files, errors=errors, unreadable=unreadable)
+    elif errs:
+        unusable.append(display)
+    reg = Registry(
+        app_root=root,
+        files=files,
+        errors=errors,
+        unreadable=unreadable,
+        unusable=unusable,
+        missing=missing,
+    )
     host_raw: dict[str, Any] = {}
     for view in views:
         try:
@@ -224,17 +264,14 @@ def load_registry(
             reg.errors.append(f"{view.display}: cannot be loaded: {type(exc).__name__}: {exc}")
             reg.unreadable = True
     if host_raw:
-        host_problems = value_problems(host_raw, "host")
         try:
-            if host_problems:
-                raise msgspec.ValidationError(host_problems[0])
-            reg.host = msgspec.convert(host_raw, HostConfig)
-        except msgspec.ValidationError as exc:
-            problems = host_problems or all_problems(host_raw, HostConfig, "host", exc)
-            reg.errors += [p + " (host defaults used)" for p in problems]
+            host, problems = checked(host_raw, HostConfig, "host")
         except Exception as exc:  # never raise for bad input
-            reg.errors.append(f"host: cannot be used: {type(exc).__name__} (host defaults used)")
+            host, problems = None, [f"host: cannot be used: {type(exc).__name__}"]
+        if problems or not isinstance(host, HostConfig):
+            reg.errors += [p + " (host defaults used)" for p in problems]
         else:
+            reg.host = host
             for name in ("project_dir", "workspace_dir", "socket", "audit_log", "quota_state"):
                 value = getattr(reg.host, name)
                 if os.path.isabs(value):
@@ -259,19 +296,14 @@ def _merge_file(reg: Registry, view: _FileView, host_raw: dict[str, Any]) -> Non
             reg.errors.append(f"{where}: {key}: unknown top-level field")
     top_raw = {k: v for k, v in data.items() if k in TOP_KEYS and k not in ("sidecars", "host")}
     schema_error: str | None = None
-    top: RegistryTop | None = None
-    top_problems = value_problems(top_raw, "")
-    try:
-        if top_problems:
-            raise msgspec.ValidationError(top_problems[0])
-        top = msgspec.convert({**top_raw, "sidecars": {}}, RegistryTop)
-    except msgspec.ValidationError as exc:
-        for message in top_problems or all_problems(top_raw, RegistryTop, "", exc):
-            if message.startswith("schemaVersion"):
-                schema_error = f"{where}: {message} (expected 1 or 2)"
-                reg.errors.append(schema_error)
-            elif not message.startswith("sidecars:"):
-                reg.errors.append(f"{where}: {message}")
+    converted, top_problems = checked({**top_raw, "sidecars": {}}, RegistryTop, "")
+    top = converted if isinstance(converted, RegistryTop) and not top_problems else None
+    for message in top_problems:
+        if message.startswith("schemaVersion"):
+            schema_error = f"{where}: {message} (expected 1 or 2)"
+            reg.errors.append(schema_error)
+        elif not message.startswith("sidecars:"):
+            reg.errors.append(f"{where}: {message}")
     if "host" in data and not isinstance(data["host"], dict):
         reg.errors.append(f"{where}: host: expected object, got {_kind(data['host'])}")
     if isinstance(data.get("host"), dict):
@@ -300,16 +332,8 @@ def _merge_file(reg: Registry, view: _FileView, host_raw: dict[str, Any]) -> Non
             entry.errors.append(f"{prefix}: sidecar id must match {SIDECAR_ID_PATTERN}")
         elif not isinstance(raw, dict):
             entry.errors.append(f"{prefix}: expected object, got {_kind(raw)}")
-        elif problems := value_problems(raw, prefix):
-            entry.errors += problems
         else:
-            try:
-                entry.config = msgspec.convert(raw, SidecarConfig)
-            except msgspec.ValidationError as exc:
-                entry.errors += all_problems(raw, SidecarConfig, prefix, exc)
-            else:
-                entry.tools = list(entry.config.tools)
-                _check_semantics(entry, prefix)
+            _check_entry(entry, raw, prefix)
         reg.sidecars[sid] = entry
 
 
@@ -338,16 +362,22 @@ def validate_entry(sid: str, raw: Any) -> list[str]:
         return [f"{prefix}: sidecar id must match {SIDECAR_ID_PATTERN}"]
     if not isinstance(raw, dict):
         return [f"{prefix}: expected object, got {_kind(raw)}"]
-    problems = value_problems(raw, prefix)
-    if problems:
-        return problems
     entry = SidecarEntry(id=sid, source="", config_dir="", config=None)
-    try:
-        entry.config = msgspec.convert(raw, SidecarConfig)
-    except msgspec.ValidationError as exc:
-        return all_problems(raw, SidecarConfig, prefix, exc)
-    _check_semantics(entry, prefix)
+    _check_entry(entry, raw, prefix)
     return entry.errors
+
+
+def _check_entry(entry: SidecarEntry, raw: dict[str, Any], prefix: str) -> None:
+    """Every problem of one entry: values, fields and (when it converts) the semantic rules."""
+    config, problems = checked(raw, SidecarConfig, prefix)
+    entry.errors += problems
+    if isinstance(config, SidecarConfig):
+        entry.config = config
+        _check_semantics(entry, prefix)
+        if problems:
+            entry.config = None
+    if entry.config is not None:
+        entry.tools = list(entry.config.tools)
 
 
 def _check_semantics(entry: SidecarEntry, prefix: str) -> None:

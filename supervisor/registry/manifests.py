@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from supervisor.contracts.manifest import ManifestFile, ToolManifest
-from supervisor.registry.check import all_problems, value_problems
+from supervisor.registry.check import checked
 
 
 class KnownTool(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,13 +48,10 @@ def load_manifest_file(path: Path) -> tuple[ManifestFile | None, str | None]:
         raw = tomllib.loads(text)
     except (ValueError, RecursionError) as exc:  # TOMLDecodeError is a ValueError
         return None, f"{path.name}: not valid TOML: {exc}"
-    problems = value_problems(raw, "")
-    if problems:
+    manifest, problems = checked(raw, ManifestFile, "")
+    if problems or not isinstance(manifest, ManifestFile):
         return None, f"{path.name}: " + "; ".join(problems)
-    try:
-        return msgspec.convert(raw, ManifestFile), None
-    except msgspec.ValidationError as exc:
-        return None, f"{path.name}: " + "; ".join(all_problems(raw, ManifestFile, "", exc))
+    return manifest, None
 
 
 def load_known_catalog(dirs: list[Path]) -> KnownCatalog:

@@ -26,7 +26,7 @@ from supervisor.contracts.snapshot import (
     UpgradeField,
     VersionState,
 )
-from supervisor.policy.paths import Resolution, resolve_command
+from supervisor.policy.paths import Resolution, host_path, resolve_command
 from supervisor.policy.sandbox import default_for
 from supervisor.policy.version import compatibility
 from supervisor.protocols.fractalic_yaml import Route
@@ -121,7 +121,8 @@ def build_plan(
     which: Callable[[str, str], str | None] | None = None,
 ) -> Plan:
     """Decide every static fact. Never raises for bad input."""
-    path_env = os.environ.get("PATH", os.defpath) if path_env is None else path_env
+    if path_env is None:
+        path_env = host_path(os.environ.get("PATH"), sys.executable)
     which = which or (lambda name, path: shutil.which(name, path=path))
     plan = Plan()
     for sid, entry in registry.sidecars.items():

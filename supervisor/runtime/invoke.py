@@ -110,7 +110,7 @@ class Invoker:
             desc,
             policy,
             OPERATOR_PENDING if hold else approval,
-            lambda: self.quotas.retry_after(sidecar, tool),
+            lambda: self.quotas.blocking(sidecar, tool),
         )
         if refusal is not None:
             self._refused(client, tool, input_raw, refusal, approval, on_done, parent)

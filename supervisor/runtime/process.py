@@ -24,6 +24,8 @@ from typing import Literal
 
 import trio
 
+from supervisor.policy.paths import host_path
+
 PR_SET_PDEATHSIG = 1
 STDERR_RING_BYTES = 64 * 1024
 
@@ -48,8 +50,10 @@ _PRCTL = _load_prctl()
 
 
 def allowed_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
-    """The environment a sidecar gets: the allow-list from ``base``, then ``extra`` on top."""
+    """The environment a sidecar gets: the allow-list from ``base`` (with the host's interpreter
+    folder first on PATH, as commands are resolved: policy.paths.host_path), then ``extra``."""
     env = {k: v for k, v in base.items() if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES)}
+    env["PATH"] = host_path(base.get("PATH"), sys.executable)
     env.update(extra)
     return env
 

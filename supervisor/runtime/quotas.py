@@ -27,7 +27,7 @@ import trio
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.policy import results
-from supervisor.policy.quota import Ledger, Limits, Refusal
+from supervisor.policy.quota import Ledger, Limits, Refusal, refusal_details, refusal_message
 from supervisor.registry.catalog import Catalog
 from supervisor.registry.plan import Plan
 from supervisor.runtime.private import open_private
@@ -175,11 +175,11 @@ class Quotas:
         if keys:
             self.ledger.release(keys)
 
-    def retry_after(self, sidecar: str | None, tool: str) -> int:
-        """Milliseconds until the window quotas over ``tool`` let a call in (at least 1)."""
+    def blocking(self, sidecar: str | None, tool: str) -> Refusal | None:
+        """The window quota that refuses ``tool`` now with the longest wait (None: none does)."""
         now, wall = _mono_ms(), _wall_ms()
-        keys = self.keys(sidecar, tool)
-        return max([1, *(self.ledger.blocked_ms(k, now, wall) for k in keys)])
+        found = [r for k in self.keys(sidecar, tool) if (r := self.ledger.blocking(k, now, wall))]
+        return max(found, key=lambda r: r.retry_after_ms, default=None)
 
     # the quota-limited flag --------------------------------------------------------------
 
@@ -275,18 +275,10 @@ class Quotas:
 
 def refusal_envelope(tool: str, sidecar: str | None, refusal: Refusal) -> Envelope:
     """The ``unavailable`` / ``quota-limited`` answer to a refused call."""
-    scope, _, name = refusal.key.partition(":")
-    where = f"sidecars.{name}.quota" if scope == "sidecar" else f"quota.tools.{name}"
-    ms = refusal.retry_after_ms
     return results.unavailable(
         tool,
         "quota-limited",
-        f"{tool}: {where}.{refusal.rule}={refusal.limit} reached; retry in {ms} ms",
-        details={
-            "retryAfterMs": ms,
-            "rule": refusal.rule,
-            "limit": refusal.limit,
-            "scope": refusal.key,
-        },
+        refusal_message(tool, refusal),
+        details=refusal_details(refusal),
         sidecar=sidecar,
     )

@@ -114,3 +114,31 @@ async def test_mcp_server_git(app, tmp_path):
         await wait_available(host, "git_status")
         env = await host.invoke("git_status", raw({"repo_path": str(repo)}))
         assert env.status == "success" and env.meta.pid != first
+
+
+async def test_a_per_tool_manifest_keeps_what_the_server_announces(app):
+    # docs/foreign-tools.md section 4: a manifest that only adds settings to an MCP tool.
+    folder = app / "manifests"
+    folder.mkdir()
+    (folder / "time.toml").write_text(
+        '[[tool]]\nname = "get_current_time"\nreadOnly = true\ntimeoutMs = 2000\n'
+        "retry = { maxAttempts = 3, backoffMs = 200 }\n"
+    )
+    async with running_host(
+        app,
+        {"time": server("mcp_server_time", "--local-timezone", "UTC")},
+        manifest_dirs=[str(folder)],
+    ) as host:
+        await wait_available(host, "get_current_time", "convert_time")
+        d = host.catalog.get("get_current_time")
+        # What the server announces stays...
+        assert "current time" in d.description.lower(), d.description
+        assert d.inputSchema["required"] == ["timezone"], d.inputSchema
+        assert "timezone" in d.inputSchema["properties"]
+        assert d.annotations.outputSchema["title"] == "TimeResult"
+        # ...and the manifest's settings apply on top.
+        assert d.annotations.readOnly is True and d.annotations.timeoutMs == 2000
+        manifest = host.catalog.tool_plan("get_current_time").manifest
+        assert manifest.retry.max_attempts == 3 and manifest.read_only is True
+        env = await host.invoke("get_current_time", raw({"timezone": "UTC"}))
+        assert env.status == "success", env

@@ -55,9 +55,14 @@ async def test_rate_quota_refuses_then_flips_back(app, mock_clock, allow_degrade
         retry = env.error.details["retryAfterMs"]
         # The oldest call leaves the window 60 s after it was admitted (between t0 and t1).
         assert 60_000 - (after - t0) * 1000 - 1 <= retry <= 60_000 - (before - t1) * 1000 + 1
-        if allow_degraded:  # visible, so the ledger refused it and says which rule
-            assert env.error.details["rule"] == "callsPerMinute"
-            assert env.error.details["scope"] == "tool:echo.say"
+        # Visible (the ledger refused it) or hidden (the gate did): the rule and limit are named
+        # as docs/quotas-and-limits.md shows them.
+        assert env.error.details["rule"] == "callsPerMinute"
+        assert env.error.details["limit"] == 3
+        assert env.error.details["scope"] == "tool:echo.say"
+        assert env.content == (
+            f"echo.say: quota.tools.echo.say.callsPerMinute=3 reached; retry in {retry} ms"
+        )
         assert (await host.invoke("echo.sleep", raw({"seconds": 0}))).status == "success"
         assert host.stats().tools["echo.say"].quotaLimited == 1
         # Jump over the idle minute: the host's timer flips the tool back on time.

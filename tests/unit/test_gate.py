@@ -11,6 +11,9 @@ from supervisor.contracts.snapshot import (
     StabilityDetails,
 )
 from supervisor.policy.gate import refuse
+from supervisor.policy.quota import Refusal
+
+WINDOW = Refusal(key="tool:t.x", rule="callsPerMinute", limit=3, retry_after_ms=1234)
 
 
 def desc(sandbox="allowed", effective="available", visible=True, retry=None):
@@ -75,7 +78,7 @@ ALICE = Approval(granted=True, by="alice")
     ],
 )
 def test_gate(d, policy, approval, code):
-    env = refuse(d, policy, approval, lambda: 1234)
+    env = refuse(d, policy, approval, lambda: WINDOW)
     if code is None:
         assert env is None
     else:
@@ -83,11 +86,20 @@ def test_gate(d, policy, approval, code):
 
 
 def test_quota_limited_refusal_asks_for_a_fresh_retry_after():
-    env = refuse(desc("quota-limited", "degraded", False, 60_000), "allowed", None, lambda: 1234)
+    env = refuse(desc("quota-limited", "degraded", False, 60_000), "allowed", None, lambda: WINDOW)
     assert env.error.details["retryAfterMs"] == 1234
     assert env.error.details["reasons"][0]["code"] == "x"
+    # The rule and limit, as docs/quotas-and-limits.md shows them (issue 26, item 18).
+    assert env.content == "t.x: quota.tools.t.x.callsPerMinute=3 reached; retry in 1234 ms"
+    assert env.error.details["rule"] == "callsPerMinute" and env.error.details["limit"] == 3
+    assert env.error.details["scope"] == "tool:t.x"
+    # The window reopened before the timer flipped the tool back: call again at once.
+    env = refuse(desc("quota-limited", "degraded", False, 60_000), "allowed", None, lambda: None)
+    assert env.error.code == "quota-limited" and env.error.details["retryAfterMs"] == 1
 
 
 def test_unnamed_approval_says_so():
-    env = refuse(desc("approval-required"), "approval-required", Approval(granted=True), lambda: 1)
+    env = refuse(
+        desc("approval-required"), "approval-required", Approval(granted=True), lambda: None
+    )
     assert "approval.by must name who approved" in env.content

@@ -2,7 +2,7 @@
 
 import pytest
 
-from supervisor.policy.paths import resolve_command
+from supervisor.policy.paths import host_path, resolve_command
 
 EXECUTABLES = {"/app/tools/bin/run", "/app/link-inside", "/usr/bin/jq"}
 LINKS = {"/app/link-out": "/etc/passwd", "/app/link-inside": "/app/tools/bin/run"}
@@ -72,3 +72,18 @@ def test_absolute_is_not_portable():
 def test_anchor_name_is_reported():
     r = resolve("./tools/bin/run", anchor="workspace")
     assert r.details.base == "workspace"
+
+
+def test_host_path_puts_the_interpreter_folder_first_without_resolving_symlinks(tmp_path):
+    # A venv's python is a symlink to the base interpreter: its own folder is the one wanted.
+    base = tmp_path / "base" / "bin"
+    base.mkdir(parents=True)
+    (base / "python3").touch()
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(base / "python3")
+    exe = str(venv / "python")
+    assert host_path("/usr/bin:/bin", exe) == f"{venv}:/usr/bin:/bin"
+    assert host_path(f"/usr/bin:{venv}/:/bin", exe) == f"{venv}:/usr/bin:/bin"
+    assert host_path(None, exe).startswith(f"{venv}:")
+    assert host_path("", exe) == str(venv)

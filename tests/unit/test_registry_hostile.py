@@ -265,3 +265,41 @@ def test_surrogate_escapes(tmp_path):
     assert "host.ws: a key contains an unpaired UTF-16 surrogate escape (host defaults used)" in (
         reg.errors
     )
+
+
+def test_a_nan_does_not_hide_the_other_problems_of_an_entry(tmp_path):
+    reg = load_text(
+        tmp_path,
+        entry_doc('{"command": "x", "pool": {"max": "two"}, "timeoutMs": NaN, "bogus": 1}'),
+    )
+    assert sorted(reg.sidecars["s"].errors) == sorted(
+        [
+            "sidecars.s.timeoutMs: NaN is not a number (JSON has no NaN or Infinity)",
+            'sidecars.s.pool.max: expected int, got "two"',
+            "sidecars.s.bogus: unknown field",
+        ]
+    )
+    # A NaN in a free-form field still lets the rules a struct cannot express be checked.
+    reg = load_text(
+        tmp_path, entry_doc('{"command": "x", "pool": {"min": 3, "max": 2}, "config": {"r": NaN}}')
+    )
+    assert reg.sidecars["s"].errors == [
+        "sidecars.s.config.r: NaN is not a number (JSON has no NaN or Infinity)",
+        "sidecars.s.pool.min: 3 is above pool.max 2",
+    ]
+    assert not reg.sidecars["s"].valid
+
+
+def test_a_nan_does_not_hide_the_other_problems_of_host_and_manifest(tmp_path):
+    reg = load_text(tmp_path, '{"schemaVersion": 2, "host": {"maxFrameBytes": NaN, "sokket": 1}}')
+    assert reg.errors == [
+        "host.maxFrameBytes: NaN is not a number (JSON has no NaN or Infinity)"
+        " (host defaults used)",
+        "host.sokket: unknown field (host defaults used)",
+    ]
+    path = tmp_path / "m.toml"
+    path.write_text('[[tool]]\nname = "a.b"\ntimeoutMs = nan\nbogus = 1\n')
+    manifest, error = load_manifest_file(path)
+    assert manifest is None and error is not None
+    assert "tool[0].timeoutMs: NaN is not a number" in error, error
+    assert "tool[0].bogus: unknown field" in error, error

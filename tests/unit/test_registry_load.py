@@ -223,3 +223,31 @@ def test_quota_state_must_be_relative(tmp_path):
     reg = load(tmp_path, {"schemaVersion": 2, "host": {"quotaState": "/tmp/q.json"}})
     assert reg.host.quota_state == ".toolhost/quota-state.json"
     assert any("host.quotaState: absolute paths are not portable" in e for e in reg.errors)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (
+            '{\n  "schemaVersion": 2,\n  "sidecars": {} x\n}',
+            " at line 3, column 18: unexpected 'x'",
+        ),
+        ('{"a": 1,\n  "b": "x', " at line 2, column 10: unexpected end of input"),
+        ("", ": the file is empty"),
+    ],
+)
+def test_a_syntax_error_names_the_file_line_and_column(tmp_path, text, why):
+    reg = load(tmp_path, text)
+    assert reg.unreadable and reg.files == []
+    assert reg.unusable == ["tools/external.tools.jsonc"]
+    assert reg.errors == [f"tools/external.tools.jsonc: not valid JSONC{why}"]
+
+
+def test_a_missing_registry_named_explicitly_is_an_error(tmp_path):
+    reg = load_registry(tmp_path, registry_path="typo.jsonc", use_global=False)
+    assert reg.missing == str(tmp_path / "typo.jsonc")
+    assert reg.unreadable
+    assert reg.errors == [f"typo.jsonc: no such file ({tmp_path / 'typo.jsonc'})"]
+    # The default registry may be absent: no registry yet is not a mistake.
+    reg = load_registry(tmp_path, use_global=False)
+    assert reg.missing == "" and reg.errors == [] and not reg.unreadable
