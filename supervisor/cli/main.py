@@ -278,9 +278,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return int(func(args))
+        code = int(func(args))
+        sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `toolhost stats | head`: the reader has gone, nothing went wrong
+        # Python flushes stdout again at exit; point it at /dev/null so that stays quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # what a shell reports for a writer ended by SIGPIPE
     except Exception as exc:  # never a traceback for the operator (TOOLHOST_DEBUG=1 shows it)
         if os.environ.get("TOOLHOST_DEBUG"):
             raise
