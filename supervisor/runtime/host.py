@@ -157,6 +157,12 @@ def install_dirs() -> list[str]:
         dirs += list(spec.submodule_search_locations)
     if sys.prefix != sys.base_prefix:
         dirs.append(sys.prefix)
+    # A source checkout (an editable install, `make serve`): its build and CI files run code
+    # the next time the operator builds, tests or commits.
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(supervisor.__file__)))
+    if os.path.isfile(os.path.join(checkout, "pyproject.toml")):
+        names = ("pyproject.toml", "Makefile", ".ci", ".git", "bench", "deploy")
+        dirs += [os.path.join(checkout, name) for name in names]
     return dirs
 
 

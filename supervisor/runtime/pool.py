@@ -463,26 +463,21 @@ class Pool:
             )
         failing = self.start_failing and self.ever_ready
         if failing and not any(w.state == "ready" for w in self.workers):
-            ex = self.last_exit
-            return CallOutcome(
-                ok=False,
-                code="unavailable",
-                error=f"sidecar {self.sidecar} cannot start"
-                + (f": {ex.message}" if ex is not None else ""),
-                exit_code=ex.exit_code if ex else None,
-                stderr=(ex.stderr_tail[-4096:] or None) if ex else None,
-            )
+            return self._down("cannot start")
         if self.gave_up and not any(w.state in ("ready", "starting") for w in self.workers):
-            ex = self.last_exit
-            return CallOutcome(
-                ok=False,
-                code="unavailable",
-                error=f"sidecar {self.sidecar} has failed"
-                + (f": {ex.message}" if ex is not None else ""),
-                exit_code=ex.exit_code if ex else None,
-                stderr=(ex.stderr_tail[-4096:] or None) if ex else None,
-            )
+            return self._down("has failed")
         return None
+
+    def _down(self, what: str) -> CallOutcome:
+        """``unavailable`` for a call the sidecar cannot take, with its last exit attached."""
+        ex = self.last_exit
+        return CallOutcome(
+            ok=False,
+            code="unavailable",
+            error=f"sidecar {self.sidecar} {what}" + (f": {ex.message}" if ex is not None else ""),
+            exit_code=ex.exit_code if ex else None,
+            stderr=(ex.stderr_tail[-4096:] or None) if ex else None,
+        )
 
     # facts -------------------------------------------------------------------------------
 

@@ -166,6 +166,11 @@ async def refuse_stream(stream: trio.SocketStream, cap: int) -> None:
             await stream.send_all(overloaded_line(cap) + b"\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
+    await close_quietly(stream)
+
+
+async def close_quietly(stream: trio.abc.AsyncResource) -> None:
+    """Close ``stream`` even inside a cancelled scope; a peer already gone is no error."""
     with trio.CancelScope(shield=True):
         try:
             await stream.aclose()

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import trio
 from trio_websocket import WebSocketRequest, wrap_server_stream
 
-from supervisor.server.admission import overloaded_line
+from supervisor.server.admission import close_quietly, overloaded_line
 
 log = logging.getLogger("toolhost.server")
 
@@ -166,11 +166,7 @@ async def linger_close(stream: trio.SocketStream, linger_s: float = LINGER_S) ->
                 pass
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
-    with trio.CancelScope(shield=True):
-        try:
-            await stream.aclose()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+    await close_quietly(stream)
 
 
 async def refuse_overloaded(stream: trio.SocketStream, cap: int) -> None:

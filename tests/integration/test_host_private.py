@@ -203,3 +203,11 @@ def test_private_roots_hold_both_names_of_a_symlinked_state_folder(tmp_path):
     assert private_match(str(real / "vault.json"), roots)
     assert private_match(str(app / "toolsx"), roots) is None
     assert private_match(str(app / "README.md"), roots) is None
+
+
+def test_the_installation_is_private_in_a_source_checkout():
+    from supervisor.runtime.host import install_dirs
+
+    dirs = install_dirs()
+    for name in ("supervisor", "sidecars", "Makefile", "pyproject.toml", ".ci", ".git"):
+        assert str(REPO / name) in dirs, name
