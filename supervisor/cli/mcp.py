@@ -18,10 +18,10 @@ from typing import Any
 import trio
 
 from supervisor import telemetry
-from supervisor.cli.common import EXIT_FAILED, app_root, die, socket_path
+from supervisor.cli.common import EXIT_FAILED, EXIT_USAGE, app_root, die, socket_path
 from supervisor.client import open_client
 from supervisor.registry.load import load_registry
-from supervisor.runtime.host import Host, HostOptions
+from supervisor.runtime.host import Host, HostOptions, HostStartError
 from supervisor.server.health import http_answer
 from supervisor.server.mcp_face import Connect, embedded_connector, unix_connector
 from supervisor.server.mcp_http import HealthHook, HttpLimits
@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    reg = load_registry(app_root(args), registry_path=args.registry, use_global=not args.no_global)
+    if reg.missing:
+        return die(f"registry {reg.missing} does not exist (named by --registry)", EXIT_USAGE)
     if not args.embedded:
         path = socket_path(args)
         # Over HTTP the host may come later (sessions get 503 until it listens); on stdio a
@@ -54,10 +57,7 @@ async def _main(args: argparse.Namespace) -> int:
         if args.http is None and not os.path.exists(path):  # noqa: ASYNC240 - once, at start
             return die(f"no host listening on {path}: start `toolhost serve`, or use --embedded")
         # MCP server spans from this process when the registry turns telemetry on.
-        tcfg = load_registry(
-            app_root(args), registry_path=args.registry, use_global=not args.no_global
-        ).host.telemetry
-        tracing = telemetry.start(tcfg.enabled)
+        tracing = telemetry.start(reg.host.telemetry.enabled)
         try:
             return await _serve(args, unix_connector(path), _socket_health(path), tracing)
         finally:
@@ -70,7 +70,10 @@ async def _main(args: argparse.Namespace) -> int:
         )
     )
     async with trio.open_nursery() as nursery:
-        await nursery.start(host.run)
+        try:
+            await nursery.start(host.run)
+        except HostStartError as exc:  # a symlinked audit log or token: one line, no traceback
+            return die(str(exc), EXIT_FAILED)
         with trio.move_on_after(args.settle):
             await _settled(host)
         try:

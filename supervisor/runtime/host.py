@@ -359,6 +359,10 @@ class Host:
                     self.audit.event("token-changed", token=name, path=token.path)
         return errors
 
+    def _grace_s(self) -> float:
+        """``host.shutdownGraceMs`` in seconds: how long a stopping pool lets its calls run."""
+        return self.registry.host.shutdown_grace_ms / 1000.0
+
     async def _drain(self) -> None:
         """The shutdown drain: no new calls; running ones get ``host.shutdownGraceMs`` to end,
         then the rest are cancelled with a message that names the setting."""
@@ -367,7 +371,7 @@ class Host:
         self.invoker.shutdown()  # calls waiting for a retry: refused now
         grace_ms = self.registry.host.shutdown_grace_ms
         why = f"host shutting down: shutdownGraceMs ({grace_ms} ms) elapsed"
-        cut = await self.invoker.drain(grace_ms / 1000.0, why)
+        cut = await self.invoker.drain(self._grace_s(), why)
         if cut:
             log.warning("%s: cancelled %d running call(s)", why, cut)
 
@@ -483,7 +487,7 @@ class Host:
                 for sid in stop:
                     pool = self.pools.pop(sid, None)
                     if pool is not None:
-                        nursery.start_soon(pool.stop)
+                        nursery.start_soon(partial(pool.stop, drain_s=self._grace_s()))
             self.plan = new_plan
             self._changed(
                 self.catalog.load(
@@ -511,7 +515,7 @@ class Host:
             pool = self.pools.pop(sidecar, None)
             if pool is None:
                 return False
-            await pool.stop()
+            await pool.stop(drain_s=self._grace_s())
             return True
 
     async def start_sidecar(self, sidecar: str) -> bool:
