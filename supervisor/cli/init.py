@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
-from supervisor.cli.init_add import family_config, print_notes
+from supervisor.cli.init_add import family_config, print_notes, sys_path
 from supervisor.registry.load import REGISTRY_RELPATH, jsonc_error
 from supervisor.registry.manifests import bundled_manifest_dir, load_manifest_file
 
@@ -75,7 +75,7 @@ def computer_display(entry: dict[str, Any]) -> str:
 
 def computer_delegates(entry: dict[str, Any]) -> str:
     """Enable the xdotool delegate in ``entry`` only when xdotool is found; say what was done."""
-    if shutil.which("xdotool") is None:
+    if shutil.which("xdotool", path=sys_path()) is None:
         return (
             "computer: xdotool was not found on PATH, so computer.mouse and computer.keyboard stay "
             "unavailable (apt install xdotool, then `toolhost init --add computer --force`)"

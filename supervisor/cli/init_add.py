@@ -9,8 +9,12 @@ PATH, or the Python package importable), and the skipped ones are reported with 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
+import sys
 from typing import Any, TextIO
+
+from supervisor.policy.paths import host_path
 
 # tool -> (delegate module, engine probe (kind, name), what to install)
 MEDIA_DELEGATES: dict[str, tuple[str, tuple[str, str], str]] = {
@@ -21,9 +25,15 @@ MEDIA_DELEGATES: dict[str, tuple[str, tuple[str, str], str]] = {
 }
 
 
+def sys_path() -> str:
+    """The PATH the host will resolve commands with (its interpreter's folder first), so what
+    init finds is what the host finds, whatever shell runs init."""
+    return host_path(os.environ.get("PATH"), sys.executable)
+
+
 def _engine_found(kind: str, name: str) -> bool:
     if kind == "binary":
-        return shutil.which(name) is not None
+        return shutil.which(name, path=sys_path()) is not None
     return importlib.util.find_spec(name) is not None
 
 

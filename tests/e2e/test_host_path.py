@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,36 @@ async def _watch(sock: str) -> tuple[dict[str, str], Any]:
                 await mirror.wait_revision(mirror.revision + 1)
         answer = await client.invoke("get_current_time", {"timezone": "UTC"})
     return {n: s.effective for n, s in effective.items()}, answer
+
+
+def test_init_looks_for_delegates_where_the_host_will(tmp_path):
+    """`toolhost init --add computer` finds xdotool on the PATH the host will use (its
+    interpreter's folder first), not only on the shell's."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    fake = bindir / "xdotool"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    root = tmp_path / "app"
+    root.mkdir()
+    done = subprocess.run(
+        [str(bindir / "python"), "-m", "supervisor", "init", "--add", "computer"]
+        + ["--app-root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "PATH": "/nonexistent",
+            # the symlink is not a venv: hand it the packages this interpreter has
+            "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).resolve().parents[2]), *site.getsitepackages()]
+            ),
+            "XDG_CONFIG_HOME": str(tmp_path / ".xdg"),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout + done.stderr
+    assert "enabled the control tools" in out, out
+    assert "xdotool was not found" not in out
