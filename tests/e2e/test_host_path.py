@@ -106,9 +106,9 @@ def test_init_looks_for_delegates_where_the_host_will(tmp_path):
     fake.chmod(0o755)
     root = tmp_path / "app"
     root.mkdir()
+    argv = ["-m", "supervisor", "init", "--add", "computer", "--app-root", str(root)]
     done = subprocess.run(
-        [str(bindir / "python"), "-m", "supervisor", "init", "--add", "computer"]
-        + ["--app-root", str(root)],
+        [str(bindir / "python"), *argv],
         capture_output=True,
         text=True,
         timeout=60,
