@@ -17,7 +17,9 @@ from supervisor.contracts import wire
 app = Sidecar("computer.native", version="1.0.0", concurrency=2)
 """The sidecar; ``app.run()`` serves it (see ``__main__``)."""
 
-SHOTS_DIR = ".toolhost/screenshots"
+SHOTS_DIR = "screenshots"
+"""Default folder of screenshots under projectDir (an ordinary folder: ``.toolhost/`` is the
+host's own and host-private when projectDir is the app root)."""
 NonNegative = Annotated[int, Meta(ge=0)]
 Positive = Annotated[int, Meta(ge=1)]
 
@@ -44,7 +46,7 @@ class ScreenshotInput(msgspec.Struct, forbid_unknown_fields=True, rename="camel"
 
     path: Annotated[
         str | None,
-        Meta(description="PNG path under the project; default .toolhost/screenshots/<time>.png."),
+        Meta(description="PNG path under the project; default screenshots/<time>.png."),
     ] = None
     region: Annotated[
         RegionInput | None,

@@ -59,7 +59,7 @@ async def test_screenshot_pixels_show_the_window(app: Path, xdisplay: Display) -
         region = {"x": win.x, "y": win.y, "width": win.width, "height": win.height}
         shot = data(await host.invoke("screen.screenshot", raw({"region": region})))
         assert (shot["width"], shot["height"]) == (win.width, win.height)
-        assert shot["path"].startswith(".toolhost/screenshots/")
+        assert shot["path"].startswith("screenshots/")
         assert pixel(app / "workspace" / shot["path"], 5, 5) == COLOUR
 
         env = await host.invoke("screen.screenshot", raw({"path": "../out.png"}))
@@ -186,3 +186,14 @@ async def test_window_list_on_an_empty_desktop_is_empty(app: Path, empty_display
         assert listed == {"windows": [], "command": "xdotool"}
         env = await host.invoke("computer.window", raw({"action": "focus", "window": "any"}))
         assert env.status == "failed" and env.error.details["reason"] == "unknown-window", env
+
+
+async def test_default_screenshot_path_works_when_project_dir_is_the_app_root(
+    app: Path, xdisplay: Display
+) -> None:
+    """The default path is an ordinary folder, not the host-private ``.toolhost/`` (issue 30)."""
+    reg = {"computer.native": computer(xdisplay.name)}
+    async with running_host(app, reg, manifest_dirs=MANIFESTS, host={"projectDir": "."}) as host:
+        await wait_available(host, "screen.screenshot")
+        shot = data(await host.invoke("screen.screenshot", raw({})))
+        assert (app / shot["path"]).is_file()
