@@ -26,6 +26,7 @@ import msgspec
 
 from sidecars.sdk import engines, services, tracing
 from sidecars.sdk.lines import LineReader
+from sidecars.sdk.private import set_host_private
 from supervisor.contracts import wire
 from supervisor.contracts.envelope import FAILED_CODES, UNAVAILABLE_CODES
 
@@ -225,12 +226,6 @@ HealthMap = dict[str, wire.ToolHealth]
 HealthFunc = Callable[["Sidecar"], HealthMap | Awaitable[HealthMap]]
 
 
-def _set_host_private(paths: list[str]) -> None:
-    from sidecars.sdk import paths as path_rules  # paths imports ToolError from here
-
-    path_rules.set_host_private(paths)
-
-
 class Sidecar:
     """A sidecar program: register tools with :meth:`tool`, then call :meth:`run`."""
 
@@ -411,7 +406,7 @@ class Sidecar:
     def _apply_init(self, init: wire.Init) -> None:
         self.config = init.config
         self.project_dir = init.projectDir
-        _set_host_private(init.hostPrivate)
+        set_host_private(init.hostPrivate)
         self.config_dir = init.configDir
         self.cwd = init.cwd
         self.sidecar_id = init.sidecar
@@ -565,7 +560,7 @@ class Sidecar:
         self.config = request.get("config") or {}
         self.project_dir = request.get("projectDir") or self.project_dir
         private = request.get("hostPrivate")
-        _set_host_private(private if isinstance(private, list) else [])
+        set_host_private(private if isinstance(private, list) else [])
         self.config_dir = request.get("configDir") or self.config_dir
         self.cwd = request.get("cwd") or self.cwd
         raw_input = _json_encode(request.get("input", {}))

@@ -52,6 +52,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Literal
 
 from sidecars.sdk.app import ToolError
+from sidecars.sdk.private import host_private as host_private
+from sidecars.sdk.private import set_host_private as set_host_private
 
 PathKind = Literal["file", "dir", "any"]
 
@@ -65,35 +67,6 @@ def _read_umask() -> int:
 
 
 _UMASK = _read_umask()
-
-_SDK_INSTALL = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-_host_private: tuple[str, ...] = (_SDK_INSTALL,)
-
-
-def set_host_private(paths: list[str]) -> None:
-    """Set the host-private paths (absolute) this process's tools must never touch.
-
-    Args:
-        paths: From the host's ``init`` line (``hostPrivate``); relative or non-string entries
-            are ignored. The SDK's own installation is always added.
-    """
-    global _host_private
-    roots = [_SDK_INSTALL]
-    for path in paths:
-        if isinstance(path, str) and os.path.isabs(path):
-            for form in (os.path.normpath(path), os.path.realpath(path)):
-                if form != "/" and form not in roots:
-                    roots.append(form)
-    _host_private = tuple(roots)
-
-
-def host_private(path: str | os.PathLike[str]) -> str | None:
-    """The host-private root that the absolute ``path`` is or lies under, or None."""
-    text = os.path.normpath(os.fspath(path))
-    for root in _host_private:
-        if text == root or text.startswith(root.rstrip("/") + "/"):
-            return root
-    return None
 
 
 def private_reject(user_path: str, label: str = "path") -> ToolError:
