@@ -1,4 +1,4 @@
-"""A sidecar that a reload removes (or ``toolhost stop`` stops) lets its running calls finish for
+"""A sidecar that a reload removes (or restarts) lets its running calls finish for
 ``host.shutdownGraceMs``, the drain setting of issue 26 item 17, not a fixed 5 s."""
 
 from __future__ import annotations
