@@ -19,8 +19,8 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -38,8 +38,21 @@ from supervisor.contracts.snapshot import WorkerStatus
 
 if TYPE_CHECKING:
     from supervisor.runtime.calls import Call
-    from supervisor.runtime.pool import Pool
     from supervisor.runtime.worker import Worker
+
+
+class Pool(Protocol):
+    """What the bus reads of a pool (``runtime/pool.py`` imports this module, not the reverse)."""
+
+    @property
+    def sidecar(self) -> str: ...
+
+    @property
+    def workers(self) -> Sequence[Worker]: ...
+
+    @property
+    def redact(self) -> Callable[[str], str] | None: ...
+
 
 QUEUE_LIMIT = 4096
 """Events one subscription may hold before it starts dropping (a few MiB at worst): room for

@@ -2,7 +2,7 @@
 
 # Strategy: :func:`rlimits` is a pure function of the sidecar's entry, the host's own limits and
 # (for ``nproc``) how many tasks the user runs now; the result is the ``(resource, soft, hard)``
-# list that :func:`supervisor.runtime.process.spawn` applies between fork and exec. Nothing is
+# list that :func:`supervisor.runtime.spawn.spawn` applies between fork and exec. Nothing is
 # raised above the host's own hard limit (an unprivileged host could not, and a privileged one
 # should not). ``RLIMIT_CORE`` is always 0: a crashing sidecar must not fill the disk with cores.
 #

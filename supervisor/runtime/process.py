@@ -46,7 +46,7 @@ def _load_prctl() -> Callable[..., int] | None:
     return fn
 
 
-_PRCTL = _load_prctl()
+PRCTL = _load_prctl()
 
 
 def allowed_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -253,8 +253,8 @@ class ChildProcess:
         warden().forget(self.pid)
 
 
-def _make_preexec(limits: Sequence[tuple[int, int, int]]) -> Callable[[], None]:
-    prctl = _PRCTL
+def make_preexec(limits: Sequence[tuple[int, int, int]]) -> Callable[[], None]:
+    prctl = PRCTL
     setrlimit = resource.setrlimit
     host_pid = os.getpid()
     getppid = os.getppid
@@ -275,7 +275,7 @@ def _make_preexec(limits: Sequence[tuple[int, int, int]]) -> Callable[[], None]:
     return preexec
 
 
-def spawn(
+def exec_child(
     argv: Sequence[str],
     *,
     cwd: str,
@@ -284,9 +284,10 @@ def spawn(
     stdin: bool = True,
     stdout: bool = True,
     stderr: bool = True,
-    zygote: bool = False,
 ) -> ChildProcess:
-    """Fork and exec ``argv`` in its own session with pipes; never outlives the host.
+    """Fork and exec ``argv`` in its own session with pipes; never outlives the host (the exec
+    way to start a worker; :func:`supervisor.runtime.spawn.spawn` chooses between it and the
+    zygote).
 
     Args:
         argv: Program and arguments (``argv[0]`` already resolved).
@@ -296,22 +297,10 @@ def spawn(
         stdin: Give the child a stdin pipe (else /dev/null).
         stdout: Give the child a stdout pipe (else /dev/null).
         stderr: Give the child a stderr pipe (else /dev/null).
-        zygote: The sidecar allows forking from the host's zygote (``spawn: auto``); when the
-            zygote is available and the worker qualifies it is forked there, else exec'd with
-            one log line saying why (:mod:`supervisor.runtime.zygote`).
 
     Raises:
         OSError: The program could not be executed (the message names it).
     """
-    if zygote and stdin and stdout and stderr:
-        from supervisor.runtime import zygote as zyg
-
-        z = zyg.active()
-        if z is not None:
-            child, why = z.fork(argv, cwd=cwd, env=env, limits=limits)
-            if child is not None:
-                return child
-            z.fell_back(why)
     w = warden()
     w.start()
     fds: list[int] = []
@@ -338,7 +327,7 @@ def spawn(
             stderr=err_w if stderr else subprocess.DEVNULL,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_make_preexec(limits),
+            preexec_fn=make_preexec(limits),
         )
     except BaseException:
         for fd in fds:

@@ -31,7 +31,8 @@ from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.fractalic_discovery import MULTI_SCHEMA_ARG, Discovery, FoundTool
 from supervisor.runtime import fractalic_probe
 from supervisor.runtime.limits import cpu_limit_of
-from supervisor.runtime.process import ChildProcess, StderrRing, spawn
+from supervisor.runtime.process import ChildProcess, StderrRing
+from supervisor.runtime.spawn import spawn
 from supervisor.runtime.worker import (
     READ_CHUNK,
     STDERR_SETTLE_S,

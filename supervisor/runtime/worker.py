@@ -28,7 +28,8 @@ from supervisor.protocols.fractalic_yaml import Route
 from supervisor.runtime.calls import Call, CallOutcome, ProgressSink
 from supervisor.runtime.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
 from supervisor.runtime.limits import cpu_limit_of
-from supervisor.runtime.process import ChildProcess, StderrRing, spawn
+from supervisor.runtime.process import ChildProcess, StderrRing
+from supervisor.runtime.spawn import spawn
 
 ExitReason = Literal[
     "stopped",

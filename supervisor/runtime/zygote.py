@@ -2,7 +2,7 @@
 
 # Strategy (docs/zygote.md): one zygote per host process (Linux only), started from the trio
 # thread like every worker (PDEATHSIG follows the forking thread), registered with the warden, and
-# given one end of an unnamed SOCK_SEQPACKET socketpair as fd 3. :func:`process.spawn` calls
+# given one end of an unnamed SOCK_SEQPACKET socketpair as fd 3. ``spawn.spawn`` calls
 # :meth:`Zygote.fork` synchronously, like ``Popen``: it sends one message and the worker's three
 # pipe ends (SCM_RIGHTS) and waits for the pid at most ``replyTimeoutMs``; anything else (not
 # started, dead, slow, a worker that does not qualify) returns a reason and the caller execs.
@@ -74,13 +74,13 @@ def platform_problem() -> str | None:
         return "os.pidfd_open is missing (Python >= 3.9 on Linux >= 5.3)"
     if not hasattr(socket, "send_fds"):
         return "socket.send_fds is missing (Python >= 3.9)"
-    if process._PRCTL is None:
+    if process.PRCTL is None:
         return "prctl is not available"
     return None
 
 
 def _set_subreaper() -> str | None:
-    prctl = process._PRCTL
+    prctl = process.PRCTL
     if prctl is None:
         return "prctl is not available"
     if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -505,8 +505,8 @@ class Zygote:
         finally:
             self._stop_process()
             self.state = "off"
-            if process._PRCTL is not None:  # the workers are gone; stop adopting orphans
-                process._PRCTL(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+            if process.PRCTL is not None:  # the workers are gone; stop adopting orphans
+                process.PRCTL(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
             reap_orphans()
 
     async def _start(self) -> None:
@@ -538,7 +538,7 @@ class Zygote:
         try:
             os.set_inheritable(child_end.fileno(), True)
             fd = child_end.fileno()
-            preexec = process._make_preexec(())
+            preexec = process.make_preexec(())
 
             def child_setup() -> None:
                 if fd != ZYGOTE_FD:
