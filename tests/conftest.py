@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -56,6 +57,14 @@ def write_registry(root: Path, sidecars: dict[str, Any], **top: Any) -> Path:
     doc = {"schemaVersion": 2, **top, "sidecars": sidecars}
     path.write_text(json.dumps(doc, indent=2))
     return path
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 @pytest.fixture

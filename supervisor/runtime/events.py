@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from supervisor.runtime.worker import Worker
 
 
-class Pool(Protocol):
+class PoolView(Protocol):
     """What the bus reads of a pool (``runtime/pool.py`` imports this module, not the reverse)."""
 
     @property
@@ -139,7 +139,7 @@ class EventBus:
         pools: The host's running pools now (to know the workers a new subscriber starts from).
     """
 
-    def __init__(self, pools: Callable[[], Iterable[Pool]] = lambda: ()) -> None:
+    def __init__(self, pools: Callable[[], Iterable[PoolView]] = lambda: ()) -> None:
         self._pools = pools
         self._subs: dict[Topic, list[Subscription]] = {t: [] for t in TOPICS}
         self._seen: dict[str, dict[int, tuple[int | None, str]]] = {}
@@ -223,7 +223,7 @@ class EventBus:
             pool.sidecar: {id(w): (w.pid, w.state) for w in pool.workers} for pool in self._pools()
         }
 
-    def pool_changed(self, pool: Pool) -> None:
+    def pool_changed(self, pool: PoolView) -> None:
         """A pool published a state change: one ``worker.changed`` per worker that changed."""
         if not self._subs["workers"]:
             return
@@ -253,7 +253,7 @@ class EventBus:
 
     # logs ----------------------------------------------------------------------------------
 
-    def stderr_tap(self, pool: Pool, worker: Worker) -> Callable[[bytes], None]:
+    def stderr_tap(self, pool: PoolView, worker: Worker) -> Callable[[bytes], None]:
         """What a worker's stderr ring hands every chunk to: cut into ``log.line`` events."""
         subs = self._subs["logs"]
         buf = bytearray()

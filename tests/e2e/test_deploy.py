@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from supervisor.client import open_client
-from tests.conftest import REPO, echo, script, write_registry
+from tests.conftest import REPO, echo, free_port, script, write_registry
 from tests.e2e.conftest import TOOLHOST, cli, serve
 
 CI = os.environ.get("CI") == "true"
@@ -95,14 +95,8 @@ async def _wait_sidecar(sock: Path, tool: str, state: str) -> None:
                 await client.events.receive()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_health_ready_follows_a_critical_sidecar(app):
-    port = _free_port()
+    port = free_port()
     write_registry(
         app,
         {

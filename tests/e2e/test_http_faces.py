@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.conftest import echo, write_registry
+from tests.conftest import echo, free_port, write_registry
 from tests.e2e.conftest import TOOLHOST, serve, stop
 
 INIT = json.dumps(
@@ -288,12 +287,6 @@ async def test_smuggling_non_json_and_unknown_paths(app):
 
 
 # the WebSocket gateway -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def handshake(port: int, host: str, token: str) -> bytes:

@@ -4,22 +4,14 @@ audit log is a symlink (issue 30), never "internal error"."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 from tests.conftest import write_registry
-from tests.e2e.conftest import TOOLHOST
+from tests.e2e.conftest import cli
 
 
 def _mcp(root, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TOOLHOST, "mcp", "--app-root", str(root), "--no-global", *extra],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        env={**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg")},
-    )
+    return cli(root, "mcp", "--no-global", *extra, input="")  # stdin: empty, not the terminal
 
 
 def test_a_missing_registry_named_explicitly_is_an_error(app):

@@ -4,7 +4,6 @@ error, never following the link."""
 
 import json
 import os
-import socket
 import stat
 import subprocess
 
@@ -12,16 +11,10 @@ import pytest
 import trio
 from trio_websocket import ConnectionRejected, open_websocket_url
 
-from tests.conftest import echo, write_registry
+from tests.conftest import echo, free_port, write_registry
 from tests.e2e.conftest import TOOLHOST, cli, serve
 
 SYMLINK = "is a symlink; refusing to follow it"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ws_status(port, token):

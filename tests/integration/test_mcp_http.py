@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -19,16 +18,18 @@ from pathlib import Path
 import msgspec
 import trio
 
-from tests.conftest import FIXTURES, echo, effective, raw, running_host, wait_available, wait_for
+from tests.conftest import (
+    FIXTURES,
+    echo,
+    effective,
+    free_port,
+    raw,
+    running_host,
+    wait_available,
+    wait_for,
+)
 
 SERVER = FIXTURES.parent / "mcp" / "server.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Server:

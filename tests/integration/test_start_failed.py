@@ -12,6 +12,7 @@ import trio
 
 from tests.conftest import (
     effective,
+    free_port,
     raw,
     ready_pids,
     running_host,
@@ -21,7 +22,7 @@ from tests.conftest import (
 )
 from tests.integration.test_mcp import fixture_server
 from tests.integration.test_mcp_http import entry as http_entry
-from tests.integration.test_mcp_http import free_port, http_server
+from tests.integration.test_mcp_http import http_server
 
 PATIENT = {"intensity": 1000, "periodMs": 60_000, "backoffMs": 100, "maxBackoffMs": 300}
 
