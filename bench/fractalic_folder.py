@@ -69,7 +69,7 @@ async def _hosted(
     root: Path, calls: int, cli_calls: int, direct_argv: list[str]
 ) -> tuple[list[float], list[float], list[float]]:
     """Hosted calls; the direct CLI runs are interleaved with the hosted ones (same load)."""
-    from supervisor.runtime.host import Host, HostOptions
+    from supervisor.host.host import Host, HostOptions
 
     host = Host(HostOptions(app_root=str(root), use_global=False, manifest_dirs=[]))
     raw = msgspec.Raw(b'{"a": 1, "b": 2}')

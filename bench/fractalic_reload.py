@@ -46,8 +46,8 @@ def _write_app(root: Path, scripts: int) -> list[str]:
 
 
 async def _rounds(root: Path, names: list[str], rounds: int) -> tuple[list[float], list[float]]:
-    from supervisor.runtime import fractalic_probe
-    from supervisor.runtime.host import Host, HostOptions
+    from supervisor.host.host import Host, HostOptions
+    from supervisor.workers import discovery as fractalic_probe
 
     host = Host(HostOptions(app_root=str(root), use_global=False, manifest_dirs=[]))
     sid = "auto:tools"

@@ -4,7 +4,7 @@ Run ``python -m bench.zygote`` (``--sidecars 150 --starts 30``; ``--out FILE`` w
 record). Every figure is measured both ways in the same process run, alternating, and reported
 as a ratio: exec / zygote for times (higher is better), zygote / exec for memory.
 
-# Strategy: an in-process :class:`~supervisor.runtime.host.Host` per measurement (this process is
+# Strategy: an in-process :class:`~supervisor.host.host.Host` per measurement (this process is
 # the host, as under ``toolhost serve``), on a registry in a temp folder whose sidecars differ
 # only in ``spawn``. ``startMs`` is the worker status field (start request -> ``ready``); the
 # 150-sidecar time is host start -> every tool available, woken by the host's change events;
@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import trio
 
-from supervisor.runtime.host import Host, HostOptions
+from supervisor.host.host import Host, HostOptions
 
 ECHO = ["-m", "bench.sidecars.echo"]
 UTILITY = ["-m", "sidecars.utility"]

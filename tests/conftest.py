@@ -92,7 +92,7 @@ async def running_host(
     **top: Any,
 ) -> AsyncIterator[Any]:
     """Write the registry (when given) and run a Host on it for the block."""
-    from supervisor.runtime.host import Host, HostOptions
+    from supervisor.host.host import Host, HostOptions
 
     if sidecars is not None:
         write_registry(root, sidecars, **top)

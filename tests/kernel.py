@@ -156,7 +156,7 @@ async def served(
     pause_bytes: int = 1 << 20,
 ) -> AsyncIterator[Served]:
     """Serve ``host`` on a Unix socket and a WebSocket (random loopback port) for the block."""
-    from supervisor.runtime.private import read_token
+    from supervisor.private_files import read_token
     from supervisor.server.stream import ConnectionLimits
     from supervisor.server.unix import serve_unix
     from supervisor.server.ws import serve_ws

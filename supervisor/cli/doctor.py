@@ -18,9 +18,9 @@ from supervisor.cli import doctor_folders
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
 from supervisor.cli.render import zygote_text
 from supervisor.contracts.snapshot import Descriptor
-from supervisor.runtime import zygote
-from supervisor.runtime.host import Host, HostOptions
-from supervisor.runtime.process import warden
+from supervisor.host.host import Host, HostOptions
+from supervisor.processes import zygote
+from supervisor.processes.child import warden
 
 
 class SidecarReport(msgspec.Struct, kw_only=True):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import msgspec
 
+from supervisor.host.host import Host
 from supervisor.registry.discover import AUTO_PREFIX, FolderScan, scan_all
-from supervisor.runtime.host import Host
-from supervisor.runtime.spawn_worker import SimpleJsonWorker
+from supervisor.workers.per_call import SimpleJsonWorker
 
 ROUTE_NAMES = {
     "simple-json": "simple-json probe",

@@ -20,11 +20,11 @@ import trio
 from supervisor import telemetry
 from supervisor.cli.common import EXIT_FAILED, EXIT_USAGE, app_root, die, socket_path
 from supervisor.client import open_client
+from supervisor.host.host import Host, HostOptions, HostStartError
+from supervisor.mcp_face.face import Connect, embedded_connector, unix_connector
+from supervisor.mcp_face.http import HealthHook, HttpLimits
 from supervisor.registry.load import load_registry
-from supervisor.runtime.host import Host, HostOptions, HostStartError
 from supervisor.server.health import http_answer
-from supervisor.server.mcp_face import Connect, embedded_connector, unix_connector
-from supervisor.server.mcp_http import HealthHook, HttpLimits
 
 log = logging.getLogger("toolhost.mcp")
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         if args.embedded:
-            from supervisor.runtime.process import warden
+            from supervisor.processes.child import warden
 
             warden().close()
 
@@ -119,16 +119,16 @@ async def _serve(
     args: argparse.Namespace, connect: Connect, health: HealthHook, tracing: Any = None
 ) -> int:
     if args.http is None:
-        from supervisor.server.mcp_stdio import serve_mcp_stdio
+        from supervisor.mcp_face.stdio import serve_mcp_stdio
 
         try:
             await serve_mcp_stdio(connect, tracing=tracing)
         except OSError as exc:
             return die(f"cannot reach the host: {exc}")
         return 0
-    from supervisor.runtime.private import read_token
+    from supervisor.mcp_face.http import McpHttpServer
+    from supervisor.private_files import read_token
     from supervisor.server.listen import ListenError
-    from supervisor.server.mcp_http import McpHttpServer
     from supervisor.server.ws import parse_listen
 
     try:

@@ -85,8 +85,8 @@ def approvals_text(pending: list[dict[str, Any]]) -> str:
 
 def approve(args: argparse.Namespace) -> int:
     """``toolhost approve CALL_ID``: grant (or ``--deny``) a call waiting for an operator."""
-    from supervisor.runtime.approvals import token_path
-    from supervisor.runtime.private import read_token
+    from supervisor.calls.approvals import token_path
+    from supervisor.private_files import read_token
 
     path = socket_path(args)
     try:

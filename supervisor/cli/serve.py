@@ -12,10 +12,10 @@ import sys
 import trio
 
 from supervisor.cli.common import EXIT_USAGE, app_root, die, remove_serving, write_serving
+from supervisor.host.host import Host, HostOptions, HostStartError
+from supervisor.private_files import TokenFile
+from supervisor.processes.child import warden
 from supervisor.registry.load import Registry, load_registry
-from supervisor.runtime.host import Host, HostOptions, HostStartError
-from supervisor.runtime.private import TokenFile
-from supervisor.runtime.process import warden
 from supervisor.server.listen import ListenError, first_listen_error, open_tcp
 from supervisor.server.stream import ConnectionLimits
 from supervisor.server.systemd import Notifier

@@ -10,9 +10,9 @@ import sys
 import msgspec
 
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app_root
-from supervisor.runtime.services import STATE_FILE
-from supervisor.runtime.state_store import StateError, StateStore, Write
-from supervisor.runtime.vault import Vault, VaultError, vault_path
+from supervisor.host.services import STATE_FILE
+from supervisor.host.state_store import StateError, StateStore, Write
+from supervisor.host.vault import Vault, VaultError, vault_path
 
 SEP = "\x1f"
 

@@ -3,7 +3,7 @@
 # Strategy: the file system under ``tools/packages`` plus the registry *is* the state; this
 # class reads it, plans a change completely (a :class:`Transaction`), and executes the plan
 # through the journal (see ``journal.py``). Nothing here runs a sidecar or imports payload code:
-# the host restarts and verifies sidecars (``supervisor/runtime/upgrades.py``) and reports the
+# the host restarts and verifies sidecars (``supervisor/host/upgrades.py``) and reports the
 # verdict back with :meth:`PackageManager.settle_verification`. Every public operation expects
 # the caller to hold :attr:`PackageManager.lock` (the CLI for one command, the host for one
 # operation), which the kernel releases if the holder dies.

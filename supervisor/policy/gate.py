@@ -3,7 +3,7 @@
 A tool call is answered here, without a worker, when the tool is invisible (the stability
 reasons say why; a ``quota-limited`` tool gets a fresh ``retryAfterMs``), ``denied``, or
 ``approval-required`` without an approval that is granted and names who granted it. Quotas come
-after this gate (``supervisor.runtime.quotas``), then the pool.
+after this gate (``supervisor.calls.quotas``), then the pool.
 """
 
 from __future__ import annotations

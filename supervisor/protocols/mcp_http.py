@@ -5,7 +5,7 @@
 # :func:`url_problem`), the headers of a POST/DELETE (:func:`request_headers`), and how the
 # body of an answer becomes JSON-RPC lines for the connection: a JSON body as one line
 # (:func:`json_line`) or an SSE stream event by event (:class:`SseParser`). No sockets, no
-# clock, no trio: the worker in ``runtime/mcp_http_worker.py`` does the IO.
+# clock, no trio: the worker in ``workers/mcp_http.py`` does the IO.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from supervisor.contracts.rpc import (
     RestartParams,
     ServerInfo,
 )
+from supervisor.host.host import Host
 from supervisor.packages.errors import PackageError
-from supervisor.runtime.host import Host
 from supervisor.server.codec import BadParams, Codec
 from supervisor.server.formats import render
 

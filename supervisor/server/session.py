@@ -29,8 +29,7 @@ import trio
 
 from supervisor.contracts.events import SubscribeParams
 from supervisor.contracts.rpc import RequestId
-from supervisor.runtime.events import Subscription
-from supervisor.runtime.host import Host
+from supervisor.host.host import Host
 from supervisor.server.codec import BadFrame, BadParams, Codec
 from supervisor.server.methods import (
     ALREADY_SENT,
@@ -42,6 +41,7 @@ from supervisor.server.methods import (
     RpcFailure,
     changes_state,
 )
+from supervisor.telemetry.events import Subscription
 
 log = logging.getLogger("toolhost.server")
 

@@ -10,10 +10,10 @@ import struct
 import msgspec
 import trio
 
+from supervisor.host.host import Host
+from supervisor.processes.direct_write import DirectWriter, cork, read_ready, uncork
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
-from supervisor.runtime.direct_write import DirectWriter, cork, read_ready, uncork
-from supervisor.runtime.host import Host
 from supervisor.server.admission import ConnectionCount
 from supervisor.server.codec import Codec, Encoding
 from supervisor.server.session import QueuedTransport

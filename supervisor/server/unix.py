@@ -12,7 +12,7 @@ from functools import partial
 
 import trio
 
-from supervisor.runtime.host import Host
+from supervisor.host.host import Host
 from supervisor.server.admission import refuse_stream, serve_listeners
 from supervisor.server.listen import ListenError, unix_error
 from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name

@@ -3,7 +3,7 @@
 Text frames carry JSON and binary frames MessagePack; each answer uses the encoding of the frame
 that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared in constant
 time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600), generated on
-first start when absent, read at start and at reload only (``runtime/private.py``). A browser,
+first start when absent, read at start and at reload only (``private_files.py``). A browser,
 which cannot set that header, offers the token as the subprotocol ``toolhost.bearer.<token>``
 instead, and its ``Origin`` must be the gateway's own (``server/console.py``, which also serves
 the web console at ``/``).
@@ -23,8 +23,8 @@ from wsproto.connection import ConnectionState
 from wsproto.events import BytesMessage, TextMessage
 from wsproto.utilities import LocalProtocolError
 
-from supervisor.runtime.host import Host
-from supervisor.runtime.private import TokenFile
+from supervisor.host.host import Host
+from supervisor.private_files import TokenFile
 from supervisor.server import console
 from supervisor.server.admission import overloaded_line, serve_listeners
 from supervisor.server.codec import Codec

@@ -38,7 +38,7 @@ from supervisor.telemetry.sampling import (
 )
 
 if TYPE_CHECKING:
-    from supervisor.runtime.calls import Call, CallOutcome
+    from supervisor.calls.call import Call, CallOutcome
 
 log = logging.getLogger("toolhost.telemetry")
 

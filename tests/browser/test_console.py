@@ -20,8 +20,8 @@ import trio
 from trio_websocket import HandshakeError, open_websocket_url
 
 from sidecars.browser_cdp.cdp import Connection, browser_socket_url, http_get_json
-from supervisor.runtime.approvals import token_path
-from supervisor.runtime.private import read_token
+from supervisor.calls.approvals import token_path
+from supervisor.private_files import read_token
 from tests.conftest import REPO, echo, ready_pids, running_host, wait_available, wait_for
 from tests.kernel import served
 

@@ -9,7 +9,7 @@ import psutil
 import pytest
 import trio
 
-from supervisor.runtime import zygote
+from supervisor.processes import zygote
 from tests.conftest import echo, pid_alive, write_registry
 from tests.e2e.conftest import cli, serve
 from tests.e2e.test_serve import wait_visible

@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from supervisor.runtime.events import QUEUE_LIMIT, EventBus
+from supervisor.telemetry.events import QUEUE_LIMIT, EventBus
 from tests.conftest import echo, ready_pids, running_host, script, wait_available, wait_for
 from tests.kernel import served
 
@@ -174,7 +174,7 @@ def test_subscription_bound_and_drop_count():
 
 
 def test_chain_taps_keeps_an_earlier_tap():
-    from supervisor.runtime.events import chain_taps
+    from supervisor.telemetry.events import chain_taps
 
     seen: list[tuple[str, bytes]] = []
 

@@ -206,7 +206,7 @@ def test_private_roots_hold_both_names_of_a_symlinked_state_folder(tmp_path):
 
 
 def test_the_installation_is_private_in_a_source_checkout():
-    from supervisor.runtime.host import install_dirs
+    from supervisor.host.host import install_dirs
 
     dirs = install_dirs()
     for name in ("supervisor", "sidecars", "Makefile", "pyproject.toml", ".ci", ".git"):

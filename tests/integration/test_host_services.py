@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-from supervisor.runtime.vault import Vault, vault_path
+from supervisor.host.vault import Vault, vault_path
 from tests.conftest import (
     echo,
     raw,

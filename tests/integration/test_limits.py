@@ -8,7 +8,7 @@ import msgspec
 import psutil
 import trio
 
-from supervisor.runtime.limits import MIN_LINE
+from supervisor.processes.limits import MIN_LINE
 from tests.conftest import bystander, echo, raw, running_host, script, wait_available, wait_for
 
 HOG_TOOLS = ["hog.memory", "hog.leak", "hog.spin", "hog.big", "hog.fork", "hog.limits", "hog.ok"]

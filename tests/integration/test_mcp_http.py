@@ -239,7 +239,7 @@ async def test_bad_url_is_manifest_invalid_with_the_json_path(app):
 
 
 async def test_headers_from_the_vault(app, tmp_path):
-    from supervisor.runtime.vault import Vault, vault_path
+    from supervisor.host.vault import Vault, vault_path
 
     with http_server(tmp_path) as server:
         await server.listening()

@@ -6,8 +6,8 @@ import json
 
 import trio
 
-from supervisor.runtime.approvals import token_path
-from supervisor.runtime.private import read_token
+from supervisor.calls.approvals import token_path
+from supervisor.private_files import read_token
 from tests.conftest import echo, running_host, wait_available
 from tests.kernel import served
 

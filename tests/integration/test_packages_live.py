@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from supervisor.client import RpcError, open_client
+from supervisor.host.host import Host, HostOptions
 from supervisor.packages.manager import PackageManager
-from supervisor.runtime.host import Host, HostOptions
 from supervisor.server.unix import serve_unix
 from tests.conftest import FIXTURES, echo, running_host, wait_available, wait_for, write_registry
 from tests.pkgkit import TOOL, assert_no_absolute_paths, build, installed_version

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from supervisor.runtime.private import NotPrivate, open_private
+from supervisor.private_files import NotPrivate, open_private
 from tests.conftest import echo, raw, running_host, wait_available
 
 

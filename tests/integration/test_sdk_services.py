@@ -10,7 +10,7 @@ import urllib.parse
 import msgspec
 import trio
 
-from supervisor.runtime.vault import Vault, vault_path
+from supervisor.host.vault import Vault, vault_path
 from tests.conftest import FIXTURES, echo, raw, ready_pids, running_host, script, wait_for
 from tests.kernel import served
 

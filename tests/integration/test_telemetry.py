@@ -22,7 +22,7 @@ import msgspec
 import pytest
 import trio
 
-from supervisor.runtime.vault import Vault, vault_path
+from supervisor.host.vault import Vault, vault_path
 from tests.conftest import echo, raw, running_host, script, wait_available, write_registry
 from tests.kernel import served
 

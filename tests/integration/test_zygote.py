@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from supervisor.runtime import zygote
+from supervisor.processes import zygote
 from tests.conftest import FIXTURES, pid_alive, raw, running_host, script, wait_available, wait_for
 
 # Off by the switch (TOOLHOST_SPAWN=exec; .ci/run leaves this file out of that run), or a platform
@@ -321,7 +321,7 @@ async def test_preloaded_code_changed_on_disk_replaces_the_zygote(app):
 ZDIE = '''"""Test preload: the zygote dies right after forking a worker while die.flag exists."""
 import os
 
-from supervisor.runtime import zygote_main
+from supervisor.processes import zygote_main
 
 _orig = zygote_main._fork_worker
 

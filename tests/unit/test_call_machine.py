@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from supervisor.calls.call import Call, CallEngine, CallOutcome, Dispatch
+from supervisor.calls.timers import Timers
 from supervisor.contracts.manifest import RetryConfig, ToolManifest
-from supervisor.runtime.calls import Call, CallEngine, CallOutcome, Dispatch
-from supervisor.runtime.timers import Timers
 
 OK = CallOutcome(ok=True, data=msgspec.Raw(b'{"n":1}'), pid=100)
 CRASH = CallOutcome(ok=False, code="worker-crashed", error="worker died", pid=100)

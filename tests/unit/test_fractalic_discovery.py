@@ -10,8 +10,8 @@ from supervisor.contracts.registry import TOOL_NAME_PATTERN
 from supervisor.contracts.wire import ToolInfo
 from supervisor.protocols import fractalic_discovery as fd
 from supervisor.registry.catalog import Catalog, SidecarFacts
-from supervisor.runtime import fractalic_probe
-from supervisor.runtime.fractalic_probe import CannotRun, ProbeCache, Ran
+from supervisor.workers import discovery as fractalic_probe
+from supervisor.workers.discovery import CannotRun, ProbeCache, Ran
 from tests.unit.test_discover import make, plan_with
 
 ARGV = ["/py", "/tools/multi.py"]

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from supervisor.contracts.registry import SidecarConfig
-from supervisor.runtime.limits import (
+from supervisor.processes.limits import (
     MAX_LINE,
     MIN_LINE,
     NPROC_HEADROOM,

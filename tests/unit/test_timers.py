@@ -2,7 +2,7 @@
 
 import math
 
-from supervisor.runtime.timers import COMPACT_MIN, Timers
+from supervisor.calls.timers import COMPACT_MIN, Timers
 
 
 def test_fires_due_timers_in_order_and_only_those():

@@ -1,0 +1,1 @@
+"""The MCP face: a client of the kernel protocol serving MCP over stdio and Streamable HTTP."""

@@ -1,0 +1,700 @@
+"""The host's side of the zygote: start and supervise it, ask it for workers, adopt and reap them.
+
+# Strategy (docs/zygote.md): one zygote per host process (Linux only), started from the trio
+# thread like every worker (PDEATHSIG follows the forking thread), registered with the warden, and
+# given one end of an unnamed SOCK_SEQPACKET socketpair as fd 3. ``spawn.spawn`` calls
+# :meth:`Zygote.fork` synchronously, like ``Popen``: it sends one message and the worker's three
+# pipe ends (SCM_RIGHTS) and waits for the pid at most ``replyTimeoutMs``; anything else (not
+# started, dead, slow, a worker that does not qualify) returns a reason and the caller execs.
+# The zygote double-forks, so every worker is adopted by the host, which is a child subreaper:
+# the host reaps its workers and learns their exit statuses itself, and a dead zygote loses
+# nothing. Becoming a subreaper also adopts the orphans of sidecars' own children; those are
+# reaped here (:func:`reap_orphans`), never a process that some ``Popen`` waits for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from supervisor.contracts.registry import RestartConfig
+from supervisor.contracts.snapshot import ZygoteStatus
+from supervisor.policy import restart
+from supervisor.policy.spawn import eligible, startup_env_difference
+from supervisor.processes import child as process
+
+log = logging.getLogger("toolhost.zygote")
+
+PR_SET_CHILD_SUBREAPER = 36
+ZYGOTE_FD = 3
+DEFAULT_PRELOAD = ("sidecars.sdk",)
+CHECK_INTERVAL_S = 1.0
+STALL_S = 5.0
+"""A zygote that leaves a request unanswered this long is killed and started afresh."""
+RESTART = RestartConfig(backoff_ms=100, max_backoff_ms=5000, intensity=5, period_ms=60_000)
+
+ROOT = str(Path(__file__).resolve().parents[2])
+"""The folder holding the ``supervisor`` package (put first on the zygote's path to boot)."""
+_BOOT = (
+    "import sys\n"
+    "fresh = sys.path[1:]\n"
+    "sys.path.insert(0, {root!r})\n"
+    "from supervisor.processes.zygote_main import main, run_worker\n"
+    "req = main(sys.argv[1:], fresh)\n"
+    "if req is not None:\n"
+    "    del main, fresh\n"
+    "    run_worker(req)\n"
+)
+
+
+def preload_list(extra: Sequence[str]) -> list[str]:
+    """The SDK first, then the configured modules, without duplicates."""
+    return list(dict.fromkeys([*DEFAULT_PRELOAD, *extra]))
+
+
+def platform_problem() -> str | None:
+    """Why this platform cannot run a zygote (None: it can)."""
+    if not sys.platform.startswith("linux"):
+        return f"the zygote needs Linux (this is {sys.platform})"
+    if not hasattr(os, "pidfd_open"):
+        return "os.pidfd_open is missing (Python >= 3.9 on Linux >= 5.3)"
+    if not hasattr(socket, "send_fds"):
+        return "socket.send_fds is missing (Python >= 3.9)"
+    if process.PRCTL is None:
+        return "prctl is not available"
+    return None
+
+
+def _set_subreaper() -> str | None:
+    prctl = process.PRCTL
+    if prctl is None:
+        return "prctl is not available"
+    if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        import ctypes
+
+        return f"PR_SET_CHILD_SUBREAPER failed: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
+def reap_orphans() -> int:
+    """Reap exited processes this host adopted as a subreaper; returns how many.
+
+    Only zombies that are not session leaders and not in the host's session are reaped: the
+    host's own direct children (``Popen`` objects, workers, the warden, the zygote) are either
+    session leaders or in the host's session, and their owners reap them.
+    """
+    me = os.getpid()
+    my_sid = os.getsid(0)
+    reaped = 0
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                kids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in kids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            state, sid = fields[0], int(fields[4])
+            if state != "Z" or sid in (pid, my_sid):
+                continue
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+                reaped += 1
+    return reaped
+
+
+class ZygoteChild(process.ChildProcess):
+    """A worker forked by the zygote and adopted by the host: same interface as an exec'd one."""
+
+    def __init__(
+        self,
+        pid: int,
+        stdin: trio.lowlevel.FdStream | None,
+        stdout: trio.lowlevel.FdStream | None,
+        stderr: trio.lowlevel.FdStream | None,
+    ) -> None:
+        self._popen = None  # type: ignore[assignment]
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode = None
+        self.started_by = "zygote"
+        self._pidfd = None
+        with contextlib.suppress(OSError):
+            self._pidfd = os.pidfd_open(pid)
+
+    def _reap(self, flags: int) -> int | None:
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:
+            pid, status = self.pid, -1  # not ours any more: treat as killed
+        if pid == 0:
+            return None
+        return os.waitstatus_to_exitcode(status) if status != -1 else -int(signal.SIGKILL)
+
+    async def wait(self) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        if self._pidfd is not None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signal.SIGKILL)
+        rc = self._reap(0)
+        self.returncode = rc if rc is not None else -int(signal.SIGKILL)
+        self._close_pidfd()
+        return self.returncode
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the worker's group; for the microseconds between its report and its
+        ``setsid`` the group does not exist yet: then to the worker alone."""
+        if self.returncode is not None:
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, sig)
+        except PermissionError:  # pragma: no cover
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, sig)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            rc = self._reap(os.WNOHANG)
+            if rc is not None:
+                self.returncode = rc
+                self._close_pidfd()
+        return self.returncode
+
+
+class Zygote:
+    """The zygote of this host process and the numbers ``status`` shows about it.
+
+    Args:
+        preload: Modules imported before forking (the SDK is always first).
+        reply_timeout_s: How long a spawn waits for the zygote's answer before it execs.
+        app_root: The zygote's cwd.
+        on_change: Called whenever :attr:`state` changes.
+    """
+
+    def __init__(
+        self,
+        preload: Sequence[str] = (),
+        *,
+        reply_timeout_s: float = 0.1,
+        app_root: str = ".",
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.preload = preload_list(preload)
+        self.reply_timeout_s = reply_timeout_s
+        self.app_root = app_root
+        self._state = "starting"
+        self._on_change = on_change
+        self.reason: str | None = None
+        self.last_fallback: str | None = None
+        self.forks = 0
+        self.fallbacks = 0
+        self.restarts = 0
+        self.hello: dict[str, Any] = {}
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._env: dict[str, str] = {}
+        self._next_id = 0
+        self._pending: set[int] = set()
+        self._stalled = 0
+        self._mtimes: dict[str, float] = {}
+        self._shadow_cache: dict[str, str | None] = {}
+        self._replace = trio.Event()
+        self._rng = random.Random()
+        self._restart_state = restart.RestartState()
+
+    @property
+    def state(self) -> str:
+        """``starting``, ``ready``, ``restarting``, ``unavailable`` or ``off``."""
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        if value != self._state:
+            self._state = value
+            if self._on_change is not None:
+                self._on_change()
+
+    # status --------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None else None
+
+    def status(self) -> ZygoteStatus:
+        rss = None
+        if self.pid is not None:
+            with (
+                contextlib.suppress(OSError, ValueError, IndexError),
+                open(f"/proc/{self.pid}/statm") as f,
+            ):
+                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return ZygoteStatus(
+            state=self.state,
+            pid=self.pid if self.state == "ready" else None,
+            rssBytes=rss if self.state == "ready" else None,
+            forks=self.forks,
+            fallbacks=self.fallbacks,
+            restarts=self.restarts,
+            preloaded=list(self.hello.get("preloaded", [])),
+            preloadFailed=[f"{b['module']}: {b['error']}" for b in self.hello.get("failed", [])],
+            reason=self.reason or self.last_fallback,
+        )
+
+    # qualification ---------------------------------------------------------------------------
+
+    def unqualified(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str | None:
+        """Why a worker with this argv/cwd/env must be exec'd (None: the zygote can fork it)."""
+        if len(argv) < 2 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+            return "the command is not the host's python"
+        if argv[1] == "-m":
+            if len(argv) < 3:
+                return "python -m without a module"
+            path0 = cwd
+        elif argv[1].startswith("-"):
+            return f"interpreter flag {argv[1]}"
+        else:
+            script = argv[1] if os.path.isabs(argv[1]) else os.path.join(cwd, argv[1])
+            path0 = os.path.dirname(os.path.realpath(script))
+        key = startup_env_difference(env, self._env)
+        if key is not None:
+            return f"environment variable {key} differs from the zygote's"
+        return self._shadowed(path0)
+
+    def _shadowed(self, path0: str) -> str | None:
+        if path0 in self._shadow_cache:
+            return self._shadow_cache[path0]
+        why = None
+        for name, folder in self.hello.get("tops", {}).items():
+            if folder == path0:
+                continue
+            if os.path.isdir(os.path.join(path0, name)) or os.path.exists(
+                os.path.join(path0, name + ".py")
+            ):
+                why = f"{path0} has its own {name}, which the zygote preloaded from {folder}"
+                break
+        self._shadow_cache[path0] = why
+        return why
+
+    # forking (synchronous, on the trio thread, like Popen) -----------------------------------
+
+    def fork(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        limits: Sequence[tuple[int, int, int]],
+    ) -> tuple[ZygoteChild | None, str]:
+        """Ask the zygote for a worker; ``(child, "")`` or ``(None, why it must be exec'd)``."""
+        if self.state != "ready" or self._sock is None:
+            return None, f"zygote {self.state}" + (f" ({self.reason})" if self.reason else "")
+        why = self.unqualified(argv, cwd, env)
+        if why is not None:
+            return None, why
+        self._collect_late()
+        if self._pending:
+            return None, "the zygote has not answered an earlier request yet"
+        self._next_id += 1
+        rid = self._next_id
+        module = argv[2] if argv[1] == "-m" else None
+        mask = _host_umask()
+        rl = dict(((w, (s, h)) for w, (s, h) in _host_rlimits().items()))
+        for which, soft, hard in limits:
+            rl[which] = (soft, hard)
+        req = {
+            "id": rid,
+            "argv": list(argv),
+            "module": module,
+            "cwd": cwd,
+            "env": dict(env),
+            "umask": mask,
+            "rlimits": [[w, s, h] for w, (s, h) in rl.items()],
+        }
+        fds: list[int] = []
+        try:
+            in_r, in_w = os.pipe()
+            fds += (in_r, in_w)
+            out_r, out_w = os.pipe()
+            fds += (out_r, out_w)
+            err_r, err_w = os.pipe()
+            fds += (err_r, err_w)
+            for fd in (in_w, out_r, err_r):
+                os.set_inheritable(fd, False)
+            socket.send_fds(self._sock, [json.dumps(req).encode()], [in_r, out_w, err_w])
+        except OSError as exc:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._lost(f"request failed: {exc}")
+            return None, f"zygote request failed: {exc}"
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        self._pending.add(rid)
+        reply = self._await_reply(rid)
+        if reply is not None:
+            self._pending.discard(rid)
+        if reply is None or "pid" not in reply:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            if reply is None:
+                return None, f"zygote did not answer within {self.reply_timeout_s * 1000:.0f} ms"
+            return None, f"zygote refused: {reply.get('error')}"
+        pid = int(reply["pid"])
+        process.warden().watch(pid)
+        self.forks += 1
+        child = ZygoteChild(
+            pid,
+            trio.lowlevel.FdStream(in_w),
+            trio.lowlevel.FdStream(out_r),
+            trio.lowlevel.FdStream(err_r),
+        )
+        return child, ""
+
+    def _await_reply(self, rid: int) -> dict[str, Any] | None:
+        sock = self._sock
+        assert sock is not None
+        deadline = time.monotonic() + self.reply_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([sock], [], [], left)
+            if not ready:
+                return None
+            msg = self._recv()
+            if msg is None:
+                return None
+            if msg.get("id") == rid:
+                return msg
+            self._late(msg)
+
+    def _recv(self) -> dict[str, Any] | None:
+        sock = self._sock
+        if sock is None:
+            return None
+        try:
+            data = sock.recv(1 << 20, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return {}
+        except OSError as exc:
+            self._lost(f"socket error: {exc}")
+            return None
+        if not data:
+            self._lost("the zygote closed its socket")
+            return None
+        try:
+            msg = json.loads(data)
+        except ValueError:
+            return {}
+        return msg if isinstance(msg, dict) else {}
+
+    def _late(self, msg: dict[str, Any]) -> None:
+        """An answer to a request the host stopped waiting for: that worker is not wanted."""
+        rid = msg.get("id")
+        if rid not in self._pending:
+            return
+        self._pending.discard(rid)
+        if self._on_change is not None:
+            self._on_change()
+        pid = msg.get("pid")
+        if isinstance(pid, int):
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+
+    def _collect_late(self) -> None:
+        sock = self._sock
+        while self._pending and sock is not None:
+            ready, _, _ = select.select([sock], [], [], 0)
+            if not ready:
+                return
+            msg = self._recv()
+            if not msg:
+                return
+            self._late(msg)
+
+    def _lost(self, why: str) -> None:
+        if self.state == "ready":
+            log.warning("zygote: %s; workers are exec'd until it is back", why)
+        self.state = "restarting"
+        self.reason = why
+        popen = self._popen
+        if popen is not None and popen.poll() is None:
+            with contextlib.suppress(OSError):
+                popen.kill()
+
+    def fell_back(self, why: str) -> None:
+        """Count (and log once per start) a worker exec'd although its sidecar allows forking."""
+        self.fallbacks += 1
+        self.last_fallback = f"last fallback to exec: {why}"
+        log.info("zygote: worker exec'd instead: %s", why)
+
+    # supervision -------------------------------------------------------------------------------
+
+    def replace(self) -> None:
+        """Start a fresh zygote (a reload; preloaded code changed on disk); until it is ready,
+        workers are exec'd, so none starts from stale preloaded code."""
+        if self.state == "ready":
+            self.state, self.reason = "restarting", "being replaced"
+        self._replace.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the zygote and keep one running (restart policy with backoff) until cancelled."""
+        problem = platform_problem() or _set_subreaper()
+        if problem is not None:
+            self.state, self.reason = "unavailable", problem
+            task_status.started()
+            return
+        started = False
+        try:
+            while True:
+                t0 = trio.current_time()
+                await self._start()
+                if not started:
+                    started = True
+                    task_status.started()
+                await self._serve()
+                self._stop_process()
+                if self._replace.is_set():
+                    self._replace = trio.Event()
+                    self.restarts += 1
+                    continue
+                decision, self._restart_state = restart.on_exit(
+                    RESTART,
+                    self._restart_state,
+                    now=trio.current_time() * 1000.0,
+                    uptime_ms=(trio.current_time() - t0) * 1000.0,
+                    clean=False,
+                    rng=self._rng,
+                )
+                self.restarts += 1
+                self.state = "restarting"
+                await trio.sleep(decision.delay_ms / 1000.0)
+        finally:
+            self._stop_process()
+            self.state = "off"
+            if process.PRCTL is not None:  # the workers are gone; stop adopting orphans
+                process.PRCTL(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+            reap_orphans()
+
+    async def _start(self) -> None:
+        self.state = "starting"
+        self._shadow_cache.clear()
+        self._pending.clear()
+        self.hello = {}
+        host_end = self._launch()
+        if host_end is None:
+            return
+        with trio.move_on_after(10):
+            await trio.lowlevel.wait_readable(host_end)
+            msg = self._recv()
+            if msg and msg.get("hello"):
+                self.hello = msg
+                self._mtimes = _mtimes(msg.get("files", []))
+                self.state, self.reason = "ready", None
+                for bad in msg.get("failed", []):
+                    log.warning("zygote: preload of %s failed: %s", bad["module"], bad["error"])
+                return
+        self._lost("no hello from the zygote")
+
+    def _launch(self) -> socket.socket | None:
+        """Fork the zygote (on the trio thread, like a worker) with its end of the socketpair."""
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._env = process.allowed_env(os.environ, {})
+        w = process.warden()
+        w.start()
+        try:
+            os.set_inheritable(child_end.fileno(), True)
+            fd = child_end.fileno()
+            preexec = process.make_preexec(())
+
+            def child_setup() -> None:
+                if fd != ZYGOTE_FD:
+                    os.dup2(fd, ZYGOTE_FD)
+                preexec()
+
+            self._popen = subprocess.Popen(
+                [sys.executable, "-c", _BOOT.format(root=ROOT), *self.preload],
+                cwd=self.app_root,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(fd, ZYGOTE_FD) if fd != ZYGOTE_FD else (fd,),
+                preexec_fn=child_setup,
+            )
+        except OSError as exc:
+            host_end.close()
+            self.state, self.reason = "restarting", f"cannot start: {exc}"
+            return None
+        finally:
+            child_end.close()
+        w.watch(self._popen.pid)
+        host_end.setblocking(False)  # a full buffer (a hung zygote) must not block the host
+        self._sock = host_end
+        self._stalled = 0
+        return host_end
+
+    async def _serve(self) -> None:
+        """Until the zygote dies or must be replaced: collect late answers, reap adopted orphans,
+        watch the preloaded files."""
+        popen, sock = self._popen, self._sock
+        if popen is None or sock is None or self.state != "ready":
+            return
+        pidfd = os.pidfd_open(popen.pid)
+        try:
+            while not self._replace.is_set() and self.state == "ready":
+                with trio.move_on_after(CHECK_INTERVAL_S):
+                    async with trio.open_nursery() as n:
+
+                        async def dead() -> None:
+                            await trio.lowlevel.wait_readable(pidfd)
+                            n.cancel_scope.cancel()
+
+                        async def readable() -> None:
+                            await trio.lowlevel.wait_readable(sock)
+                            n.cancel_scope.cancel()
+
+                        async def replace() -> None:
+                            await self._replace.wait()
+                            n.cancel_scope.cancel()
+
+                        n.start_soon(dead)
+                        n.start_soon(readable)
+                        n.start_soon(replace)
+                if popen.poll() is not None:
+                    self._lost(f"the zygote exited ({popen.returncode})")
+                    return
+                msg = self._recv()
+                if msg:
+                    self._late(msg)
+                if self._pending:
+                    self._stalled += 1
+                    if self._stalled * CHECK_INTERVAL_S >= STALL_S:
+                        self._lost(f"no answer for {STALL_S:.0f} s")
+                        return
+                else:
+                    self._stalled = 0
+                reap_orphans()
+                if _mtimes(self._mtimes) != self._mtimes:
+                    log.info("zygote: preloaded code changed on disk; starting a fresh zygote")
+                    self.replace()
+        finally:
+            os.close(pidfd)
+
+    def _stop_process(self) -> None:
+        sock = self._sock
+        if sock is not None:
+            # No worker may report after this (its send fails and it exits before it is a
+            # worker); the reports already queued are late answers: kill those workers.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)
+            while self._pending:
+                try:
+                    data = sock.recv(1 << 20, socket.MSG_DONTWAIT)
+                except OSError:
+                    break
+                if not data:
+                    break
+                with contextlib.suppress(ValueError):
+                    msg = json.loads(data)
+                    if isinstance(msg, dict):
+                        self._late(msg)
+            self._sock = None
+            sock.close()
+        self._pending.clear()
+        popen, self._popen = self._popen, None
+        if popen is None:
+            return
+        if popen.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=2)
+        process.warden().forget(popen.pid)
+
+
+def _mtimes(files: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for path in files:
+        try:
+            out[path] = os.stat(path).st_mtime
+        except OSError:
+            out[path] = -1.0
+    return out
+
+
+def _host_umask() -> int:
+    """The host's umask, read without changing it (threads may be creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o22)  # pragma: no cover - kernels before 4.7
+    os.umask(mask)
+    return mask
+
+
+def _host_rlimits() -> dict[int, tuple[int, int]]:
+    import resource
+
+    from supervisor.processes.limits import MANAGED
+
+    return {which: resource.getrlimit(which) for which in MANAGED}
+
+
+__all__ = ["Zygote", "ZygoteChild", "activate", "active", "eligible", "forced_exec"]
+
+_ACTIVE: Zygote | None = None
+
+
+def active() -> Zygote | None:
+    """The zygote this process's workers are forked from (None: exec only)."""
+    return _ACTIVE
+
+
+def activate(z: Zygote | None) -> None:
+    """Make ``z`` the process's zygote (a host does this while it runs)."""
+    global _ACTIVE
+    _ACTIVE = z
+
+
+def forced_exec() -> bool:
+    """``TOOLHOST_SPAWN=exec`` in the host's environment turns the zygote off (the CI switch)."""
+    return os.environ.get("TOOLHOST_SPAWN", "").strip().lower() == "exec"

@@ -1,1 +1,0 @@
-"""The trio runtime: processes, workers, pools, and the host that owns them."""

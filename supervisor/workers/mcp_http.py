@@ -1,0 +1,430 @@
+"""A worker hosting one remote MCP server over Streamable HTTP (protocol ``mcp-http``).
+
+# Strategy: the worker is a *connection*, not a process. ``run`` opens an MCP session
+# (``initialize`` answered with an ``Mcp-Session-Id``, ``notifications/initialized``, every page
+# of ``tools/list`` within ``startTimeoutMs``), then serves until it is stopped or the server is
+# lost, and ends the session with a ``DELETE``. Every JSON-RPC message is one HTTP/1.1 POST on
+# its own TCP connection (h11 over trio; ``Connection: close``, so any number of calls stream at
+# once); its answer, a JSON body or an SSE stream carrying progress and then the response, is
+# fed to the same sans-IO :class:`McpConnection` the stdio worker uses. A refused connection, a
+# stream cut before its answer, or a ``404`` for our session (the server restarted) ends the
+# worker as ``crashed`` (``start-failed`` before ready): the pool's restart policy opens a new
+# session when the server is back, and availability reads ``unavailable`` meanwhile. Deadlines
+# and ``tools.cancel`` abandon a call: ``notifications/cancelled`` is POSTed and the call's
+# stream closed. ``ping`` is the probe.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import h11
+import trio
+
+from supervisor.contracts import mcp as mcp_types
+from supervisor.processes.child import StderrRing
+from supervisor.protocols import mcp as proto
+from supervisor.protocols import mcp_http
+from supervisor.protocols.answer import preview
+from supervisor.protocols.errors import ProtocolError
+from supervisor.workers.base import (
+    Call,
+    CallOutcome,
+    CallSlot,
+    ExitReason,
+    LaunchSpec,
+    WorkerExit,
+    WorkerHooks,
+)
+from supervisor.workers.mcp import McpSession
+
+READ_CHUNK = 1 << 16
+DELETE_TIMEOUT_S = 1.0
+INTERNAL_ERROR = -32603
+
+
+class Lost(Exception):
+    """The HTTP exchange broke: the server is gone or is not an HTTP server."""
+
+
+class McpHttpWorker(McpSession):
+    """One session with a remote MCP server (``spec.argv[0]`` is its URL)."""
+
+    TRANSPORT = "tcp"
+
+    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
+        self.spec = spec
+        self.sidecar = spec.sidecar
+        self.hooks = hooks
+        self.index = index
+        self.stderr = StderrRing()
+        self.url = spec.argv[0] if spec.argv else ""
+        self.endpoint: mcp_http.Endpoint | None = None
+        self._bad_url: str | None = None
+        try:
+            self.endpoint = mcp_http.parse_url(self.url)
+        except mcp_http.BadUrl as exc:
+            self._bad_url = str(exc)
+        self.extra = mcp_http.extra_headers(spec.init.config if spec.init is not None else {})
+        self.session: str | None = None
+        self.slots: dict[int, CallSlot] = {}
+        self._waiters: dict[int, list[Any]] = {}
+        self._scopes: dict[int, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+        self._over = trio.Event()
+        self._exited = trio.Event()
+        self._idle = trio.Event()
+        self._end = None
+        self._open_session(spec, "in an HTTP answer")
+
+    @property
+    def inflight(self) -> int:
+        return len(self.slots)
+
+    @property
+    def _alive(self) -> bool:
+        return self._end is None and not self._over.is_set()
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> WorkerExit:
+        self.started_at = self.last_active = trio.current_time()
+        if self.endpoint is None or self.spec.problem is not None:
+            self.state = "exited"
+            self._exited.set()
+            message = self.spec.problem or f"bad url: {self._bad_url}"
+            return WorkerExit(reason="start-failed", message=message)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._handshake)
+                await self._over.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                self.state = "exited"
+                result = self._exit_record()
+                self._fail_all(result)
+                if self.session is not None and result.reason != "crashed":
+                    with trio.move_on_after(DELETE_TIMEOUT_S):
+                        try:
+                            await self._http(None, None)
+                        except (Lost, OSError, trio.BrokenResourceError):
+                            pass
+                self._exited.set()
+        return result
+
+    async def _notify(self, line: bytes) -> None:
+        await self._exchange(line, None)
+
+    def _where(self) -> str:
+        return f"{self.url}: "
+
+    def _exit_record(self) -> WorkerExit:
+        reason, message = self._end or ("crashed", f"{self.url}: the session ended")
+        return WorkerExit(
+            reason=reason,
+            message=message,
+            uptime_ms=(trio.current_time() - self.started_at) * 1000.0,
+            was_ready=self.ready_at is not None,
+            stderr_tail=self.stderr.tail(),
+        )
+
+    def _fail_all(self, ex: WorkerExit) -> None:
+        slots, self.slots = self.slots, {}
+        code = "protocol-error" if ex.reason == "protocol-error" else "worker-crashed"
+        for slot in slots.values():
+            if slot.finished:
+                continue
+            slot.finish()
+            if not slot.abandoned:
+                slot.call.ended(
+                    CallOutcome(
+                        ok=False,
+                        code=code,
+                        error=f"MCP server {self.sidecar} ended while running "
+                        f"{slot.call.tool}: {ex.message}",
+                    )
+                )
+        for waiter in self._waiters.values():
+            waiter[0].set()
+        self._waiters.clear()
+        self._idle.set()
+
+    def kill(self, reason: ExitReason, message: str) -> None:
+        if self._end is None:
+            self._end = (reason, message)
+        if self.state != "exited":
+            self.state = "stopping"
+        self._over.set()
+
+    async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
+        await self._drain(reason, drain_s, bool(self.slots))
+        self.state = "stopping"
+        self._over.set()
+        if self._nursery is not None:
+            await self._exited.wait()
+
+    def exceed(self, pid: int, message: str, details: dict[str, Any]) -> None:
+        self.kill("quota-exceeded", message)  # never called: a remote server has no process
+
+    def _lost(self, message: str) -> None:
+        """The server cannot be reached: end the worker (the restart policy reconnects)."""
+        if self._alive:
+            reason: ExitReason = "crashed" if self.ready_at is not None else "start-failed"
+            self.kill(reason, f"{self.url}: {message}")
+
+    # calls -------------------------------------------------------------------------------
+
+    def start(self, call: Call) -> None:
+        got = self._call_line(call)
+        if got is None:
+            return
+        rid, line = got
+        assert self._nursery is not None  # a ready session runs in its nursery
+        slot = CallSlot(rid, call)
+        self.slots[rid] = slot
+        call.slot = slot
+        self.calls_issued += 1
+        self.last_active = trio.current_time()
+        self._nursery.start_soon(self._exchange, line, rid)
+
+    def _answer(self, rid: int, response: proto.Response) -> None:
+        slot = self.slots.pop(rid, None)
+        if slot is None:
+            return
+        slot.finish()
+        self.last_active = trio.current_time()
+        if not self.slots:
+            self._idle.set()
+        if not slot.abandoned:
+            slot.call.ended(self._outcome(response))
+        self.hooks.on_capacity(self)
+
+    def abandon(self, call: Call) -> None:
+        slot = call.slot
+        if not isinstance(slot, CallSlot) or slot.finished or slot.abandoned:
+            return
+        slot.abandoned = True
+        line = self.conn.cancel(slot.id, "the host stopped waiting (deadline or tools.cancel)")
+        self.slots.pop(slot.id, None)
+        slot.finish()
+        if not self.slots:
+            self._idle.set()
+        if self._alive and self._nursery is not None:
+            self._nursery.start_soon(self._cancel, slot.id, line)
+        self.hooks.on_capacity(self)
+
+    async def _cancel(self, rid: int, line: bytes) -> None:
+        """Tell the server, then close the call's stream."""
+        if line:
+            await self._exchange(line, None)
+        scope = self._scopes.get(rid)
+        if scope is not None:
+            scope.cancel()
+
+    def _forget(self, rid: int) -> None:
+        scope = self._scopes.get(rid)
+        if scope is not None:
+            scope.cancel()
+
+    async def _wait_for(self, rid: int, line: bytes, timeout_s: float) -> proto.Response | None:
+        waiter: list[Any] = [trio.Event(), None]
+        self._waiters[rid] = waiter
+        assert self._nursery is not None
+        self._nursery.start_soon(self._exchange, line, rid)
+        try:
+            with trio.move_on_after(timeout_s):
+                await waiter[0].wait()
+        finally:
+            self._waiters.pop(rid, None)
+        response: proto.Response | None = waiter[1]
+        return response
+
+    # server -> host ----------------------------------------------------------------------
+
+    def _receive(self, line: bytes) -> None:
+        try:
+            events = self.conn.feed(line)
+        except ProtocolError as exc:
+            for event in exc.accepted:
+                self._dispatch(event)
+            self.kill("protocol-error", f"protocol error: {exc.message}")
+            return
+        for event in events:
+            self._dispatch(event)
+
+    def _dispatch(self, event: proto.Event) -> None:
+        if type(event) is proto.Response:
+            if event.method == "tools/call":
+                self._answer(event.id, event)
+            else:
+                waiter = self._waiters.get(event.id)
+                if waiter is not None:
+                    waiter[1] = event
+                    waiter[0].set()
+        elif type(event) is proto.Progress:
+            slot = self.slots.get(event.id)
+            if slot is not None and not slot.abandoned:
+                slot.call.progress(event.payload)
+        elif type(event) is proto.Reply:
+            if self._nursery is not None:
+                self._nursery.start_soon(self._exchange, event.data, None)
+        elif type(event) is proto.ToolsChanged:
+            if self.state == "ready" and self._nursery is not None:
+                self._nursery.start_soon(self._relist.run)
+        elif type(event) is proto.Log:
+            self.stderr.write(event.text.encode("utf-8", "replace") + b"\n")
+
+    def _unanswered(self, rid: int, message: str) -> None:
+        """Request ``rid`` got no JSON-RPC answer: end it with an internal error."""
+        method = self.conn.pending.get(rid)
+        if method is None:
+            return
+        self.conn.cancel(rid, message)
+        error = mcp_types.RpcErrorInfo(code=INTERNAL_ERROR, message=message)
+        self._dispatch(proto.Response(id=rid, method=method, error=error))
+
+    # HTTP --------------------------------------------------------------------------------
+
+    async def _exchange(self, line: bytes, rid: int | None) -> None:
+        """POST one JSON-RPC message and feed its answer to the connection."""
+        scope = trio.CancelScope()
+        if rid is not None:
+            self._scopes[rid] = scope
+        problem: str | None = None
+        try:
+            with scope:
+                problem = await self._http(line.rstrip(b"\n"), rid)
+            if problem is not None and rid is not None:
+                self._unanswered(rid, problem)
+            elif problem is not None:
+                self.stderr.write(f"[toolhost] {problem}\n".encode())
+        except (Lost, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._lost(str(exc) or type(exc).__name__)
+        except (h11.LocalProtocolError, ValueError) as exc:  # e.g. a header value h11 refuses
+            # Not str(exc): it may quote a header value, i.e. a secret.
+            self._lost(f"cannot send the request ({type(exc).__name__}): check config.headers")
+        finally:
+            if rid is not None:
+                self._scopes.pop(rid, None)
+                if self._alive and not scope.cancel_called:
+                    self._unanswered(rid, "the server ended the stream without an answer")
+
+    async def _open(self) -> trio.abc.Stream:
+        ep = self.endpoint
+        assert ep is not None
+        try:
+            if ep.tls:
+                return await trio.open_ssl_over_tcp_stream(ep.host, ep.port, https_compatible=True)
+            return await trio.open_tcp_stream(ep.host, ep.port)
+        except OSError as exc:
+            raise Lost(f"cannot connect to {ep.host}:{ep.port}: {_why(exc)}") from exc
+
+    async def _http(self, body: bytes | None, rid: int | None) -> str | None:
+        """One POST (``body``) or, with None, the session's DELETE.
+
+        Returns:
+            None when the answer was fed to the connection (or the message was accepted),
+            else what the server said instead (an HTTP error status).
+
+        Raises:
+            Lost: The connection failed or broke before the answer was complete.
+        """
+        ep = self.endpoint
+        assert ep is not None
+        stream = await self._open()
+        async with stream:
+            h = h11.Connection(h11.CLIENT, max_incomplete_event_size=64 * 1024)
+            headers = mcp_http.request_headers(
+                ep,
+                session=self.session,
+                version=self.conn.protocol_version,
+                extra=self.extra,
+                body=body,
+            )
+            method = "POST" if body is not None else "DELETE"
+            out = h.send(h11.Request(method=method, target=ep.target, headers=headers)) or b""
+            if body is not None:
+                out += h.send(h11.Data(data=body)) or b""
+            out += h.send(h11.EndOfMessage()) or b""
+            await stream.send_all(out)
+            head = await self._next(h, stream)
+            if not isinstance(head, h11.Response):
+                raise Lost(f"no HTTP response ({type(head).__name__})")
+            fields = {k.decode().lower(): v.decode("latin-1") for k, v in head.headers}
+            sid = fields.get(mcp_http.SESSION_HEADER)
+            if sid and self.session is None:
+                self.session = sid
+            status = head.status_code
+            if body is None:
+                return None
+            if status == 404 and self.session is not None:
+                raise Lost(f"the server no longer knows session {self.session} (HTTP 404)")
+            if status == 202 or (status == 200 and rid is None):
+                return None
+            if status != 200:
+                text = await self._body(h, stream, 4096)
+                return f"HTTP {status} from {self.url}: {preview(text)}"
+            if fields.get("content-type", "").startswith("text/event-stream"):
+                await self._sse(h, stream)
+            else:
+                self._receive(mcp_http.json_line(await self._body(h, stream, self.spec.max_line)))
+            return None
+
+    async def _next(self, h: h11.Connection, stream: trio.abc.Stream) -> Any:
+        while True:
+            try:
+                event = h.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise Lost(f"bad HTTP from the server: {exc}") from exc
+            if event is h11.NEED_DATA:
+                data = bytes(await stream.receive_some(READ_CHUNK))
+                try:
+                    h.receive_data(data)
+                except h11.RemoteProtocolError as exc:
+                    raise Lost(f"bad HTTP from the server: {exc}") from exc
+                continue
+            if isinstance(event, h11.ConnectionClosed):
+                raise Lost("the server closed the connection before answering")
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            return event
+
+    async def _body(self, h: h11.Connection, stream: trio.abc.Stream, limit: int) -> bytes:
+        data = bytearray()
+        while True:
+            event = await self._next(h, stream)
+            if isinstance(event, h11.EndOfMessage):
+                return bytes(data)
+            if isinstance(event, h11.Data):
+                data += event.data
+                if len(data) > limit:
+                    raise Lost(f"an answer longer than {limit} bytes")
+
+    async def _sse(self, h: h11.Connection, stream: trio.abc.Stream) -> None:
+        parser = mcp_http.SseParser(self.spec.max_line)
+        while True:
+            event = await self._next(h, stream)
+            if isinstance(event, h11.EndOfMessage):
+                return
+            if isinstance(event, h11.Data):
+                try:
+                    lines = parser.feed(bytes(event.data))
+                except ValueError as exc:
+                    raise Lost(str(exc)) from exc
+                for line in lines:
+                    self._receive(line)
+
+
+def _why(exc: OSError) -> str:
+    """The OS's reason for a failed connect (trio wraps one error per address tried)."""
+    cause = exc.__cause__
+    if isinstance(cause, BaseExceptionGroup):
+        for sub in cause.exceptions:
+            if isinstance(sub, OSError) and sub.errno:
+                return os.strerror(sub.errno)
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return str(exc)
