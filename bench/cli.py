@@ -12,6 +12,7 @@ cold_start  toolhost serve on the bundled registry until every sidecar is ready
 recovery    SIGKILL a worker while calls run: calls failed, time until served again
 footprint   host RSS idle and under load, RSS per worker
 services    host services from a worker: child tools.invoke, state.get/set
+compare     this tree's call path against ``--against TREE``'s, alternating, in one run
 ==========  ==================================================================================
 """
 
@@ -36,10 +37,12 @@ SCENARIOS = [
     "footprint",
     "mcp_server",
     "services",
+    "compare",
 ]
-OPT_IN = frozenset({"mcp_server"})
+OPT_IN = frozenset({"mcp_server", "compare"})
 """Run only when named in ``--only``: ``mcp_server`` drives four official-SDK client processes
-(seconds of imports each) and measures the MCP face, not the host's own latency."""
+(seconds of imports each) and measures the MCP face, not the host's own latency; ``compare``
+needs ``--against``."""
 DEFAULT_SCENARIOS = [s for s in SCENARIOS if s not in OPT_IN]
 ORDER = [
     "cold_start",  # before the shared host exists: nothing else runs meanwhile
@@ -51,6 +54,7 @@ ORDER = [
     "footprint",
     "mcp_server",
     "services",
+    "compare",  # hosts of its own, one per tree and round
     "recovery",  # last: it kills workers
 ]
 DEPENDS = {"e2e": ["floors"], "foreign": ["e2e"]}
@@ -65,6 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calls", type=int, help="calls per latency row (default 10000)")
     p.add_argument("--only", nargs="+", metavar="SCENARIO", help="run only these scenarios")
     p.add_argument("--profile", type=Path, help="py-spy profile of the host (.svg/.json/.txt)")
+    p.add_argument(
+        "--against", type=Path, metavar="TREE", help="compare: the other checkout (its .venv)"
+    )
+    p.add_argument("--rounds", type=int, default=4, help="compare: rounds (default 4)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +101,7 @@ def selected(only: list[str] | None) -> list[str]:
 
 
 def _functions() -> dict[str, Callable[..., None]]:
-    from bench import foreign, latency, lifecycle, mcp_server, services, throughput
+    from bench import compare, foreign, latency, lifecycle, mcp_server, services, throughput
 
     return {
         "floors": latency.floors,
@@ -106,6 +114,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "footprint": lifecycle.footprint,
         "mcp_server": mcp_server.mcp_server,
         "services": services.services,
+        "compare": compare.compare,
     }
 
 
@@ -132,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         )
         plot_path = None
     settings = Settings.make(quick=args.quick, calls=args.calls)
+    settings.against = getattr(args, "against", None)
+    settings.rounds = max(1, getattr(args, "rounds", 4))
     bench = Bench(settings, keys)
     bench.profile = getattr(args, "profile", None)
     machine = machine_info()
@@ -161,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
         + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
         "machine": machine,
         "git": git_info(),
-        "settings": {k: v for k, v in asdict(settings).items() if k != "payload_calls"}
+        "settings": {
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in asdict(settings).items()
+            if k != "payload_calls"
+        }
         | {"payload_calls": {str(k): v for k, v in settings.payload_calls.items()}},
     }
     write_json(

@@ -38,13 +38,24 @@ class BenchHost:
     Args:
         sidecars: The registry's ``sidecars``.
         ws: Also open the WebSocket gateway (on a free port picked here).
+        tree: The checkout whose ``supervisor`` runs (``--against`` compares two).
+        python: The interpreter that runs it (the tree's own venv's for another tree).
 
     The registry is always written here, in a temporary app root with its own socket: the bench
     never reads the operator's ``tools/`` and never binds their addresses.
     """
 
-    def __init__(self, sidecars: dict[str, Any] | None = None, *, ws: bool = False) -> None:
+    def __init__(
+        self,
+        sidecars: dict[str, Any] | None = None,
+        *,
+        ws: bool = False,
+        tree: Path = REPO,
+        python: str = sys.executable,
+    ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="toolhost-bench-")
+        self.tree = tree
+        self.python = python
         self.root = Path(self._tmp.name)
         self.sidecars = sidecars or {}
         self.ws_port = free_port() if ws else None
@@ -72,7 +83,7 @@ class BenchHost:
         self.spawned_at = time.perf_counter()
         self.proc = subprocess.Popen(
             [
-                sys.executable,
+                self.python,
                 "-m",
                 "supervisor",
                 "serve",
@@ -84,7 +95,7 @@ class BenchHost:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=env,
-            cwd=str(REPO),
+            cwd=str(self.tree),
         )
         serving = threading.Event()
         threading.Thread(target=self._drain, args=(serving,), daemon=True).start()

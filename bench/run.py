@@ -47,6 +47,10 @@ class Settings:
     )
     cold_runs: int = 3
     kills: int = 5
+    against: Path | None = None
+    """``compare``: the other checkout."""
+    rounds: int = 4
+    """``compare``: rounds, each starting one host per tree."""
 
     @classmethod
     def make(cls, *, quick: bool, calls: int | None) -> Settings:
@@ -146,6 +150,7 @@ SCENARIO_SIDECARS: dict[str, list[str]] = {
     "footprint": ["echo", "tp2"],
     "mcp_server": ["echo"],
     "services": ["echo", "svc"],
+    "compare": [],
 }
 
 

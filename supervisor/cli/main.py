@@ -200,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calls", type=int, help="calls per latency row (default 10000)")
     p.add_argument("--only", nargs="+", metavar="SCENARIO", help="run only these scenarios")
     p.add_argument("--profile", type=Path, help="py-spy profile of the host (.svg/.json/.txt)")
+    p.add_argument(
+        "--against", type=Path, metavar="TREE", help="compare: the other checkout (its .venv)"
+    )
+    p.add_argument("--rounds", type=int, default=4, help="compare: rounds (default 4)")
     p.set_defaults(func=_lazy("bench.cli"))
 
     p = sub.add_parser("health", help="liveness/readiness probe: exit code and one JSON line")

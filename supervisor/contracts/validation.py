@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import types
+import typing
 from typing import Any
 
 import msgspec
@@ -18,6 +20,7 @@ _MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]*)`$")
 _GOT = re.compile(r", got `[^`]*`$")
 _TOKEN = re.compile(r"\.([^.\[\]]+)|\[(\d+|\.\.\.)\]")
 _MISSING_VALUE = object()
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 def _walk(raw: Any, path: str) -> Any:
@@ -77,33 +80,102 @@ def describe(exc: msgspec.ValidationError, raw: Any, prefix: str = "") -> str:
     return f"{_join(prefix, path)}: {message}"
 
 
-def describe_all(tp: Any, raw: Any, prefix: str = "") -> list[str]:
-    """Every problem of ``raw`` as a ``tp`` (one line each, as :func:`describe` words them).
+def key_path(prefix: str, key: str) -> str:
+    """``prefix.key``, or ``prefix["a.b"]`` for a key that is not a plain name."""
+    if not _PLAIN.match(key):
+        return f"{prefix}[{json.dumps(key, ensure_ascii=False)}]"
+    return f"{prefix}.{key}" if prefix else key
 
-    msgspec stops at the first error; for a Struct given an object this checks each field on
-    its own (unknown keys, required fields missing, each present value against its type,
-    nested Structs the same way), so one refusal can name everything that is wrong. Empty when
-    ``raw`` converts.
+
+def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
+    return tp if isinstance(tp, type) and issubclass(tp, msgspec.Struct) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    """``Annotated[X, ...]`` -> ``X``; ``X | None`` -> ``X`` when X is a struct."""
+    if typing.get_origin(tp) is typing.Annotated:
+        return typing.get_args(tp)[0]
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and _struct_type(args[0]) is not None:
+            return args[0]
+    return tp
+
+
+def struct_problems(raw: Any, struct: type[msgspec.Struct], prefix: str) -> list[str]:
+    """Every validation problem of ``raw`` against ``struct``, one message per bad field.
+
+    Nested structs (and ``dict[str, Struct]`` and ``list[Struct]`` members) are checked member
+    by member; any other field is checked whole, so its message is msgspec's first for it.
     """
+    if not isinstance(raw, dict):
+        return _convert_problems(raw, struct, prefix)
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    forbid = getattr(struct.__struct_config__, "forbid_unknown_fields", False)
+    problems: list[str] = []
+    for key, value in raw.items():
+        path = key_path(prefix, str(key))
+        field = fields.get(key)
+        if field is None:
+            if forbid:
+                problems.append(f"{path}: unknown field")
+            continue
+        problems += _field_problems(value, field.type, path)
+    for name, field in fields.items():
+        if field.required and name not in raw:
+            problems.append(f"{key_path(prefix, name)}: required field missing")
+    return problems
+
+
+def _field_problems(value: Any, tp: Any, path: str) -> list[str]:
+    bare = _unwrap(tp)
+    nested = _struct_type(bare)
+    if nested is not None and isinstance(value, dict):
+        return struct_problems(value, nested, path)
+    if typing.get_origin(bare) is dict and isinstance(value, dict):
+        _key_tp, value_tp = typing.get_args(bare)
+        inner = _struct_type(_unwrap(value_tp))
+        if inner is not None:
+            problems: list[str] = []
+            for k, v in value.items():
+                problems += _field_problems(v, inner, key_path(path, str(k)))
+            return problems
+    if typing.get_origin(bare) is list and isinstance(value, list):
+        (item_tp,) = typing.get_args(bare)
+        inner = _struct_type(_unwrap(item_tp))
+        if inner is not None:
+            problems = []
+            for i, v in enumerate(value):
+                problems += _field_problems(v, inner, f"{path}[{i}]")
+            return problems
+    return _convert_problems(value, tp, path)
+
+
+def _convert_problems(value: Any, tp: Any, path: str) -> list[str]:
+    try:
+        msgspec.convert(value, tp)
+    except msgspec.ValidationError as exc:
+        return [describe(exc, value, path)]
+    except (ValueError, TypeError, RecursionError) as exc:  # a lone surrogate: UnicodeError
+        return [f"{path}: cannot be used: {type(exc).__name__}"]
+    return []
+
+
+def all_problems(
+    raw: Any, struct: type[msgspec.Struct], prefix: str, exc: msgspec.ValidationError
+) -> list[str]:
+    """Every problem of ``raw`` (``exc`` is msgspec's first), never fewer than one message."""
+    try:
+        found = struct_problems(raw, struct, prefix)
+    except (RecursionError, TypeError, ValueError):
+        found = []
+    return found or [describe(exc, raw, prefix)]
+
+
+def describe_all(tp: type[msgspec.Struct], raw: Any, prefix: str = "") -> list[str]:
+    """Every problem of ``raw`` as a ``tp``, one line each; empty when ``raw`` converts."""
     try:
         msgspec.convert(raw, tp)
     except msgspec.ValidationError as exc:
-        first = exc
-    else:
-        return []
-    if not (isinstance(tp, type) and issubclass(tp, msgspec.Struct) and isinstance(raw, dict)):
-        return [describe(first, raw, prefix)]
-    fields = msgspec.structs.fields(tp)
-    known = {f.encode_name for f in fields}
-    problems: list[str] = []
-    forbid = getattr(tp.__struct_config__, "forbid_unknown_fields", False)
-    if forbid:
-        problems += [f"{_join(prefix, '.' + str(k))}: unknown field" for k in raw if k not in known]
-    for f in fields:
-        path = _join(prefix, "." + f.encode_name)
-        if f.encode_name not in raw:
-            if f.required:
-                problems.append(f"{path}: required field missing")
-            continue
-        problems += describe_all(f.type, raw[f.encode_name], path)
-    return problems or [describe(first, raw, prefix)]
+        return all_problems(raw, tp, prefix, exc)
+    return []

@@ -6,27 +6,23 @@ raised.
 # recursive JSON5 parser never sees a document that would exhaust the stack. After parsing,
 # :func:`value_problems` walks the data iteratively and reports what JSON cannot mean but JSON5
 # lets through (NaN, Infinity, integers beyond 64 bits). When msgspec refuses a struct (it stops
-# at the first error), :func:`struct_problems` validates field by field, descending into nested
-# structs, so an entry with three mistakes gets three messages.
+# at the first error), :func:`~supervisor.contracts.validation.struct_problems` validates
+# field by field, descending into nested structs, so an entry with three mistakes gets three
+# messages.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import types
-import typing
 from typing import Any
 
 import msgspec
 
-from supervisor.contracts.validation import describe
+from supervisor.contracts.validation import all_problems, key_path, struct_problems
 
 MAX_DEPTH = 64
 """Deepest nesting of objects and arrays accepted in a registry file (real ones use < 8)."""
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 def nesting_problem(text: str, limit: int = MAX_DEPTH) -> str | None:
@@ -67,13 +63,6 @@ def nesting_problem(text: str, limit: int = MAX_DEPTH) -> str | None:
     return None
 
 
-def _join(prefix: str, key: str) -> str:
-    """``prefix.key``, or ``prefix["a.b"]`` for a key that is not a plain name."""
-    if not _PLAIN.match(key):
-        return f"{prefix}[{json.dumps(key, ensure_ascii=False)}]"
-    return f"{prefix}.{key}" if prefix else key
-
-
 def value_problems(value: Any, prefix: str) -> list[str]:
     """Non-finite floats, out-of-range integers and over-deep nesting inside ``value``."""
     problems: list[str] = []
@@ -104,7 +93,7 @@ def value_problems(value: Any, prefix: str) -> list[str]:
                 continue
             items = node.items() if isinstance(node, dict) else enumerate(node)
             children = [
-                (v, _join(path, str(k)) if isinstance(node, dict) else f"{path}[{k}]", depth + 1)
+                (v, key_path(path, str(k)) if isinstance(node, dict) else f"{path}[{k}]", depth + 1)
                 for k, v in items
             ]
             stack.extend(reversed(children))
@@ -147,89 +136,6 @@ def join_surrogates(value: Any) -> Any:
                 else:
                     stack.append(v)
     return value
-
-
-def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
-    return tp if isinstance(tp, type) and issubclass(tp, msgspec.Struct) else None
-
-
-def _unwrap(tp: Any) -> Any:
-    """``Annotated[X, ...]`` -> ``X``; ``X | None`` -> ``X`` when X is a struct."""
-    if typing.get_origin(tp) is typing.Annotated:
-        return typing.get_args(tp)[0]
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1 and _struct_type(args[0]) is not None:
-            return args[0]
-    return tp
-
-
-def struct_problems(raw: Any, struct: type[msgspec.Struct], prefix: str) -> list[str]:
-    """Every validation problem of ``raw`` against ``struct``, one message per bad field.
-
-    Nested structs (and ``dict[str, Struct]`` and ``list[Struct]`` members) are checked member
-    by member; any other field is checked whole, so its message is msgspec's first for it.
-    """
-    if not isinstance(raw, dict):
-        return _convert_problems(raw, struct, prefix)
-    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
-    problems: list[str] = []
-    for key, value in raw.items():
-        path = _join(prefix, str(key))
-        field = fields.get(key)
-        if field is None:
-            problems.append(f"{path}: unknown field")
-            continue
-        problems += _field_problems(value, field.type, path)
-    for name, field in fields.items():
-        if field.required and name not in raw:
-            problems.append(f"{_join(prefix, name)}: required field missing")
-    return problems
-
-
-def _field_problems(value: Any, tp: Any, path: str) -> list[str]:
-    bare = _unwrap(tp)
-    nested = _struct_type(bare)
-    if nested is not None and isinstance(value, dict):
-        return struct_problems(value, nested, path)
-    if typing.get_origin(bare) is dict and isinstance(value, dict):
-        _key_tp, value_tp = typing.get_args(bare)
-        inner = _struct_type(_unwrap(value_tp))
-        if inner is not None:
-            problems: list[str] = []
-            for k, v in value.items():
-                problems += _field_problems(v, inner, _join(path, str(k)))
-            return problems
-    if typing.get_origin(bare) is list and isinstance(value, list):
-        (item_tp,) = typing.get_args(bare)
-        inner = _struct_type(_unwrap(item_tp))
-        if inner is not None:
-            problems = []
-            for i, v in enumerate(value):
-                problems += _field_problems(v, inner, f"{path}[{i}]")
-            return problems
-    return _convert_problems(value, tp, path)
-
-
-def _convert_problems(value: Any, tp: Any, path: str) -> list[str]:
-    try:
-        msgspec.convert(value, tp)
-    except msgspec.ValidationError as exc:
-        return [describe(exc, value, path)]
-    except (ValueError, TypeError, RecursionError) as exc:  # a lone surrogate: UnicodeError
-        return [f"{path}: cannot be used: {type(exc).__name__}"]
-    return []
-
-
-def all_problems(
-    raw: Any, struct: type[msgspec.Struct], prefix: str, exc: msgspec.ValidationError
-) -> list[str]:
-    """Every problem of ``raw`` (``exc`` is msgspec's first), never fewer than one message."""
-    try:
-        found = struct_problems(raw, struct, prefix)
-    except (RecursionError, TypeError, ValueError):
-        found = []
-    return found or [describe(exc, raw, prefix)]
 
 
 def checked(

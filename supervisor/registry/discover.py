@@ -32,7 +32,7 @@ from supervisor.protocols import fractalic_yaml
 from supervisor.protocols.fractalic_yaml import Route
 from supervisor.registry.load import Registry, SidecarEntry
 from supervisor.registry.manifests import KnownCatalog
-from supervisor.registry.plan import Plan, SidecarPlan, _plan_tool
+from supervisor.registry.plan import Plan, SidecarPlan, plan_tool
 
 AUTO_PREFIX = "auto:"
 """Synthetic sidecar ids are ``auto:<folder>``; the colon keeps them apart from registry ids."""
@@ -406,7 +406,7 @@ def add_discovered(
         )
         plan.sidecars[sid] = sp
         for script in taken:
-            tp = _plan_tool(sp, script.name, known, host_version, config)
+            tp = plan_tool(sp, script.name, known, host_version, config)
             tp.autodiscovered = True
             tp.path_details = PathDetails(
                 base="app",
@@ -417,7 +417,7 @@ def add_discovered(
             )
             plan.tools[script.name] = tp
         for name, route in routes.items():
-            tp = _plan_tool(sp, name, known, host_version, config)
+            tp = plan_tool(sp, name, known, host_version, config)
             tp.autodiscovered = True
             tp.path_details = PathDetails(
                 base="app",
@@ -486,7 +486,7 @@ def _add_python_sidecar(
     )
     plan.sidecars[sid] = sp
     for name, route in tools.items():
-        tp = _plan_tool(sp, name, known, host_version, config)
+        tp = plan_tool(sp, name, known, host_version, config)
         tp.autodiscovered = True
         tp.path_details = PathDetails(
             base="app", command=f"./{route.source}", mode="relative", portable=True, rootSafe=True

@@ -135,7 +135,7 @@ def build_plan(
             if first is not None and first.sidecar != sid:
                 _mark_duplicate(plan, first, sid)
                 continue
-            plan.tools[tool] = _plan_tool(sp, tool, known, host_version, cfg)
+            plan.tools[tool] = plan_tool(sp, tool, known, host_version, cfg)
     for name, kt in known.tools.items():
         if name not in plan.tools:
             hint = kt.install or (
@@ -232,7 +232,7 @@ def _plan_sidecar(
     return sp
 
 
-def _plan_tool(
+def plan_tool(
     sp: SidecarPlan,
     tool: str,
     known: KnownCatalog,
