@@ -39,12 +39,13 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.contracts.stats import StatsResult
-from supervisor.host import launch as kinds
+from supervisor.host import launch
 from supervisor.host.safeguards import Safeguards
 from supervisor.host.services import HostServices
 from supervisor.host.upgrades import Upgrades
 from supervisor.policy.naming import provider_name
 from supervisor.pools.pool import Pool
+from supervisor.pools.spec import Collaborators
 from supervisor.private_files import TokenFile
 from supervisor.processes import limits, zygote
 from supervisor.processes.child import allowed_env
@@ -529,14 +530,8 @@ class Host:
             return sidecar in self.pools
 
     async def _start_pool(self, sp: SidecarPlan) -> None:
-        cfg = sp.config
-        if not sp.runnable or cfg is None:
+        if not sp.runnable or sp.config is None:
             return
-        if self.options.restart_policy is not None:
-            cfg = msgspec.structs.replace(
-                cfg,
-                restart=msgspec.structs.replace(cfg.restart, policy=self.options.restart_policy),
-            )
 
         def publish(sidecar: str, facts: SidecarFacts) -> None:
             # A pool a reload replaced may still publish (its last "stopped", late): only the
@@ -545,22 +540,21 @@ class Host:
                 self.on_facts(sidecar, facts)
 
         pool = Pool(
-            sp.id,
-            kinds.pool_config(cfg),
-            partial(self.launch_spec, sp),
-            publish,
-            list(sp.entry.tools),
-            rng=random.Random(self.rng.random()),
-            worker_factory=kinds.worker_factory(cfg),
-            notify=self._notify,
-            guard=self.safeguards.guard,
+            launch.child_spec(
+                sp, partial(self.launch_spec, sp), restart_policy=self.options.restart_policy
+            ),
+            Collaborators(
+                publish=publish,
+                notify=self._notify,
+                guard=self.safeguards.guard,
+                services=self.services,
+                redact=self.services.redactor.text,
+                metering=self.telemetry.metering if self.telemetry is not None else None,
+                stderr_lines=self.stderr_lines,
+                events=self.events,
+                rng=random.Random(self.rng.random()),
+            ),
         )
-        pool.services = self.services
-        pool.redact = self.services.redactor.text
-        if self.telemetry is not None:
-            pool.metering = self.telemetry.metering
-        pool.stderr_lines = self.stderr_lines
-        pool.events = self.events
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)
@@ -584,7 +578,7 @@ class Host:
         if self.telemetry is not None:  # the sidecar's SDK exports its spans to the same place
             extra = {**telemetry.sidecar_env(), "OTEL_SERVICE_NAME": sp.id, **extra}
         env = allowed_env(os.environ, extra)
-        config, problem = kinds.remote_config(cfg, self.services.vault)
+        config, problem = launch.remote_config(cfg, self.services.vault)
         init = wire.Init(
             sidecar=sp.id,
             config=config,
@@ -604,12 +598,12 @@ class Host:
             initial_probe=cfg.probe.interval_ms > 0,
             cancel_grace_s=self.options.cancel_grace_ms / 1000.0,
             stop_grace_s=self.options.stop_grace_ms / 1000.0,
-            concurrency=kinds.concurrency(cfg),
+            concurrency=launch.concurrency(cfg),
             scripts=self._scripts(sp, cfg),
             routes=dict(sp.routes),
             announces=sp.announces,
             max_line=limits.line_limit(cfg),
-            limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
+            limits=limits.for_worker(cfg, per_call=launch.is_per_call(cfg)),
             spawn="auto"
             if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command or "", cfg.args)
             else "exec",

@@ -14,14 +14,16 @@ the snapshot says ``probe: skipped`` (simple-json reports its discovery probe pe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from supervisor.contracts.registry import SidecarConfig
 from supervisor.host.vault import Vault, VaultError
-from supervisor.pools.pool import WorkerFactory
+from supervisor.pools.spec import ChildSpec, WorkerFactory
 from supervisor.protocols.mcp_http import resolve_headers
+from supervisor.registry.plan import SidecarPlan
 from supervisor.workers.base import LaunchSpec, Worker, WorkerHooks
 from supervisor.workers.mcp import McpWorker
 from supervisor.workers.mcp_http import McpHttpWorker
@@ -94,3 +96,33 @@ def remote_config(cfg: SidecarConfig, vault: Vault) -> tuple[dict[str, Any], str
             raise ValueError(exc.message) from exc
 
     return resolve_headers(cfg.config, lookup)
+
+
+def child_spec(
+    sp: SidecarPlan,
+    launch: Callable[[], LaunchSpec],
+    *,
+    restart_policy: str | None = None,
+) -> ChildSpec:
+    """What the pool of ``sp`` (a runnable sidecar) starts and restarts.
+
+    Args:
+        sp: The sidecar's plan (``config`` set).
+        launch: Builds the launch spec of the next worker, at every start.
+        restart_policy: Overrides the sidecar's ``restart.policy`` (``toolhost doctor``
+            starts each sidecar once).
+    """
+    cfg = sp.config
+    assert cfg is not None
+    run = cfg
+    if restart_policy is not None:
+        run = msgspec.structs.replace(
+            cfg, restart=msgspec.structs.replace(cfg.restart, policy=restart_policy)
+        )
+    return ChildSpec(
+        sidecar=sp.id,
+        config=pool_config(run),
+        launch=launch,
+        factory=worker_factory(cfg),
+        declared_tools=tuple(sp.entry.tools),
+    )
