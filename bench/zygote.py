@@ -224,7 +224,10 @@ async def _one_replacement(run: _Running) -> dict[str, float]:
         t_kill = trio.current_time()
         os.kill(victim, signal.SIGKILL)
         await run.wait(
-            lambda: pool.last_exit is not None and victim not in [w.pid for w in pool.workers]
+            lambda: (
+                pool.statistics().last_exit is not None
+                and victim not in [w.pid for w in pool.workers]
+            )
         )
         n.start_soon(after)
     new = next(w for w in pool.workers if w.pid != victim)

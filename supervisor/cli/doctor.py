@@ -49,9 +49,10 @@ class Report(msgspec.Struct, kw_only=True):
 
 def _settled(host: Host) -> bool:
     for pool in host.pools.values():
-        if pool.ever_ready and any(w.state == "ready" for w in pool.workers):
+        s = pool.statistics()
+        if s.ever_ready and any(w.state == "ready" for w in s.workers):
             continue
-        if pool.last_exit is not None and pool._keepers == 0:
+        if s.last_exit is not None and s.places == 0:
             continue
         return False
     return True

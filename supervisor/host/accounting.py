@@ -245,10 +245,9 @@ class Accounting:
                 st.limitActions = dict(usage.limit_actions)
             pool = pools.get(sid)
             if pool is not None:
-                st.starts = pool.starts
-                st.restarts = pool.restart_state.total
-                st.exits = dict(pool.exits)
-                st.workers, st.queued = len(pool.workers), pool.queued
+                ps = pool.statistics()
+                st.starts, st.restarts, st.exits = ps.starts, ps.restarts, ps.exits
+                st.workers, st.queued = len(pool.workers), ps.queued
                 st.workerStats = [self._worker(w, now) for w in pool.workers]
             if quotas is not None:
                 st.quota = quotas.usage(f"sidecar:{sid}")

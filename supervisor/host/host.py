@@ -39,15 +39,15 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.contracts.snapshot import Descriptor, Reason, SidecarStatus, UpgradeField
 from supervisor.contracts.stats import StatsResult
-from supervisor.host import launch as kinds
+from supervisor.host import launch
 from supervisor.host.safeguards import Safeguards
 from supervisor.host.services import HostServices
 from supervisor.host.upgrades import Upgrades
 from supervisor.policy.naming import provider_name
 from supervisor.pools.pool import Pool
+from supervisor.pools.spec import Collaborators
 from supervisor.private_files import TokenFile
-from supervisor.processes import limits, zygote
-from supervisor.processes.child import allowed_env
+from supervisor.processes import zygote
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
 from supervisor.registry.check import every_problem
@@ -57,7 +57,7 @@ from supervisor.registry.manifests import KnownCatalog, bundled_manifest_dir, lo
 from supervisor.registry.plan import Plan, SidecarPlan, build_plan
 from supervisor.telemetry.events import EventBus
 from supervisor.telemetry.logs import StderrLines
-from supervisor.workers.base import LaunchSpec, ProgressSink
+from supervisor.workers.base import ProgressSink
 
 if TYPE_CHECKING:
     from supervisor.telemetry.tracing import Tracing
@@ -529,14 +529,8 @@ class Host:
             return sidecar in self.pools
 
     async def _start_pool(self, sp: SidecarPlan) -> None:
-        cfg = sp.config
-        if not sp.runnable or cfg is None:
+        if not sp.runnable or sp.config is None:
             return
-        if self.options.restart_policy is not None:
-            cfg = msgspec.structs.replace(
-                cfg,
-                restart=msgspec.structs.replace(cfg.restart, policy=self.options.restart_policy),
-            )
 
         def publish(sidecar: str, facts: SidecarFacts) -> None:
             # A pool a reload replaced may still publish (its last "stopped", late): only the
@@ -545,22 +539,19 @@ class Host:
                 self.on_facts(sidecar, facts)
 
         pool = Pool(
-            sp.id,
-            kinds.pool_config(cfg),
-            partial(self.launch_spec, sp),
-            publish,
-            list(sp.entry.tools),
-            rng=random.Random(self.rng.random()),
-            worker_factory=kinds.worker_factory(cfg),
-            notify=self._notify,
-            guard=self.safeguards.guard,
+            launch.child_spec(sp, self._launch_context, restart_policy=self.options.restart_policy),
+            Collaborators(
+                publish=publish,
+                notify=self._notify,
+                guard=self.safeguards.guard,
+                services=self.services,
+                redact=self.services.redactor.text,
+                metering=self.telemetry.metering if self.telemetry is not None else None,
+                stderr_lines=self.stderr_lines,
+                events=self.events,
+                rng=random.Random(self.rng.random()),
+            ),
         )
-        pool.services = self.services
-        pool.redact = self.services.redactor.text
-        if self.telemetry is not None:
-            pool.metering = self.telemetry.metering
-        pool.stderr_lines = self.stderr_lines
-        pool.events = self.events
         self.pools[sp.id] = pool
         assert self._nursery is not None
         await self._nursery.start(pool.run)
@@ -576,55 +567,16 @@ class Host:
         tp = self.catalog.tool_plan(tool)
         return tp.manifest if tp is not None else None
 
-    def launch_spec(self, sp: SidecarPlan) -> LaunchSpec:
-        """The spawn recipe for one worker of ``sp``."""
-        cfg = sp.config
-        assert cfg is not None
-        extra = {**cfg.env, "TOOLHOST_SIDECAR": sp.id, "TOOLHOST_PROTOCOL": cfg.protocol}
-        if self.telemetry is not None:  # the sidecar's SDK exports its spans to the same place
-            extra = {**telemetry.sidecar_env(), "OTEL_SERVICE_NAME": sp.id, **extra}
-        env = allowed_env(os.environ, extra)
-        config, problem = kinds.remote_config(cfg, self.services.vault)
-        init = wire.Init(
-            sidecar=sp.id,
-            config=config,
-            projectDir=self.registry.project_dir,
-            hostPrivate=list(self.host_private),
-            configDir=sp.entry.config_dir,
-            cwd=sp.cwd,
+    def _launch_context(self) -> launch.LaunchContext:
+        """What a worker's launch spec takes from this host now (``host/launch.py``)."""
+        return launch.LaunchContext(
+            project_dir=self.registry.project_dir,
+            host_private=self.host_private,
+            vault=self.services.vault,
+            telemetry=self.telemetry is not None,
+            cancel_grace_ms=self.options.cancel_grace_ms,
+            stop_grace_ms=self.options.stop_grace_ms,
         )
-        return LaunchSpec(
-            sidecar=sp.id,
-            argv=list(sp.argv),
-            cwd=sp.cwd,
-            env=env,
-            init=init,
-            start_timeout_s=cfg.probe.start_timeout_ms / 1000.0,
-            probe_timeout_s=cfg.probe.timeout_ms / 1000.0,
-            initial_probe=cfg.probe.interval_ms > 0,
-            cancel_grace_s=self.options.cancel_grace_ms / 1000.0,
-            stop_grace_s=self.options.stop_grace_ms / 1000.0,
-            concurrency=kinds.concurrency(cfg),
-            scripts=self._scripts(sp, cfg),
-            routes=dict(sp.routes),
-            announces=sp.announces,
-            max_line=limits.line_limit(cfg),
-            limits=limits.for_worker(cfg, per_call=kinds.is_per_call(cfg)),
-            spawn="auto"
-            if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command or "", cfg.args)
-            else "exec",
-            problem=problem,
-        )
-
-    @staticmethod
-    def _scripts(sp: SidecarPlan, cfg: SidecarConfig) -> dict[str, list[str]]:
-        """simple-json: the script behind each tool (a registry entry's command serves all of its
-        tools, or one tool named after the sidecar)."""
-        if cfg.protocol != "simple-json":
-            return {}
-        if sp.scripts or sp.routes:
-            return {tool: list(argv) for tool, argv in sp.scripts.items()}
-        return {tool: list(sp.argv) for tool in (sp.entry.tools or [sp.id])}
 
     # facts and subscriptions ---------------------------------------------------------------
 

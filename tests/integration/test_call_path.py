@@ -42,7 +42,7 @@ async def test_deadline_expires_from_the_queue_and_the_worker_survives(app):
                 2, "tools.invoke", {"tool": "echo.say", "input": {"text": "after"}}
             )
             assert resp["result"]["meta"]["pid"] == pid  # the SDK answered the cancel: no kill
-        assert host.pools["echo"].restart_state.total == 0
+        assert host.pools["echo"].statistics().restarts == 0
 
 
 async def test_hung_worker_is_killed_after_the_grace(app):
@@ -53,8 +53,8 @@ async def test_hung_worker_is_killed_after_the_grace(app):
                 1, "tools.invoke", {"tool": "hang.forever", "input": {}, "timeoutMs": 200}
             )
             assert resp["result"]["error"]["code"] == "timeout"
-            await wait_for(host, lambda: host.pools["hang"].last_exit is not None)
-            assert host.pools["hang"].last_exit.reason == "hung"
+            await wait_for(host, lambda: host.pools["hang"].statistics().last_exit is not None)
+            assert host.pools["hang"].statistics().last_exit.reason == "hung"
 
 
 async def test_cancel_a_direct_call(app):

@@ -120,7 +120,7 @@ async def test_deadline_cancels_and_keeps_the_server(app):
         assert env.status == "failed" and env.error.code == "timeout"
         pool = host.pools["fx"]
         await stderr_says(pool, "slow(30.0) was cancelled")
-        assert await whoami(host) == pid and pool.restart_state.total == 0
+        assert await whoami(host) == pid and pool.statistics().restarts == 0
 
 
 async def test_tools_list_changed_refreshes_the_catalog(app):
@@ -171,7 +171,7 @@ async def test_server_dying_mid_call_fails_at_once_and_is_restarted(app):
         assert env.status == "failed" and env.error.code == "worker-crashed"
         assert trio.current_time() - t0 < 10  # not at the deadline
         assert env.error.exitCode == 5 and "dying mid-call" in env.error.stderr
-        await wait_for(host, lambda: host.pools["fx"].restart_state.total == 1)
+        await wait_for(host, lambda: host.pools["fx"].statistics().restarts == 1)
         await wait_available(host, "whoami")
         assert await whoami(host) != first
         d = host.catalog.get("whoami")
@@ -254,5 +254,5 @@ async def test_junk_on_stdout_is_a_protocol_error(app):
             host, lambda: (d := host.catalog.get("x.y")).stability.runtime == "schema-error" and d
         )
         assert "Starting server" in d.stability.reasons[0].message
-        assert host.pools["junk"].last_exit.reason == "protocol-error"
+        assert host.pools["junk"].statistics().last_exit.reason == "protocol-error"
         assert host.pools["junk"].workers == []  # killed, reaped, not restarted (policy never)

@@ -143,7 +143,7 @@ async def test_tools_listed_called_with_headers_and_progress(app, tmp_path):
             async with trio.open_nursery() as n:
                 for _ in range(4):
                     n.start_soon(host.invoke, "slow", raw({"seconds": 0.3}))
-            assert host.pools["remote"].restart_state.total == 0
+            assert host.pools["remote"].statistics().restarts == 0
 
 
 async def test_json_answers(app, tmp_path):
@@ -185,7 +185,7 @@ async def test_deadline_and_cancel_send_notifications_cancelled(app, tmp_path):
             pool = host.pools["remote"]
             assert pool.workers[0].inflight == 0
             assert await whoami(host) == server.proc.pid
-            assert pool.restart_state.total == 0  # the session was kept
+            assert pool.statistics().restarts == 0  # the session was kept
 
 
 async def test_server_gone_then_back_on_the_same_port(app, tmp_path):
@@ -205,7 +205,7 @@ async def test_server_gone_then_back_on_the_same_port(app, tmp_path):
             await wait_available(host, "whoami", timeout=30)
             second = await whoami(host)
             assert second == server.proc.pid and second != first
-            assert host.pools["remote"].restart_state.total >= 1
+            assert host.pools["remote"].statistics().restarts >= 1
 
 
 async def test_closed_port_is_unavailable_with_the_reason(app):

@@ -71,7 +71,7 @@ async def test_mcp_server_time(app):
         assert env.status == "failed" and env.error.code == "failed"
         assert "Invalid timezone" in env.content
         first = await kill_mid_call(host, "time", "get_current_time", {"timezone": "UTC"})
-        await wait_for(host, lambda: host.pools["time"].restart_state.total == 1)
+        await wait_for(host, lambda: host.pools["time"].statistics().restarts == 1)
         await wait_available(host, "get_current_time")
         env = await host.invoke("get_current_time", raw({"timezone": "UTC"}))
         assert env.status == "success" and env.meta.pid != first
@@ -110,7 +110,7 @@ async def test_mcp_server_git(app, tmp_path):
         assert env.status == "failed" and env.error.code == "failed"
         assert "nope" in env.content
         first = await kill_mid_call(host, "git", "git_status", {"repo_path": str(repo)})
-        await wait_for(host, lambda: host.pools["git"].restart_state.total == 1)
+        await wait_for(host, lambda: host.pools["git"].statistics().restarts == 1)
         await wait_available(host, "git_status")
         env = await host.invoke("git_status", raw({"repo_path": str(repo)}))
         assert env.status == "success" and env.meta.pid != first

@@ -33,7 +33,7 @@ async def test_crash_mid_call(app):
             assert env.error.exitCode == 3
             assert "about to crash" in env.error.stderr  # stray stdout went to stderr
             assert env.meta.pid == first
-            await wait_for(host, lambda: pool(host, "bad").restart_state.total == 1)
+            await wait_for(host, lambda: pool(host, "bad").statistics().restarts == 1)
             assert effective(host, "echo.crash") == "available"  # the restart window
             await wait_replaced(host, "bad", first)
         d = host.catalog.get("echo.crash")
@@ -53,9 +53,12 @@ async def test_hang_is_killed_at_deadline_and_replaced(app):
             env = await host.invoke("hang.forever", raw({}), timeout_ms=300)
             assert env.status == "failed" and env.error.code == "timeout"
             assert trio.current_time() - t0 < 2.0  # answered at the deadline, not after the kill
-            await wait_for(host, lambda: pool(host, "hang").last_exit is not None)
-            assert pool(host, "hang").last_exit.reason == "hung"
-            assert "did not stop within 300 ms of cancel" in pool(host, "hang").last_exit.message
+            await wait_for(host, lambda: pool(host, "hang").statistics().last_exit is not None)
+            assert pool(host, "hang").statistics().last_exit.reason == "hung"
+            assert (
+                "did not stop within 300 ms of cancel"
+                in pool(host, "hang").statistics().last_exit.message
+            )
             await wait_available(host, "hang.ok")
             env = await host.invoke("hang.ok", raw({}))
             assert env.status == "success" and env.meta.pid != first
@@ -72,8 +75,8 @@ async def test_garbage_on_stdout_is_a_protocol_error(app):
             env = await host.invoke("garbage.print", raw({}))
             assert env.status == "failed" and env.error.code == "protocol-error"
             assert "Loading model" in env.error.message
-            await wait_for(host, lambda: pool(host, "junk").last_exit is not None)
-            assert pool(host, "junk").last_exit.reason == "protocol-error"
+            await wait_for(host, lambda: pool(host, "junk").statistics().last_exit is not None)
+            assert pool(host, "junk").statistics().last_exit.reason == "protocol-error"
             await wait_available(host, "garbage.ok")
             assert (
                 host.catalog.get("garbage.ok").stability.details.lastExitReason == "protocol-error"
@@ -161,7 +164,7 @@ async def test_wrong_id_fails_the_call_at_once(app):
             assert env.status == "failed" and env.error.code == "protocol-error"
             assert "answer for unknown call 1001" in env.error.message
             assert trio.current_time() - t0 < 5  # not at the deadline
-            await wait_for(host, lambda: pool(host, "wrong").restart_state.total >= 1)
+            await wait_for(host, lambda: pool(host, "wrong").statistics().restarts >= 1)
 
 
 async def test_second_answer_recycles_the_worker(app):
@@ -171,7 +174,7 @@ async def test_second_answer_recycles_the_worker(app):
         async with bystander(host):
             env = await host.invoke("twice.answer", raw({}))
             assert env.status == "success" and msgspec.json.decode(env.data) == {"n": 1}
-            await wait_for(host, lambda: pool(host, "twice").last_exit is not None)
-            assert "second answer for call 1" in pool(host, "twice").last_exit.message
+            await wait_for(host, lambda: pool(host, "twice").statistics().last_exit is not None)
+            assert "second answer for call 1" in pool(host, "twice").statistics().last_exit.message
             await wait_available(host, "twice.answer")
         assert effective(host, "twice.answer") == "available"

@@ -88,7 +88,7 @@ async def test_non_zero_exit_with_garbage_is_failed_with_stderr(app):
         assert "something broke" in env.error.stderr
         # The call site is not a crashed worker: the next call runs normally.
         assert (await host.invoke("fly.echo", raw({}))).status == "success"
-        assert host.pools["fly"].restart_state.total == 0
+        assert host.pools["fly"].statistics().restarts == 0
 
 
 async def test_hang_is_killed_at_the_deadline_with_its_process_group(app):
@@ -224,5 +224,5 @@ async def test_missing_program_is_unavailable_and_restarted_per_policy(app):
         tool.unlink()
         env = await host.invoke("bin.tool", raw({}))
         assert env.status == "unavailable" and "cannot execute" in env.error.message
-        await wait_for(host, lambda: host.pools["bin"].restart_state.total >= 1)
-        assert host.pools["bin"].last_exit.reason == "start-failed"
+        await wait_for(host, lambda: host.pools["bin"].statistics().restarts >= 1)
+        assert host.pools["bin"].statistics().last_exit.reason == "start-failed"

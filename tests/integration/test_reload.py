@@ -171,7 +171,7 @@ async def test_a_replaced_pool_cannot_leave_the_new_one_stopped(app):
         write_registry(app, {"s": reconf(**CHANGES["config"])})
         assert (await host.reload()).restarted == ["s"]
         await wait_available(host, "conf.show")
-        assert host.pools["s"] is not old and old.stopped
+        assert host.pools["s"] is not old and old.statistics().stopped
         old._last_facts = None  # so that it publishes again, as its keepers' ``finally`` does
         old._publish()
         snap = host.catalog.get("conf.show").stability

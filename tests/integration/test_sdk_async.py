@@ -149,7 +149,7 @@ async def test_deadline_cancels_the_async_call_and_worker_keeps_serving(app):
         assert env.status == "failed" and env.error.code == "timeout"
         env = await host.invoke("aecho.say", raw({"text": "still"}))
         assert env.status == "success" and env.meta.pid == pid
-        assert host.pools["aecho"].restart_state.total == 0
+        assert host.pools["aecho"].statistics().restarts == 0
 
 
 async def test_async_health_check_drives_the_probe(app):

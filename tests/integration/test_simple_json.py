@@ -174,4 +174,4 @@ async def test_deadline_kills_the_script_group_and_big_input_is_refused(app):
         env = await host.invoke("sleepy", raw({"blob": "x" * 300_000}))
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert "too large" in env.error.message
-        assert host.pools["auto:tools/auto"].restart_state.total == 0
+        assert host.pools["auto:tools/auto"].statistics().restarts == 0

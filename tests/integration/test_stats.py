@@ -47,7 +47,7 @@ async def test_stats_per_sidecar_tool_and_worker(app):
         # A crash shows up as a restart with its cause.
         crash = await host.invoke("echo.crash", raw({}))
         assert crash.error.code == "worker-crashed"
-        await wait_for(host, lambda: host.pools["echo"].restart_state.total >= 1)
+        await wait_for(host, lambda: host.pools["echo"].statistics().restarts >= 1)
         st = host.stats().sidecars["echo"]
         assert st.exits.get("crashed") == 1 and st.restarts >= 1
 

@@ -58,7 +58,7 @@ async def test_scale_up_on_queue_then_idle_retire(app):
         assert [e.status for e in envs] == ["success", "success"]
         assert len(pids_of(envs)) == 2  # the second call got a second worker
         await wait_for(host, lambda: len(host.pools["echo"].workers) == 1, timeout=10)
-        assert host.pools["echo"].restart_state.total == 0  # retiring is not a restart
+        assert host.pools["echo"].statistics().restarts == 0  # retiring is not a restart
 
 
 async def test_least_loaded_dispatch(app):
@@ -98,7 +98,7 @@ async def test_max_calls_per_worker_recycles(app):
         )
         env = await host.invoke("echo.say", raw({"text": "after"}))
         assert env.status == "success" and env.meta.pid not in pids_of(envs)
-        assert host.pools["echo"].restart_state.total == 0
+        assert host.pools["echo"].statistics().restarts == 0
 
 
 async def test_min_zero_verifies_then_scales_to_zero_and_back(app):
@@ -119,8 +119,10 @@ async def test_probe_failures_replace_a_mute_worker(app):
     cfg["probe"]["startTimeoutMs"] = 5000
     async with running_host(app, {"mute": cfg}) as host:
         # The initial probe goes unanswered too, but only repeated misses while idle kill it.
-        await wait_for(host, lambda: host.pools["mute"].last_exit is not None, timeout=10)
-        ex = host.pools["mute"].last_exit
+        await wait_for(
+            host, lambda: host.pools["mute"].statistics().last_exit is not None, timeout=10
+        )
+        ex = host.pools["mute"].statistics().last_exit
         assert ex.reason == "hung" and "2 consecutive probes unanswered" in ex.message
 
 
@@ -148,7 +150,7 @@ async def test_crash_loop_reaches_failed_and_recovers_when_fixed(app):
         await wait_available(host, "flaky.work", timeout=10)
         env = await host.invoke("flaky.work", raw({}))
         assert env.status == "success"
-        assert host.pools["flaky"].gave_up is False
+        assert host.pools["flaky"].statistics().gave_up is False
 
 
 async def test_restart_policy_never(app):
@@ -158,8 +160,8 @@ async def test_restart_policy_never(app):
             host,
             lambda: host.catalog.get("dead.tool").stability.details.lastExitCode == 7,
         )
-        await wait_for(host, lambda: host.pools["dead"]._keepers == 0)
-        assert host.pools["dead"].restart_state.total == 0
+        await wait_for(host, lambda: host.pools["dead"].statistics().places == 0)
+        assert host.pools["dead"].statistics().restarts == 0
         assert host.catalog.get("dead.tool").stability.runtime == "failed"
 
 

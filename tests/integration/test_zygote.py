@@ -184,10 +184,11 @@ async def test_killing_the_zygote_leaves_its_workers_and_their_exit_statuses(app
         await wait_for(
             host,
             lambda: (
-                pool.last_exit is not None and victim not in [w.pid for w in workers(host, "zy")]
+                pool.statistics().last_exit is not None
+                and victim not in [w.pid for w in workers(host, "zy")]
             ),
         )
-        assert pool.last_exit.exit_code == -signal.SIGTERM
+        assert pool.statistics().last_exit.exit_code == -signal.SIGTERM
         assert not pid_alive(victim)
         await wait_for(
             host,
@@ -214,7 +215,7 @@ async def test_a_hung_zygote_means_exec_and_the_call_is_answered(app):
         try:
             os.kill(first, signal.SIGKILL)
             pool = host.pools["zy"]
-            await wait_for(host, lambda: pool.last_exit is not None)
+            await wait_for(host, lambda: pool.statistics().last_exit is not None)
             seen = await view(host, "view.report")  # waits in the restart window
             assert seen["pid"] != first
             assert [w.startedBy for w in workers(host, "zy")] == ["exec"]
@@ -255,8 +256,8 @@ async def test_a_worker_that_dies_right_after_the_fork(app):
     }
     async with running_host(app, {"cr": entry}, host=PATIENT) as host:
         pool = host.pools["cr"]
-        await wait_for(host, lambda: pool.last_exit is not None)
-        ex = pool.last_exit
+        await wait_for(host, lambda: pool.statistics().last_exit is not None)
+        ex = pool.statistics().last_exit
         assert ex.exit_code == 5 and ex.reason == "start-failed"
         assert "bye" in ex.stderr_tail
         z = host.zygote
@@ -351,7 +352,7 @@ async def test_a_zygote_dying_mid_request_loses_no_worker(app):
         (app / "die.flag").write_text("")
         os.kill(first, signal.SIGKILL)
         pool = host.pools["zy"]
-        await wait_for(host, lambda: pool.last_exit is not None)
+        await wait_for(host, lambda: pool.statistics().last_exit is not None)
         seen = await view(host, "view.report")
         assert seen["pid"] != first
         (app / "die.flag").unlink()

@@ -51,7 +51,6 @@ KNOWN_PRIVATE = {
     "sidecars.sdk.aio",
     "sidecars.sdk.mcp",
     "sidecars.sdk.services",
-    "supervisor.cli.doctor",
 }
 """Modules still taking other modules' underscore names; issue 27 empties this."""
 KNOWN_LONG = {"supervisor/host/host.py"}
