@@ -1,9 +1,10 @@
 """Restart decisions: exponential backoff with full jitter, a cap, reset after stable uptime,
 and an intensity limit after which the sidecar is failed and retried only slowly.
 
-# Strategy: the pool keeps one :class:`RestartState` per sidecar and asks :func:`on_exit` what to
-# do whenever a worker ends for a reason that is the worker's fault. Time is passed in (ms), and
-# the jitter draws from a generator the caller seeds, so every decision is reproducible.
+# Strategy: the pool's keeper (``pools/keeper.py``) keeps one :class:`RestartState` per sidecar
+# and asks :func:`on_exit` what to do whenever a worker ends for a reason that is the worker's
+# fault. Time is passed in (ms), and the jitter draws from a generator the caller seeds, so
+# every decision is reproducible.
 """
 
 from __future__ import annotations
