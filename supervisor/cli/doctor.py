@@ -20,7 +20,7 @@ from supervisor.cli.render import zygote_text
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.host.host import Host, HostOptions
 from supervisor.processes import zygote
-from supervisor.processes.child import warden
+from supervisor.processes.warden import process_warden
 
 
 class SidecarReport(msgspec.Struct, kw_only=True):
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = trio.run(examine, options, args.timeout)
     finally:
-        warden().close()
+        process_warden().close()
     if args.json:
         sys.stdout.write(json.dumps(msgspec.to_builtins(report), indent=2) + "\n")
     else:

@@ -41,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         if args.embedded:
-            from supervisor.processes.child import warden
+            from supervisor.processes.warden import process_warden
 
-            warden().close()
+            process_warden().close()
 
 
 async def _main(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import trio
 from supervisor.cli.common import EXIT_USAGE, app_root, die, remove_serving, write_serving
 from supervisor.host.host import Host, HostOptions, HostStartError
 from supervisor.private_files import TokenFile
-from supervisor.processes.child import warden
+from supervisor.processes.warden import process_warden
 from supervisor.registry.load import Registry, load_registry
 from supervisor.server.listen import ListenError, first_listen_error, open_tcp
 from supervisor.server.stream import ConnectionLimits
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             raise
         return die(str(found), 1)
     finally:
-        warden().close()
+        process_warden().close()
 
 
 async def _serve(args: argparse.Namespace) -> int:

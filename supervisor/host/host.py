@@ -48,6 +48,7 @@ from supervisor.pools.pool import Pool
 from supervisor.pools.spec import Collaborators
 from supervisor.private_files import TokenFile
 from supervisor.processes import zygote
+from supervisor.processes.spawn import Spawner
 from supervisor.registry.catalog import Catalog as CatalogState
 from supervisor.registry.catalog import SidecarFacts
 from supervisor.registry.check import every_problem
@@ -217,6 +218,9 @@ class Host:
             count_request=self.safeguards.accounting.count_request,
         )
         self.zygote: zygote.Zygote | None = None
+        self.spawner = Spawner()
+        """How workers start: exec, or from :attr:`zygote` once it runs (handed to every worker in
+        its launch spec)."""
         self.telemetry: Tracing | None = None
         """OpenTelemetry spans and metrics (docs/telemetry.md); None when off."""
         self.stderr_lines: StderrLines | None = None
@@ -310,8 +314,6 @@ class Host:
                 self.invoker.shutdown()
                 nursery.cancel_scope.cancel()
         finally:
-            if self.zygote is not None and zygote.active() is self.zygote:
-                zygote.activate(None)
             for ch in list(self._subscribers):
                 ch.close()
             self._subscribers.clear()
@@ -404,7 +406,7 @@ class Host:
         """Start this host's zygote (docs/zygote.md) unless it is off or another host in this
         process already runs one."""
         zcfg = self.registry.host.zygote
-        if not zcfg.enabled or zygote.forced_exec() or zygote.active() is not None:
+        if not zcfg.enabled or zygote.forced_exec() or zygote.running_here():
             return
         self.zygote = zygote.Zygote(
             zcfg.preload,
@@ -413,7 +415,7 @@ class Host:
             on_change=self._notify,
         )
         await nursery.start(self.zygote.run)
-        zygote.activate(self.zygote)
+        self.spawner = Spawner(self.zygote)
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop every sidecar gracefully and return."""
@@ -576,6 +578,7 @@ class Host:
             telemetry=self.telemetry is not None,
             cancel_grace_ms=self.options.cancel_grace_ms,
             stop_grace_ms=self.options.stop_grace_ms,
+            spawner=self.spawner,
         )
 
     # facts and subscriptions ---------------------------------------------------------------

@@ -36,9 +36,10 @@ from supervisor import telemetry
 from supervisor.contracts import wire
 from supervisor.contracts.registry import SidecarConfig
 from supervisor.host.vault import Vault, VaultError
+from supervisor.policy.spawn import eligible
 from supervisor.pools.spec import ChildSpec, WorkerFactory
-from supervisor.processes import limits, zygote
-from supervisor.processes.child import allowed_env
+from supervisor.processes import limits
+from supervisor.processes.spawn import Spawner, allowed_env
 from supervisor.protocols.mcp_http import resolve_headers
 from supervisor.registry.plan import SidecarPlan
 from supervisor.workers.base import LaunchSpec, Worker, WorkerHooks
@@ -128,6 +129,8 @@ class LaunchContext(msgspec.Struct, frozen=True, kw_only=True):
     """OpenTelemetry is on: the sidecar's SDK exports its spans to the same place."""
     cancel_grace_ms: int
     stop_grace_ms: int
+    spawner: Spawner
+    """How workers start: exec'd, or forked by the host's zygote once it runs."""
 
 
 def child_spec(
@@ -199,8 +202,9 @@ def launch_spec(sp: SidecarPlan, ctx: LaunchContext) -> LaunchSpec:
         max_line=limits.line_limit(cfg),
         limits=limits.for_worker(cfg, per_call=is_per_call(cfg)),
         spawn="auto"
-        if zygote.eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command or "", cfg.args)
+        if eligible(cfg.protocol, cfg.mode, cfg.spawn, cfg.command or "", cfg.args)
         else "exec",
+        spawner=ctx.spawner,
         problem=problem,
     )
 

@@ -2,9 +2,10 @@
 
 # Strategy: :func:`rlimits` is a pure function of the sidecar's entry, the host's own limits and
 # (for ``nproc``) how many tasks the user runs now; the result is the ``(resource, soft, hard)``
-# list that :func:`supervisor.processes.spawn.spawn` applies between fork and exec. Nothing is
-# raised above the host's own hard limit (an unprivileged host could not, and a privileged one
-# should not). ``RLIMIT_CORE`` is always 0: a crashing sidecar must not fill the disk with cores.
+# list that :meth:`supervisor.processes.spawn.Spawner.spawn` applies between fork and exec.
+# Nothing is raised above the host's own hard limit (an unprivileged host could not, and a
+# privileged one should not). ``RLIMIT_CORE`` is always 0: a crashing sidecar must not fill the
+# disk with cores.
 #
 # ``RLIMIT_CPU`` counts a process's whole life, so it means two things here: for a per-call
 # process (oneshot, simple-json) it is ``cpuSecondsPerCall`` itself, exact to the second; for a

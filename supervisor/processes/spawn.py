@@ -1,17 +1,68 @@
-"""How a worker process starts: forked from the host's zygote when the sidecar allows it and the
-zygote can, else exec'd. The one place that knows both ways, above them, so neither
-``process`` nor ``zygote`` imports the other's caller (no import circle).
+"""How a sidecar process starts: exec, or a fork from the host's zygote, chosen by a Spawner.
+
+# Strategy: the host makes one :class:`Spawner` when it starts, holding its zygote when it runs
+# one, and hands it down in every worker's launch description; nothing looks the zygote up in a
+# module global. :meth:`Spawner.spawn` is synchronous, like ``Popen``, and runs on the trio
+# thread: trio's ``open_process`` forks from a worker thread, and ``PR_SET_PDEATHSIG`` fires when
+# the *thread* that forked exits, which trio's thread cache does after idling. So a child is
+# forked here (a millisecond, and rare) in its own session (process group == pid), with
+# PDEATHSIG=SIGKILL and its rlimits set between fork and exec (:mod:`supervisor.processes.linux`),
+# an allow-listed environment, and its group registered with the warden. A sidecar that allows
+# forking (``spawn: auto``) is first offered to the zygote, which answers with a child or with
+# why it cannot (then this start is exec'd and the zygote counts the fallback). The zygote is
+# seen through :class:`Forker`, so this module does not import it (the zygote imports
+# :func:`allowed_env` from here).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from supervisor.processes import zygote as zyg
-from supervisor.processes.child import ChildProcess, exec_child
+import trio
+
+from supervisor.policy.paths import host_path
+from supervisor.processes.child import Child
+from supervisor.processes.linux import make_preexec
+from supervisor.processes.warden import Warden, process_warden
+
+ENV_ALLOW = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")  # PROTOCOL 3, exactly (plus LC_*)
+ENV_ALLOW_PREFIXES = ("LC_",)
 
 
-def spawn(
+def allowed_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment a sidecar gets: the allow-list from ``base`` (with the host's interpreter
+    folder first on PATH, as commands are resolved: policy.paths.host_path), then ``extra``."""
+    env = {k: v for k, v in base.items() if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES)}
+    env["PATH"] = host_path(base.get("PATH"), sys.executable)
+    env.update(extra)
+    return env
+
+
+class Forker(Protocol):
+    """What forks workers: the host's zygote (:class:`~supervisor.processes.zygote.Zygote`)."""
+
+    def fork(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        limits: Sequence[tuple[int, int, int]],
+    ) -> tuple[Child | None, str]:
+        """``(child, "")``, or ``(None, why this start must be exec'd)``."""
+        ...
+
+    def fell_back(self, why: str) -> None:
+        """Count a start that was exec'd although its sidecar allows forking."""
+        ...
+
+
+def exec_child(
     argv: Sequence[str],
     *,
     cwd: str,
@@ -20,32 +71,127 @@ def spawn(
     stdin: bool = True,
     stdout: bool = True,
     stderr: bool = True,
-    zygote: bool = False,
-) -> ChildProcess:
-    """Start ``argv`` in its own session with pipes; it never outlives the host.
+    warden: Warden,
+) -> Child:
+    """Fork and exec ``argv`` in its own session with pipes; it never outlives the host.
 
     Args:
         argv: Program and arguments (``argv[0]`` already resolved).
         cwd: Working directory.
         env: The complete environment.
-        limits: ``(resource, soft, hard)`` rlimits applied before the program runs.
+        limits: ``(resource, soft, hard)`` rlimits applied before exec.
         stdin: Give the child a stdin pipe (else /dev/null).
         stdout: Give the child a stdout pipe (else /dev/null).
         stderr: Give the child a stderr pipe (else /dev/null).
-        zygote: The sidecar allows forking from the host's zygote (``spawn: auto``); when the
-            zygote is available and the worker qualifies it is forked there, else exec'd with
-            one log line saying why (:mod:`supervisor.processes.zygote`).
+        warden: The warden the child's group is registered with.
 
     Raises:
         OSError: The program could not be executed (the message names it).
     """
-    if zygote and stdin and stdout and stderr:
-        z = zyg.active()
-        if z is not None:
+    warden.start()
+    fds: list[int] = []
+
+    def pipe() -> tuple[int, int]:
+        r, wr = os.pipe()
+        fds.extend((r, wr))
+        return r, wr
+
+    in_r = in_w = out_r = out_w = err_r = err_w = -1
+    try:
+        if stdin:
+            in_r, in_w = pipe()
+        if stdout:
+            out_r, out_w = pipe()
+        if stderr:
+            err_r, err_w = pipe()
+        popen = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=in_r if stdin else subprocess.DEVNULL,
+            stdout=out_w if stdout else subprocess.DEVNULL,
+            stderr=err_w if stderr else subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=make_preexec(limits),
+        )
+    except BaseException:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
+    for fd in (in_r, out_w, err_w):
+        if fd >= 0:
+            os.close(fd)
+    warden.watch(popen.pid)
+    return Child(
+        popen.pid,
+        trio.lowlevel.FdStream(in_w) if stdin else None,
+        trio.lowlevel.FdStream(out_r) if stdout else None,
+        trio.lowlevel.FdStream(err_r) if stderr else None,
+        started_by="exec",
+        warden=warden,
+        popen=popen,
+    )
+
+
+class Spawner:
+    """How this host starts sidecar processes: exec, or a fork from its zygote when it has one.
+
+    Args:
+        zygote: The host's zygote (None: every process is exec'd).
+        warden: The warden every new process group is registered with (default: this
+            process's, :func:`supervisor.processes.warden.process_warden`).
+    """
+
+    __slots__ = ("warden", "zygote")
+
+    def __init__(self, zygote: Forker | None = None, *, warden: Warden | None = None) -> None:
+        self.zygote = zygote
+        self.warden = warden if warden is not None else process_warden()
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        limits: Sequence[tuple[int, int, int]] = (),
+        stdin: bool = True,
+        stdout: bool = True,
+        stderr: bool = True,
+        may_fork: bool = False,
+    ) -> Child:
+        """Start ``argv`` in its own session with pipes; it never outlives the host.
+
+        Args:
+            argv: Program and arguments (``argv[0]`` already resolved).
+            cwd: Working directory.
+            env: The complete environment.
+            limits: ``(resource, soft, hard)`` rlimits applied before the program runs.
+            stdin: Give the child a stdin pipe (else /dev/null).
+            stdout: Give the child a stdout pipe (else /dev/null).
+            stderr: Give the child a stderr pipe (else /dev/null).
+            may_fork: The sidecar allows forking from the host's zygote (``spawn: auto``); when
+                there is one and the worker qualifies it is forked there, else exec'd with one
+                log line saying why (:mod:`supervisor.processes.zygote`).
+
+        Raises:
+            OSError: The program could not be executed (the message names it).
+        """
+        z = self.zygote
+        if may_fork and z is not None and stdin and stdout and stderr:
             child, why = z.fork(argv, cwd=cwd, env=env, limits=limits)
             if child is not None:
                 return child
             z.fell_back(why)
-    return exec_child(
-        argv, cwd=cwd, env=env, limits=limits, stdin=stdin, stdout=stdout, stderr=stderr
-    )
+        return exec_child(
+            argv,
+            cwd=cwd,
+            env=env,
+            limits=limits,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            warden=self.warden,
+        )

@@ -2,14 +2,16 @@
 
 # Strategy (docs/zygote.md): one zygote per host process (Linux only), started from the trio
 # thread like every worker (PDEATHSIG follows the forking thread), registered with the warden, and
-# given one end of an unnamed SOCK_SEQPACKET socketpair as fd 3. ``spawn.spawn`` calls
-# :meth:`Zygote.fork` synchronously, like ``Popen``: it sends one message and the worker's three
-# pipe ends (SCM_RIGHTS) and waits for the pid at most ``replyTimeoutMs``; anything else (not
-# started, dead, slow, a worker that does not qualify) returns a reason and the caller execs.
-# The zygote double-forks, so every worker is adopted by the host, which is a child subreaper:
-# the host reaps its workers and learns their exit statuses itself, and a dead zygote loses
-# nothing. Becoming a subreaper also adopts the orphans of sidecars' own children; those are
-# reaped here (:func:`reap_orphans`), never a process that some ``Popen`` waits for.
+# given one end of an unnamed SOCK_SEQPACKET socketpair as fd 3. The host hands its zygote to its
+# workers inside their ``Spawner``, whose ``spawn`` calls :meth:`Zygote.fork` synchronously,
+# like ``Popen``: it sends one message and the worker's three pipe ends (SCM_RIGHTS) and waits
+# for the pid at most ``replyTimeoutMs``; anything else (not started, dead, slow, a worker that
+# does not qualify) returns a reason and the caller execs. The zygote double-forks, so every
+# worker is adopted by the host, which is a child subreaper: the worker is a
+# :class:`~supervisor.processes.child.Child` like an exec'd one, the host reaps it and learns its
+# exit status itself, and a dead zygote loses nothing. Becoming a subreaper also adopts the
+# orphans of sidecars' own children; those are reaped here
+# (:func:`supervisor.processes.linux.reap_orphans`), never a process that some ``Popen`` waits for.
 """
 
 from __future__ import annotations
@@ -34,13 +36,16 @@ import trio
 from supervisor.contracts.registry import RestartConfig
 from supervisor.contracts.snapshot import ZygoteStatus
 from supervisor.policy import restart
-from supervisor.policy.spawn import eligible, startup_env_difference
-from supervisor.processes import child as process
+from supervisor.policy.spawn import startup_env_difference
+from supervisor.processes import linux
+from supervisor.processes.child import Child
+from supervisor.processes.limits import host_limits
+from supervisor.processes.spawn import allowed_env
+from supervisor.processes.warden import Warden, process_warden
+from supervisor.processes.zygote_main import ZYGOTE_FD
 
 log = logging.getLogger("toolhost.zygote")
 
-PR_SET_CHILD_SUBREAPER = 36
-ZYGOTE_FD = 3
 DEFAULT_PRELOAD = ("sidecars.sdk",)
 CHECK_INTERVAL_S = 1.0
 STALL_S = 5.0
@@ -74,120 +79,9 @@ def platform_problem() -> str | None:
         return "os.pidfd_open is missing (Python >= 3.9 on Linux >= 5.3)"
     if not hasattr(socket, "send_fds"):
         return "socket.send_fds is missing (Python >= 3.9)"
-    if process.PRCTL is None:
+    if linux.PRCTL is None:
         return "prctl is not available"
     return None
-
-
-def _set_subreaper() -> str | None:
-    prctl = process.PRCTL
-    if prctl is None:
-        return "prctl is not available"
-    if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        import ctypes
-
-        return f"PR_SET_CHILD_SUBREAPER failed: {os.strerror(ctypes.get_errno())}"
-    return None
-
-
-def reap_orphans() -> int:
-    """Reap exited processes this host adopted as a subreaper; returns how many.
-
-    Only zombies that are not session leaders and not in the host's session are reaped: the
-    host's own direct children (``Popen`` objects, workers, the warden, the zygote) are either
-    session leaders or in the host's session, and their owners reap them.
-    """
-    me = os.getpid()
-    my_sid = os.getsid(0)
-    reaped = 0
-    try:
-        tasks = os.listdir(f"/proc/{me}/task")
-    except OSError:
-        return 0
-    for tid in tasks:
-        try:
-            with open(f"/proc/{me}/task/{tid}/children") as f:
-                kids = [int(p) for p in f.read().split()]
-        except (OSError, ValueError):
-            continue
-        for pid in kids:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            state, sid = fields[0], int(fields[4])
-            if state != "Z" or sid in (pid, my_sid):
-                continue
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
-                reaped += 1
-    return reaped
-
-
-class ZygoteChild(process.ChildProcess):
-    """A worker forked by the zygote and adopted by the host: same interface as an exec'd one."""
-
-    def __init__(
-        self,
-        pid: int,
-        stdin: trio.lowlevel.FdStream | None,
-        stdout: trio.lowlevel.FdStream | None,
-        stderr: trio.lowlevel.FdStream | None,
-    ) -> None:
-        self._popen = None  # type: ignore[assignment]
-        self.pid = pid
-        self.stdin = stdin
-        self.stdout = stdout
-        self.stderr = stderr
-        self.returncode = None
-        self.started_by = "zygote"
-        self._pidfd = None
-        with contextlib.suppress(OSError):
-            self._pidfd = os.pidfd_open(pid)
-
-    def _reap(self, flags: int) -> int | None:
-        try:
-            pid, status = os.waitpid(self.pid, flags)
-        except ChildProcessError:
-            pid, status = self.pid, -1  # not ours any more: treat as killed
-        if pid == 0:
-            return None
-        return os.waitstatus_to_exitcode(status) if status != -1 else -int(signal.SIGKILL)
-
-    async def wait(self) -> int:
-        if self.returncode is not None:
-            return self.returncode
-        if self._pidfd is not None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGKILL)
-        rc = self._reap(0)
-        self.returncode = rc if rc is not None else -int(signal.SIGKILL)
-        self._close_pidfd()
-        return self.returncode
-
-    def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the worker's group; for the microseconds between its report and its
-        ``setsid`` the group does not exist yet: then to the worker alone."""
-        if self.returncode is not None:
-            return
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, sig)
-        except PermissionError:  # pragma: no cover
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, sig)
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            rc = self._reap(os.WNOHANG)
-            if rc is not None:
-                self.returncode = rc
-                self._close_pidfd()
-        return self.returncode
 
 
 class Zygote:
@@ -198,6 +92,8 @@ class Zygote:
         reply_timeout_s: How long a spawn waits for the zygote's answer before it execs.
         app_root: The zygote's cwd.
         on_change: Called whenever :attr:`state` changes.
+        warden: The warden the zygote and its workers are registered with (default: this
+            process's).
     """
 
     def __init__(
@@ -207,6 +103,7 @@ class Zygote:
         reply_timeout_s: float = 0.1,
         app_root: str = ".",
         on_change: Callable[[], None] | None = None,
+        warden: Warden | None = None,
     ) -> None:
         self.preload = preload_list(preload)
         self.reply_timeout_s = reply_timeout_s
@@ -230,6 +127,7 @@ class Zygote:
         self._replace = trio.Event()
         self._rng = random.Random()
         self._restart_state = restart.RestartState()
+        self._warden = warden if warden is not None else process_warden()
 
     @property
     def state(self) -> str:
@@ -313,7 +211,7 @@ class Zygote:
         cwd: str,
         env: Mapping[str, str],
         limits: Sequence[tuple[int, int, int]],
-    ) -> tuple[ZygoteChild | None, str]:
+    ) -> tuple[Child | None, str]:
         """Ask the zygote for a worker; ``(child, "")`` or ``(None, why it must be exec'd)``."""
         if self.state != "ready" or self._sock is None:
             return None, f"zygote {self.state}" + (f" ({self.reason})" if self.reason else "")
@@ -326,8 +224,8 @@ class Zygote:
         self._next_id += 1
         rid = self._next_id
         module = argv[2] if argv[1] == "-m" else None
-        mask = _host_umask()
-        rl = dict(((w, (s, h)) for w, (s, h) in _host_rlimits().items()))
+        mask = linux.current_umask()
+        rl = host_limits()
         for which, soft, hard in limits:
             rl[which] = (soft, hard)
         req = {
@@ -369,13 +267,15 @@ class Zygote:
                 return None, f"zygote did not answer within {self.reply_timeout_s * 1000:.0f} ms"
             return None, f"zygote refused: {reply.get('error')}"
         pid = int(reply["pid"])
-        process.warden().watch(pid)
+        self._warden.watch(pid)
         self.forks += 1
-        child = ZygoteChild(
+        child = Child(
             pid,
             trio.lowlevel.FdStream(in_w),
             trio.lowlevel.FdStream(out_r),
             trio.lowlevel.FdStream(err_r),
+            started_by="zygote",
+            warden=self._warden,
         )
         return child, ""
 
@@ -471,12 +371,24 @@ class Zygote:
         self._replace.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start the zygote and keep one running (restart policy with backoff) until cancelled."""
-        problem = platform_problem() or _set_subreaper()
-        if problem is not None:
-            self.state, self.reason = "unavailable", problem
-            task_status.started()
-            return
+        """Start the zygote and keep one running (restart policy with backoff) until cancelled.
+
+        Where the platform cannot run one it stays ``unavailable`` (every start is exec'd and
+        counted as a fallback). Either way it is this process's zygote until cancelled
+        (:func:`running_here`).
+        """
+        _RUNNING.append(self)
+        try:
+            problem = platform_problem() or linux.set_subreaper(True)
+            if problem is not None:
+                self.state, self.reason = "unavailable", problem
+                task_status.started()
+                await trio.sleep_forever()
+            await self._keep_one(task_status)
+        finally:
+            _RUNNING.remove(self)
+
+    async def _keep_one(self, task_status: trio.TaskStatus[None]) -> None:
         started = False
         try:
             while True:
@@ -505,9 +417,8 @@ class Zygote:
         finally:
             self._stop_process()
             self.state = "off"
-            if process.PRCTL is not None:  # the workers are gone; stop adopting orphans
-                process.PRCTL(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-            reap_orphans()
+            linux.set_subreaper(False)  # the workers are gone; stop adopting orphans
+            linux.reap_orphans()
 
     async def _start(self) -> None:
         self.state = "starting"
@@ -532,13 +443,13 @@ class Zygote:
     def _launch(self) -> socket.socket | None:
         """Fork the zygote (on the trio thread, like a worker) with its end of the socketpair."""
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._env = process.allowed_env(os.environ, {})
-        w = process.warden()
+        self._env = allowed_env(os.environ, {})
+        w = self._warden
         w.start()
         try:
             os.set_inheritable(child_end.fileno(), True)
             fd = child_end.fileno()
-            preexec = process.make_preexec(())
+            preexec = linux.make_preexec(())
 
             def child_setup() -> None:
                 if fd != ZYGOTE_FD:
@@ -608,7 +519,7 @@ class Zygote:
                         return
                 else:
                     self._stalled = 0
-                reap_orphans()
+                linux.reap_orphans()
                 if _mtimes(self._mtimes) != self._mtimes:
                     log.info("zygote: preloaded code changed on disk; starting a fresh zygote")
                     self.replace()
@@ -644,7 +555,7 @@ class Zygote:
                 os.killpg(popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout=2)
-        process.warden().forget(popen.pid)
+        self._warden.forget(popen.pid)
 
 
 def _mtimes(files: Any) -> dict[str, float]:
@@ -657,42 +568,17 @@ def _mtimes(files: Any) -> dict[str, float]:
     return out
 
 
-def _host_umask() -> int:
-    """The host's umask, read without changing it (threads may be creating files)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o22)  # pragma: no cover - kernels before 4.7
-    os.umask(mask)
-    return mask
+_RUNNING: list[Zygote] = []
+"""The zygote :meth:`Zygote.run` runs in this process (one at most: :func:`running_here`)."""
 
 
-def _host_rlimits() -> dict[int, tuple[int, int]]:
-    import resource
+def running_here() -> bool:
+    """Whether this process runs a zygote already.
 
-    from supervisor.processes.limits import MANAGED
-
-    return {which: resource.getrlimit(which) for which in MANAGED}
-
-
-__all__ = ["Zygote", "ZygoteChild", "activate", "active", "eligible", "forced_exec"]
-
-_ACTIVE: Zygote | None = None
-
-
-def active() -> Zygote | None:
-    """The zygote this process's workers are forked from (None: exec only)."""
-    return _ACTIVE
-
-
-def activate(z: Zygote | None) -> None:
-    """Make ``z`` the process's zygote (a host does this while it runs)."""
-    global _ACTIVE
-    _ACTIVE = z
+    One per process: the child-subreaper flag it sets, and the orphans that flag adopts, belong
+    to the process. A second host in the same process execs its workers (its zygote is off).
+    """
+    return bool(_RUNNING)
 
 
 def forced_exec() -> bool:

@@ -15,14 +15,13 @@
 # ``python script`` would have; then :func:`main` *returns* the request and the bootstrap runs
 # the module or script as ``__main__`` with no zygote frame left on the stack.
 #
-# This module imports only the standard library: it is the zygote's first import and must not
-# preload anything the preload list did not ask for.
+# This module imports only the standard library and :mod:`supervisor.processes.linux` (standard
+# library only, shared with the host's side): it is the zygote's first import and must not
+# preload anything the preload list did not ask for (no trio).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import importlib
 import json
@@ -36,8 +35,10 @@ import time
 import types
 from typing import Any
 
+from supervisor.processes import linux
+
 ZYGOTE_FD = 3
-PR_SET_PDEATHSIG = 1
+"""The zygote's end of its socketpair with the host."""
 MAX_MESSAGE = 1 << 20
 ADOPT_DEADLINE_S = 2.0
 
@@ -57,17 +58,6 @@ def _record_fresh_state(fresh_path: list[str]) -> None:
         except (OSError, ValueError):
             continue
     _FRESH_PATH[:] = fresh_path
-
-
-def _prctl() -> Any:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    fn = libc.prctl
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
 
 
 def thread_count() -> int:
@@ -135,12 +125,9 @@ def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
     """
     _record_fresh_state(fresh_path)
     sock = socket.socket(fileno=ZYGOTE_FD)
-    prctl = _prctl()
     host_pid = os.getppid()
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != host_pid:
-            os._exit(1)
+    if not linux.die_with_parent(host_pid):
+        os._exit(1)
     loaded, failed = _preload(preload)
     gc.collect()
     gc.freeze()
@@ -181,13 +168,13 @@ def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
             if threads != 1:
                 return None  # refuse to fork ever again; the host starts a fresh zygote
             continue
-        worker = _fork_worker(sock, fds, req, host_pid, prctl)
+        worker = _fork_worker(sock, fds, req, host_pid)
         if worker is not None:
             return worker
 
 
 def _fork_worker(
-    sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int, prctl: Any
+    sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int
 ) -> dict[str, Any] | None:
     """Double fork; returns the request in the worker, None in the zygote.
 
@@ -208,7 +195,7 @@ def _fork_worker(
         try:
             pid = os.fork()
             if pid == 0:
-                _become_worker(sock, fds, req, host_pid, prctl)
+                _become_worker(sock, fds, req, host_pid)
                 return req
         except BaseException:  # whatever happens, the intermediate exits
             code = 1
@@ -221,9 +208,7 @@ def _fork_worker(
     return None
 
 
-def _become_worker(
-    sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int, prctl: Any
-) -> None:
+def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int) -> None:
     """Turn this grandchild into what an exec'd worker would be (everything but ``__main__``)."""
     # 1. Wait to be adopted by the host (the intermediate exits right after the fork), then die
     #    with it. If we end up anywhere else the host is gone: leave.
@@ -233,9 +218,7 @@ def _become_worker(
         if time.monotonic() > deadline:
             os._exit(1)
         time.sleep(0.0002)
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != host_pid:
+    if not linux.die_with_parent(host_pid) or os.getppid() != host_pid:
         os._exit(1)
     # 2. Tell the host who we are. If it no longer listens (it gave up on this request and
     #    restarted the zygote), leave now, before the new session: the host reaps us as an
@@ -272,11 +255,7 @@ def _become_worker(
         tempfile.tempdir = None  # type: ignore[attr-defined]
     os.chdir(req["cwd"])
     os.umask(int(req["umask"]))
-    for which, soft, hard in req["rlimits"]:
-        try:
-            resource.setrlimit(which, (soft, hard))
-        except (ValueError, OSError):
-            pass
+    linux.set_rlimits(req["rlimits"])
     # 7. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
     argv = req["argv"]
     sys.orig_argv = list(argv)

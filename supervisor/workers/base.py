@@ -23,10 +23,10 @@ import trio
 
 from supervisor.calls.call import Call, CallOutcome, ProgressSink
 from supervisor.contracts import wire
-from supervisor.processes.child import ChildProcess, StderrRing
+from supervisor.processes.child import Child, StderrRing
 from supervisor.processes.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
 from supervisor.processes.limits import cpu_limit_of
-from supervisor.processes.spawn import spawn
+from supervisor.processes.spawn import Spawner
 from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.fractalic_yaml import Route
@@ -99,6 +99,8 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     (``--fractalic-dump-multi-schema``)."""
     spawn: Literal["auto", "exec"] = "exec"
     """``auto``: may be forked from the host's zygote (PROTOCOL 1 ``spawn``)."""
+    spawner: Spawner
+    """How the host starts processes (exec, or its zygote when it runs one)."""
     problem: str | None = None
     """mcp-http: why the worker cannot start (a vault key its headers need is not set)."""
 
@@ -287,7 +289,7 @@ class LineWorker(Worker):
         self.hooks = hooks
         self.index = index
         self.stderr = StderrRing()
-        self.proc: ChildProcess | None = None
+        self.proc: Child | None = None
         self.slots: dict[int, CallSlot] = {}
         self._waiters: dict[Any, list[Any]] = {}
         self._out: DirectWriter | None = None
@@ -355,12 +357,12 @@ class LineWorker(Worker):
     async def run(self) -> WorkerExit:
         self.started_at = self.last_active = trio.current_time()
         try:
-            self.proc = spawn(
+            self.proc = self.spec.spawner.spawn(
                 self.spec.argv,
                 cwd=self.spec.cwd,
                 env=self.spec.env,
                 limits=self.spec.limits,
-                zygote=self.spec.spawn == "auto",
+                may_fork=self.spec.spawn == "auto",
             )
         except OSError as exc:
             self.state = "exited"

@@ -25,9 +25,8 @@ import trio
 
 from supervisor.contracts import wire
 from supervisor.contracts.registry import TOOL_NAME_PATTERN
-from supervisor.processes.child import ChildProcess, StderrRing
+from supervisor.processes.child import Child, StderrRing
 from supervisor.processes.limits import cpu_limit_of
-from supervisor.processes.spawn import spawn
 from supervisor.protocols import fractalic_yaml, oneshot, simple_json
 from supervisor.protocols.answer import Answer
 from supervisor.protocols.errors import LineTooLong
@@ -81,7 +80,7 @@ class _LiveCall:
 
     __slots__ = ("exceeded", "message", "proc", "tool")
 
-    def __init__(self, tool: str, proc: ChildProcess) -> None:
+    def __init__(self, tool: str, proc: Child) -> None:
         self.tool = tool
         self.proc = proc
         self.exceeded: dict[str, Any] | None = None
@@ -290,7 +289,7 @@ class SpawnWorker(Worker):
         if trace_env is not None:
             env = {**env, **trace_env}
         try:
-            proc = spawn(
+            proc = self.spec.spawner.spawn(
                 argv,
                 cwd=self.spec.cwd,
                 env=env,

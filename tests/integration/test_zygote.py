@@ -327,8 +327,8 @@ from supervisor.processes import zygote_main
 _orig = zygote_main._fork_worker
 
 
-def _fork_then_die(sock, fds, req, host_pid, prctl):
-    out = _orig(sock, fds, req, host_pid, prctl)
+def _fork_then_die(*args):
+    out = _orig(*args)
     if out is None and os.path.exists("die.flag"):
         os._exit(9)
     return out

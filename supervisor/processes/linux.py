@@ -1,0 +1,153 @@
+"""The kernel's process knobs toolhost turns: prctl (death signal, child subreaper), rlimits, umask.
+
+# Strategy: one module, standard library only, imported by both sides of a fork: by the host
+# (the exec start's ``preexec``, the zygote's supervision) and by the zygote's own interpreter
+# (``zygote_main``, which must not import trio or anything the preload list did not ask for).
+# ``prctl`` comes from libc through ctypes, loaded once at import; where it is missing (not
+# Linux, no libc) :data:`PRCTL` is None and what needs it says so or does without. Everything
+# that runs between fork and exec (:func:`make_preexec`, :func:`die_with_parent`,
+# :func:`set_rlimits`) allocates little and raises nothing. The host becomes a child subreaper
+# only while it runs a zygote; the orphans that adopts are reaped by :func:`reap_orphans`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import resource
+import signal
+import sys
+from collections.abc import Callable, Iterable, Sequence
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+Prctl = Callable[[int, int, int, int, int], int]
+
+
+def load_prctl() -> Prctl | None:
+    """libc's ``prctl`` (None: not Linux, or no libc to load)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    fn = libc.prctl
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    fn_typed: Prctl = fn
+    return fn_typed
+
+
+PRCTL = load_prctl()
+"""This process's ``prctl`` (None where there is none)."""
+
+
+def die_with_parent(parent: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent thread exits (``PR_SET_PDEATHSIG``).
+
+    Safe between fork and exec. Without ``prctl`` this does nothing and returns True.
+
+    Args:
+        parent: The pid the parent must still be once the death signal is set.
+
+    Returns:
+        False when the parent is no longer ``parent``: it died before the request took effect
+        and the caller must leave at once.
+    """
+    prctl = PRCTL
+    if prctl is None:
+        return True
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == parent
+
+
+def set_rlimits(limits: Iterable[Sequence[int]]) -> None:
+    """Apply ``(resource, soft, hard)`` limits, skipping those the kernel refuses (fork-safe)."""
+    setrlimit = resource.setrlimit
+    for which, soft, hard in limits:
+        try:
+            setrlimit(which, (soft, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def make_preexec(limits: Sequence[tuple[int, int, int]]) -> Callable[[], None]:
+    """What a child runs between fork and exec: die with this process, then take ``limits``."""
+    host_pid = os.getpid()
+    getpid = os.getpid
+    kill = os.kill
+    sigkill = signal.SIGKILL
+
+    def preexec() -> None:  # runs in the child between fork and exec
+        if not die_with_parent(host_pid):  # the host died before the death signal took effect
+            kill(getpid(), sigkill)
+        set_rlimits(limits)
+
+    return preexec
+
+
+def set_subreaper(on: bool) -> str | None:
+    """Make this process adopt its descendants' orphans (``PR_SET_CHILD_SUBREAPER``), or stop.
+
+    Returns:
+        None when done; else why not.
+    """
+    prctl = PRCTL
+    if prctl is None:
+        return "prctl is not available"
+    if prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) != 0:
+        return f"PR_SET_CHILD_SUBREAPER failed: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
+def reap_orphans() -> int:
+    """Reap exited processes this process adopted as a subreaper; returns how many.
+
+    Only zombies that are not session leaders and not in this process's session are reaped: the
+    host's own direct children (``Popen`` objects, workers, the warden, the zygote) are either
+    session leaders or in the host's session, and their owners reap them.
+    """
+    me = os.getpid()
+    my_sid = os.getsid(0)
+    reaped = 0
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                kids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in kids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            state, sid = fields[0], int(fields[4])
+            if state != "Z" or sid in (pid, my_sid):
+                continue
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+                reaped += 1
+    return reaped
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it (threads may be creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o22)  # pragma: no cover - kernels before 4.7
+    os.umask(mask)
+    return mask
