@@ -285,9 +285,11 @@ def _network(
     grant = net if isinstance(net, NetworkGrant) else NetworkGrant()
     allow, loopback = tuple(grant.allow), tuple(sorted(set(grant.loopback)))
     network = "proxy" if allow else "none"
-    if kernel.netns:
-        return network, allow, loopback, kernel.netns, None, "any"
     filtered = bool(kernel.seccomp and kernel.arch)
+    if kernel.netns:
+        # Nothing to reach: no inet socket at all either (a clear EPERM, a second wall).
+        closed = filtered and not allow and not loopback
+        return network, allow, loopback, kernel.netns, None, "none" if closed else "any"
     if not allow and not loopback:
         if filtered:
             return network, allow, loopback, "", None, "none"

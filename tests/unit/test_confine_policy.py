@@ -219,13 +219,13 @@ PROXY = Profile(network=NetworkGrant(allow=["*"], loopback=[9222]))
 @pytest.mark.parametrize(
     ("kernel", "profile", "network", "netns", "tcp", "sockets", "pids", "missing"),
     [
-        (FULL, STRICT, "none", "root", None, "any", "cgroup", []),
+        (FULL, STRICT, "none", "root", None, "none", "cgroup", []),
         (FULL, PROXY, "proxy", "root", None, "any", "cgroup", []),
         (FULL, Profile(network="host"), "host", "", None, "any", "cgroup", []),
         (USER_NO_NS, STRICT, "none", "", None, "none", "rlimit", []),
         (USER_NO_NS, PROXY, "proxy", "", (9222,), "stream", "rlimit", ["network namespace"]),
-        (OLD, STRICT, "none", "user", None, "any", "rlimit", ["truncation", "ioctl", "scoping"]),
-        (ROOT_NO_CGROUP, STRICT, "none", "root", None, "any", "none", ["process limit"]),
+        (OLD, STRICT, "none", "user", None, "none", "rlimit", ["truncation", "ioctl", "scoping"]),
+        (ROOT_NO_CGROUP, STRICT, "none", "root", None, "none", "none", ["process limit"]),
         (
             NONE,
             STRICT,
