@@ -139,3 +139,34 @@ class ConfinementFacts(Struct, frozen=True, kw_only=True, rename="camel"):
     syscalls: Literal["filtered", "none"] = "none"
     no_new_privs: bool = False
     missing: list[str] = msgspec.field(default_factory=list)
+
+
+class EgressRecord(Struct, frozen=True, kw_only=True, rename="camel"):
+    """One egress connection, allowed or refused: the audit line of PROTOCOL 7."""
+
+    event: Literal["egress"] = "egress"
+    sidecar: str
+    host: str
+    port: int
+    allowed: bool
+    rule: str
+    """The rule that allowed it, or what refused it (``no-rule``, ``private-address``, ...)."""
+    bytes_in: int = 0
+    """Bytes from the destination to the sidecar."""
+    bytes_out: int = 0
+    """Bytes from the sidecar to the destination."""
+    worker: str = ""
+    method: str = ""
+    """``CONNECT``, the HTTP method of a plain request, or ``TCP`` (a loopback relay)."""
+    reason: str = ""
+    """Why it was refused (the ``403`` body)."""
+
+
+class EgressStats(Struct, kw_only=True, rename="camel"):
+    """Egress of one sidecar since the host started (``system.stats``)."""
+
+    connections: int = 0
+    refused: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    open: int = 0
