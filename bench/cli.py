@@ -12,6 +12,7 @@ cold_start  toolhost serve on the bundled registry until every sidecar is ready
 recovery    SIGKILL a worker while calls run: calls failed, time until served again
 footprint   host RSS idle and under load, RSS per worker
 services    host services from a worker: child tools.invoke, state.get/set
+confine     kernel confinement: µs to apply the walls, fork and exec starts with and without
 ==========  ==================================================================================
 """
 
@@ -36,10 +37,12 @@ SCENARIOS = [
     "footprint",
     "mcp_server",
     "services",
+    "confine",
 ]
-OPT_IN = frozenset({"mcp_server"})
+OPT_IN = frozenset({"mcp_server", "confine"})
 """Run only when named in ``--only``: ``mcp_server`` drives four official-SDK client processes
-(seconds of imports each) and measures the MCP face, not the host's own latency."""
+(seconds of imports each) and measures the MCP face, not the host's own latency; ``confine``
+measures process starts, not the host."""
 DEFAULT_SCENARIOS = [s for s in SCENARIOS if s not in OPT_IN]
 ORDER = [
     "cold_start",  # before the shared host exists: nothing else runs meanwhile
@@ -51,6 +54,7 @@ ORDER = [
     "footprint",
     "mcp_server",
     "services",
+    "confine",
     "recovery",  # last: it kills workers
 ]
 DEPENDS = {"e2e": ["floors"], "foreign": ["e2e"]}
@@ -93,7 +97,7 @@ def selected(only: list[str] | None) -> list[str]:
 
 
 def _functions() -> dict[str, Callable[..., None]]:
-    from bench import foreign, latency, lifecycle, mcp_server, services, throughput
+    from bench import confine, foreign, latency, lifecycle, mcp_server, services, throughput
 
     return {
         "floors": latency.floors,
@@ -106,6 +110,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "footprint": lifecycle.footprint,
         "mcp_server": mcp_server.mcp_server,
         "services": services.services,
+        "confine": confine.confine,
     }
 
 

@@ -146,6 +146,7 @@ SCENARIO_SIDECARS: dict[str, list[str]] = {
     "footprint": ["echo", "tp2"],
     "mcp_server": ["echo"],
     "services": ["echo", "svc"],
+    "confine": [],
 }
 
 

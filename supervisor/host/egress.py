@@ -2,15 +2,16 @@
 ``confine.network.allow``, and the relay to its granted loopback ports.
 
 # Strategy: one trio task tree, :meth:`EgressProxy.run`. How the proxy knows who connects:
-# each worker with a network namespace of its own gets its own listener, made *inside* that
-# namespace by the worker's pre-exec step and handed to the host (:meth:`serve_worker`), so a
-# connection on it can only come from that worker (or its children): nothing else can reach
-# its namespace, and the identity needs no secret. A worker without a namespace (a host that
-# cannot make one) reaches one shared loopback listener (:meth:`open_shared`) and proves who it
-# is with a per-worker token in the proxy URL's credentials (``Proxy-Authorization: Basic``),
-# 32 random bytes only in that worker's environment (which Landlock's ptrace rule keeps other
-# sidecars from reading in ``/proc``). A request is read (head bounded in size and time), the
-# name resolved by the host, every address checked against the sidecar's rules after
+# each sidecar with a network namespace of its own (``processes.netns.Holder``, shared by its
+# workers) has its own listener, made *inside* that namespace and held by the host
+# (:meth:`serve_listener`), so a connection on it can only come from that sidecar's processes:
+# nothing else can reach its namespace, and the identity needs no secret. A worker without a
+# namespace (a host that cannot make one) reaches one shared loopback listener
+# (:meth:`open_shared`) and proves who it is with a per-worker token in the proxy URL's
+# credentials (``Proxy-Authorization: Basic``), 32 random bytes only in that worker's
+# environment (which Landlock's ptrace rule keeps other sidecars from reading in ``/proc``). A
+# request is read (head bounded in size and time), the name resolved by the host, every address
+# checked against the sidecar's rules after
 # resolution (``policy.egress.decide``), and the allowed address connected by number, so what
 # was checked is what is reached; a refusal is ``403`` with a one-line reason naming the rule.
 # ``CONNECT`` tunnels bytes; an absolute-form request is forwarded with its ``Host`` set to the
@@ -164,14 +165,14 @@ class EgressProxy:
 
         self._nursery.start_soon(guarded)
 
-    def serve_worker(
+    def serve_listener(
         self, listener: stdsocket.socket, client: Client, *, relay_to: int = 0
     ) -> None:
-        """Serve a listener a worker made in its own network namespace.
+        """Serve a listener in a sidecar's network namespace (``SidecarWalls.listeners``).
 
         Args:
             listener: The listening socket (the host owns it from now on).
-            client: The worker it belongs to, with its sidecar's rules.
+            client: Whom it belongs to (``worker`` empty: the whole sidecar), with the rules.
             relay_to: 0 for the proxy; a port number to relay plain TCP to that port of the
                 host's loopback (a ``confine.network.loopback`` grant).
         """
@@ -201,7 +202,8 @@ class EgressProxy:
         return self.shared_port
 
     def forget(self, worker: str) -> None:
-        """Stop serving a worker: its listeners close, its tunnels are cut, its tokens die."""
+        """Stop serving ``worker`` (a ``Client.worker``, or the sidecar id for a listener
+        served for a whole sidecar): its listeners close, its tunnels are cut, its tokens die."""
         for scope in self._scopes.pop(worker, []):
             scope.cancel()
         for token in [t for t, c in self._tokens.items() if (c.worker or c.sidecar) == worker]:

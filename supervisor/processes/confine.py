@@ -19,6 +19,7 @@ import functools
 import importlib.machinery
 import os
 import shutil
+import socket as stdsocket
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -121,27 +122,30 @@ def walls_for(
     nproc: int = 0,
     proxy_port: int = 0,
     channel: int = -1,
+    ruleset_fd: int = -1,
+    netns_fds: Sequence[int] = (),
 ) -> Walls:
-    """One worker's walls from its sidecar's plan.
+    """One worker's walls from its sidecar's plan (:class:`SidecarWalls.worker` fills the
+    per-sidecar parts).
 
     Args:
         plan: The sidecar's plan (``policy.confine.resolve``); must be active.
-        tmpdir: The worker's private ``TMPDIR`` (granted read-write).
+        tmpdir: The worker's private ``TMPDIR`` (granted read-write when the child builds the
+            ruleset; a prebuilt ruleset grants the sidecar's temp root instead).
         cgroup: Its pids group folder (``PidsCgroups.create``), when ``plan.pids`` is cgroup.
         nproc: ``RLIMIT_NPROC`` when ``plan.pids`` is rlimit (the user's tasks now plus
             ``plan.processes``: ``processes.limits.user_tasks``).
         proxy_port: The host's egress proxy port on loopback, for a plan without a network
             namespace that reaches the proxy by TCP (Landlock's port rule; identity by token).
         channel: The child's end of the report channel (``socket.socketpair``; -1: none).
+        ruleset_fd: A Landlock ruleset built once for the sidecar (-1: built in the child).
+        netns_fds: The sidecar's held namespaces (``netns.Holder.fds``).
     """
     write = list(plan.write)
     devices = [p for p in write if p.startswith("/dev/")]
     write = [p for p in write if not p.startswith("/dev/")]
     if tmpdir:
         write.append(tmpdir)
-    listen: list[int] = []
-    if plan.netns:
-        listen = ([plan.proxy_port] if plan.proxy_port else []) + list(plan.loopback)
     tcp = plan.tcp_connect
     if tcp is not None and plan.network == "proxy" and proxy_port:
         tcp = (*tcp, proxy_port)
@@ -152,8 +156,8 @@ def walls_for(
         devices=devices,
         landlock_abi=plan.landlock_abi,
         tcp_connect=tcp,
-        netns=plan.netns,
-        listen=listen,
+        ruleset_fd=ruleset_fd,
+        netns_fds=list(netns_fds),
         seccomp_arch=plan.seccomp_arch,
         sockets=plan.socket_filter,
         allow_unix=plan.allow_unix,
@@ -164,10 +168,96 @@ def walls_for(
     )
 
 
+class SidecarWalls:
+    """What one sidecar's workers share, made once per plan and held by the host: the Landlock
+    ruleset (built here: a worker only enters it), the network namespace with the listeners
+    the egress proxy serves, and the folder the workers' private ``TMPDIR`` s live in.
+
+    Args:
+        plan: The sidecar's plan (active).
+        tmp_root: Where the sidecar's temp folder is made (default the system's).
+        proxy_port: Without a namespace, the host's shared proxy port (Landlock TCP rule).
+
+    Raises:
+        OSError: A wall the plan needs could not be prepared (under ``required`` the sidecar
+            must not start; else the plan's ``missing`` grows by the message).
+    """
+
+    def __init__(self, plan: ConfinePlan, *, tmp_root: str | None = None, proxy_port: int = 0):
+        self.plan = plan
+        self.tmp_root = private_tmpdir(plan.sidecar, tmp_root)
+        self.problems: list[str] = []
+        self.ruleset_fd = -1
+        self.rules = 0
+        self.holder: netns.Holder | None = None
+        self._proxy_port = proxy_port
+        try:
+            if plan.landlock_abi > 0:
+                w = walls_for(plan, tmpdir=self.tmp_root, proxy_port=proxy_port)
+                ruleset = landlock.Ruleset(
+                    plan.landlock_abi,
+                    read=w.read,
+                    write=w.write,
+                    devices=w.devices,
+                    tcp_connect=w.tcp_connect,
+                )
+                self.ruleset_fd = ruleset.build()
+                self.rules = ruleset.rules
+            if plan.netns:
+                ports = ([plan.proxy_port] if plan.proxy_port else []) + list(plan.loopback)
+                self.holder = netns.Holder.create(plan.netns, ports)
+        except OSError:
+            self.close()
+            raise
+
+    @property
+    def listeners(self) -> dict[int, stdsocket.socket]:
+        """``port -> listener`` in the sidecar's namespace: the proxy's (``plan.proxy_port``)
+        and one per loopback grant (hand them to ``EgressProxy.serve_listener``)."""
+        return self.holder.listeners if self.holder is not None else {}
+
+    def worker(
+        self, *, cgroup: str | None = None, nproc: int = 0, channel: int = -1
+    ) -> tuple[Walls, str]:
+        """One worker's walls and its private ``TMPDIR`` (0700, below the sidecar's temp
+        folder; remove it with :func:`remove_tmpdir` when the worker ends)."""
+        tmpdir = tempfile.mkdtemp(prefix="w-", dir=self.tmp_root)
+        walls = walls_for(
+            self.plan,
+            tmpdir=tmpdir,
+            cgroup=cgroup,
+            nproc=nproc,
+            proxy_port=self._proxy_port,
+            channel=channel,
+            ruleset_fd=self.ruleset_fd,
+            netns_fds=self.holder.fds if self.holder is not None else (),
+        )
+        return walls, tmpdir
+
+    def inherited(self, walls: Walls) -> list[int]:
+        """The descriptors a child must inherit for ``walls`` (``pass_fds`` of the shim)."""
+        fds = [walls.ruleset_fd] if walls.ruleset_fd >= 0 else []
+        fds += walls.netns_fds
+        if walls.channel >= 0:
+            fds.append(walls.channel)
+        return fds
+
+    def close(self) -> None:
+        """Release the ruleset, the namespace and the temp folder (after the last worker)."""
+        if self.ruleset_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.ruleset_fd)
+            self.ruleset_fd = -1
+        if self.holder is not None:
+            self.holder.close()
+            self.holder = None
+        remove_tmpdir(self.tmp_root)
+
+
 def shim_argv(argv: Sequence[str], walls_fd: int) -> list[str]:
     """The exec path's command: a bare interpreter that reads the walls from ``walls_fd``
     (``Walls.dumps``, inherited), puts them up and execs ``argv`` (resolved program first).
-    Pass ``walls_fd`` (and the walls' ``channel``) to the child (``pass_fds``)."""
+    Pass ``walls_fd`` and :meth:`SidecarWalls.inherited` to the child (``pass_fds``)."""
     return [sys.executable, "-I", "-S", SHIM, str(walls_fd), "--", *argv]
 
 

@@ -50,8 +50,10 @@ class Walls:
         tcp_connect: Landlock TCP: the only ports ``connect`` may reach (None: not handled).
         scoped: Landlock ABI 6 signal and abstract-socket scoping.
         audit: Landlock ABI 7: log denials after exec to the audit log.
-        netns: ``root`` or ``user`` (how to make a network namespace) or ``""`` (none).
-        listen: Ports to listen on inside the namespace (sent to the host).
+        ruleset_fd: A Landlock ruleset the parent built (``landlock.Ruleset.build``), inherited:
+            the child only enters it (-1: the child builds it from ``read``/``write``).
+        netns_fds: Namespaces to join (``netns.Holder.fds``: the user namespace first, if any,
+            then the network namespace; empty: stay in the host's).
         seccomp_arch: The syscall filter's architecture (``""``: no filter).
         sockets: Socket families the filter lets through besides ``AF_UNIX``.
         allow_unix: The filter lets ``socket(AF_UNIX)`` through.
@@ -69,10 +71,10 @@ class Walls:
         "devices",
         "drop_caps",
         "landlock_abi",
-        "listen",
-        "netns",
+        "netns_fds",
         "nproc",
         "read",
+        "ruleset_fd",
         "scoped",
         "seccomp_arch",
         "sockets",
@@ -92,8 +94,8 @@ class Walls:
         tcp_connect: list[int] | tuple[int, ...] | None = None,
         scoped: bool = True,
         audit: bool = True,
-        netns: str = "",
-        listen: list[int] | tuple[int, ...] = (),
+        ruleset_fd: int = -1,
+        netns_fds: list[int] | tuple[int, ...] = (),
         seccomp_arch: str = "",
         sockets: str = "any",
         allow_unix: bool = True,
@@ -110,8 +112,8 @@ class Walls:
         self.tcp_connect = None if tcp_connect is None else list(tcp_connect)
         self.scoped = scoped
         self.audit = audit
-        self.netns = netns
-        self.listen = list(listen)
+        self.ruleset_fd = ruleset_fd
+        self.netns_fds = list(netns_fds)
         self.seccomp_arch = seccomp_arch
         self.sockets = sockets
         self.allow_unix = allow_unix
@@ -164,7 +166,9 @@ class Armed:
         w = walls
         self.walls = w
         self.ruleset = (
-            landlock.Ruleset(
+            landlock.Ruleset.entering(w.landlock_abi, w.ruleset_fd, audit=w.audit)
+            if w.ruleset_fd >= 0
+            else landlock.Ruleset(
                 w.landlock_abi,
                 read=w.read,
                 write=w.write,
@@ -182,8 +186,7 @@ class Armed:
             if arch
             else None
         )
-        self.ns = _netns().Namespace(w.netns, w.listen) if w.netns else None
-        self._socket = _socket() if w.channel >= 0 else None
+        self.join = _netns().Join(w.netns_fds) if w.netns_fds else None
         self.cgroup = os.fsencode(w.cgroup_procs) if w.cgroup_procs else b""
         libc = ctypes.CDLL(None, use_errno=True)
         self._prctl = libc.prctl
@@ -207,7 +210,6 @@ class Armed:
             "tcp": False,
             "scoped": False,
             "netns": False,
-            "listen": [],
             "caps": False,
             "nnp": False,
             "seccomp": False,
@@ -258,15 +260,14 @@ class Armed:
                     r["pids"] = "rlimit"
             except (OSError, ValueError) as exc:
                 self._fail("RLIMIT_NPROC", OSError(1, str(exc)))
-        if self.ns is not None:
+        if self.join is not None:
             try:
-                self.ns.enter()
+                self.join.enter()
                 r["netns"] = True
-                r["listen"] = [s.getsockname()[1] for s in self.ns.listeners]
             except OSError as exc:
                 self._fail("network namespace", exc)
         ruleset = self.ruleset
-        if ruleset is not None:
+        if ruleset is not None and ruleset.fd < 0:
             try:
                 ruleset.build()
             except OSError as exc:
@@ -308,19 +309,16 @@ class Armed:
 
     def _send(self) -> None:
         channel = self.walls.channel
-        listeners = self.ns.listeners if self.ns is not None else []
-        sockets = self._socket
-        if channel < 0 or sockets is None:
+        if channel < 0:
             return
         self.walls.channel = -1  # sent once
         payload = marshal.dumps(self.report)
-        with sockets.socket(fileno=channel) as sock:
-            try:
-                sockets.send_fds(sock, [payload], [s.fileno() for s in listeners])
-            except OSError as exc:
-                self._fail("report", exc)
-        if self.ns is not None:
-            self.ns.release()
+        try:
+            os.write(channel, payload)
+        except OSError as exc:
+            self._fail("report", exc)
+        finally:
+            os.close(channel)
 
 
 def _netns():  # type: ignore[no-untyped-def]
@@ -329,12 +327,6 @@ def _netns():  # type: ignore[no-untyped-def]
     except ImportError:  # pragma: no cover - the shim
         import netns  # type: ignore[no-redef]
     return netns
-
-
-def _socket():  # type: ignore[no-untyped-def]
-    import socket
-
-    return socket
 
 
 def read_report(data: bytes) -> dict[str, object]:

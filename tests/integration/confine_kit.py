@@ -113,26 +113,20 @@ class Run(msgspec.Struct, kw_only=True):
     results: dict[str, str]
     stderr: str
     report: dict[str, Any] | None = None
-    listeners: list[socket.socket] = msgspec.field(default_factory=list)
 
 
 def _collect(status: int, out: bytes, err: bytes, chan: socket.socket | None) -> Run:
     report = None
-    listeners: list[socket.socket] = []
     if chan is not None:
         chan.setblocking(False)
         try:
-            data, fds, _, _ = socket.recv_fds(chan, 65536, 16)
-            listeners = [socket.socket(fileno=fd) for fd in fds]
-            report = read_report(data)
+            report = read_report(chan.recv(65536))
         except (BlockingIOError, ValueError):
             pass
         chan.close()
     text = out.decode().strip().splitlines()
     results = json.loads(text[-1]) if text else {}
-    return Run(
-        status=status, results=results, stderr=err.decode(), report=report, listeners=listeners
-    )
+    return Run(status=status, results=results, stderr=err.decode(), report=report)
 
 
 def hostile_argv(attacks: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -151,7 +145,9 @@ def run_shim(world: World, walls: Walls | None, attacks: Mapping[str, Mapping[st
         os.write(w, walls.dumps())
         os.close(w)
         argv = shim_argv(argv, r)
-        pass_fds = [r, child.fileno()]
+        pass_fds = [r, child.fileno(), *walls.netns_fds]
+        if walls.ruleset_fd >= 0:
+            pass_fds.append(walls.ruleset_fd)
         chan = parent
     try:
         done = subprocess.run(

@@ -19,7 +19,7 @@ from supervisor.contracts.confine import EgressRecord, Profile
 from supervisor.contracts.registry import NetworkGrant
 from supervisor.host.egress import Client, EgressLimits, EgressProxy, client_for
 from supervisor.policy.egress import IPAddress, literal_address
-from supervisor.processes.confine import walls_for
+from supervisor.processes.confine import SidecarWalls
 from tests.integration.confine_kit import (
     KERNEL,
     make_world,
@@ -182,7 +182,7 @@ async def test_a_workers_own_listener_is_its_identity() -> None:
             mine.bind(("127.0.0.1", 0))
             mine.listen(8)
             port = mine.getsockname()[1]
-            proxy.serve_worker(
+            proxy.serve_listener(
                 mine,
                 Client(
                     sidecar="a", worker="a#1", rules=client_for("a", [f"127.0.0.1:{web}"]).rules
@@ -256,8 +256,10 @@ async def test_a_confined_program_reaches_the_network_only_through_the_proxy(
             other, _ = await http_server(nursery)
             proxy, audit = await start(nursery)
             plan = world.plan(Profile(network=NetworkGrant(allow=[f"127.0.0.1:{web}"])))
-            parent, child = socket.socketpair()
-            walls = walls_for(plan, tmpdir=str(world.tmpdir), channel=child.fileno())
+            shared = SidecarWalls(plan, tmp_root=str(world.tmpdir))
+            for listener in shared.listeners.values():  # the host serves the namespace's port
+                proxy.serve_listener(listener.dup(), client_for("hostile", plan.allow, "hostile"))
+            walls, _ = shared.worker()
             r, w = os.pipe()
             os.write(w, walls.dumps())
             os.close(w)
@@ -282,7 +284,7 @@ async def test_a_confined_program_reaches_the_network_only_through_the_proxy(
             def run() -> subprocess.CompletedProcess[bytes]:
                 return subprocess.run(
                     shim_argv([sys.executable, "-c", script], r),
-                    pass_fds=(r, child.fileno()),
+                    pass_fds=(r, *shared.inherited(walls)),
                     env=env,
                     cwd=world.app,
                     capture_output=True,
@@ -290,19 +292,9 @@ async def test_a_confined_program_reaches_the_network_only_through_the_proxy(
                     check=False,
                 )
 
-            async def hand_over() -> None:
-                await trio.lowlevel.wait_readable(parent)
-                _report, fds, _, _ = socket.recv_fds(parent, 65536, 4)
-                for fd in fds:
-                    proxy.serve_worker(
-                        socket.socket(fileno=fd), client_for("hostile", plan.allow, "hostile#1")
-                    )
-
-            nursery.start_soon(hand_over)
             done = await trio.to_thread.run_sync(run)
             os.close(r)
-            child.close()
-            parent.close()
+            shared.close()
             nursery.cancel_scope.cancel()
     assert done.returncode == 0, done.stderr.decode()
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])

@@ -13,7 +13,14 @@ import pytest
 
 from supervisor.contracts.confine import Profile
 from supervisor.contracts.registry import NetworkGrant
-from supervisor.processes.confine import facts, private_tmpdir, remove_tmpdir, walls_for
+from supervisor.processes.confine import (
+    SidecarWalls,
+    facts,
+    own_netns,
+    private_tmpdir,
+    remove_tmpdir,
+    walls_for,
+)
 from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.processes.walls import Walls
 from tests.integration.confine_kit import (
@@ -85,7 +92,9 @@ DENIED = {
 def test_every_attack_fails_behind_the_walls(world: World, way: str) -> None:
     plan = world.plan(Profile(project="write"))
     tcp, udp = tcp_listener(), udp_listener()
-    walls = walls_for(plan, tmpdir=str(world.tmpdir))
+    shared = SidecarWalls(plan, tmp_root=str(world.tmpdir))
+    walls, tmpdir = shared.worker()
+    world.tmpdir = Path(tmpdir)
     todo = {
         **attacks(world, tcp, udp),
         "write_project": {"kind": "write", "path": str(world.project / "ok.txt")},
@@ -108,8 +117,11 @@ def test_every_attack_fails_behind_the_walls(world: World, way: str) -> None:
     assert run.report is not None and run.report["errors"] == []
     assert run.report["landlock"] == KERNEL.landlock_abi and run.report["seccomp"]
     assert run.report["nnp"] and run.report["caps"] == ROOT
+    assert run.report["netns"] == bool(KERNEL.netns)
     tcp.close()
     udp.close()
+    shared.close()
+    assert not os.path.exists(tmpdir)
 
 
 def test_the_same_attacks_succeed_with_nothing_applied(world: World) -> None:
@@ -160,7 +172,8 @@ def test_the_fork_bomb_runs_free_without_walls(world: World) -> None:
 def test_facts_are_read_from_the_running_worker(world: World) -> None:
     plan = world.plan(Profile())
     parent, child = socket.socketpair()
-    walls = walls_for(plan, tmpdir=str(world.tmpdir), channel=child.fileno())
+    shared = SidecarWalls(plan, tmp_root=str(world.tmpdir))
+    walls, _ = shared.worker(channel=child.fileno())
     from supervisor.processes.walls import arm
 
     armed = arm(walls)
@@ -178,6 +191,7 @@ def test_facts_are_read_from_the_running_worker(world: World) -> None:
 
         report = read_report(parent.recv(65536))
         got = facts(plan, pid, report)
+        assert own_netns(pid) is bool(KERNEL.netns)
         assert (got.filesystem, got.network, got.syscalls, got.no_new_privs) == (
             "enforced",
             "isolated",
@@ -191,6 +205,7 @@ def test_facts_are_read_from_the_running_worker(world: World) -> None:
         os.close(w)
         os.waitpid(pid, 0)
         parent.close()
+        shared.close()
 
 
 def test_required_walls_that_cannot_go_up_stop_the_program(world: World) -> None:
@@ -209,35 +224,32 @@ def test_required_walls_that_cannot_go_up_stop_the_program(world: World) -> None
     assert run.report is not None and any("pids cgroup" in e for e in run.report["errors"])
 
 
-def test_proxy_and_loopback_grants_are_listeners_in_the_workers_namespace(world: World) -> None:
+def test_proxy_and_loopback_grants_are_listeners_in_the_sidecars_namespace(world: World) -> None:
     need(KERNEL.netns != "", "network namespaces")
     plan = world.plan(Profile(network=NetworkGrant(allow=["*"], loopback=[9222])))
     assert plan.netns and plan.proxy_port == 3128
     outside = tcp_listener()  # a port on the host's loopback that was not granted
-    walls = walls_for(plan, tmpdir=str(world.tmpdir))
-    run = run_shim(
-        world,
-        walls,
-        {
-            "proxy": {"kind": "tcp", "port": plan.proxy_port},
-            "cdp": {"kind": "tcp", "port": 9222},
-            "other": {"kind": "tcp", "port": port(outside)},
-            "udp": {"kind": "udp", "port": port(outside)},
-        },
-    )
-    assert run.status == 0, run.stderr
-    # Its own namespace: only the handed-over listeners answer, the host's port is not there.
-    assert run.results == {"proxy": "ok", "cdp": "ok", "other": "ECONNREFUSED", "udp": "ok"}
-    assert nothing_waiting(outside)
-    assert run.report is not None and run.report["listen"] == [3128, 9222]
-    assert len(run.listeners) == 2
-    for listener in run.listeners:  # the host accepts from outside the namespace
-        listener.setblocking(True)
-        conn, _ = listener.accept()
-        assert conn.recv(16) == b"hello"
-        conn.close()
-        listener.close()
+    shared = SidecarWalls(plan, tmp_root=str(world.tmpdir))
+    assert sorted(shared.listeners) == [3128, 9222]
+    todo = {
+        "proxy": {"kind": "tcp", "port": plan.proxy_port},
+        "cdp": {"kind": "tcp", "port": 9222},
+        "other": {"kind": "tcp", "port": port(outside)},
+        "udp": {"kind": "udp", "port": port(outside)},
+    }
+    for _ in range(2):  # two workers, one namespace: each one's connection reaches the host
+        walls, _tmp = shared.worker()
+        run = run_shim(world, walls, todo)
+        assert run.status == 0, run.stderr
+        # Its own namespace: only the host's listeners answer, the host's port is not there.
+        assert run.results == {"proxy": "ok", "cdp": "ok", "other": "ECONNREFUSED", "udp": "ok"}
+        assert nothing_waiting(outside)
+        for listener in shared.listeners.values():  # the host accepts from outside
+            conn, _ = listener.accept()
+            assert conn.recv(16) == b"hello"
+            conn.close()
     outside.close()
+    shared.close()
 
 
 def test_landlock_tcp_rules_without_a_namespace(world: World) -> None:
