@@ -39,6 +39,14 @@ from tests.integration.confine_kit import (
 )
 
 
+def _yama_scope() -> int:
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 0
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
@@ -131,6 +139,8 @@ def test_the_same_attacks_succeed_with_nothing_applied(world: World) -> None:
     run = run_shim(world, None, attacks(world, tcp, udp))
     assert run.status == 0, run.stderr
     root_only = {"shadow", "mount", "unshare"}
+    if _yama_scope() >= 1:  # a normal user may ptrace only its descendants there
+        root_only.add("ptrace")
     expected = {name: "ok" for name in DENIED}
     expected["unix"] = "ENOENT"  # the socket is reachable; nobody listens in this test
     for name in root_only if not ROOT else ():
@@ -155,7 +165,9 @@ def test_a_fork_bomb_is_bounded_and_leaves_nothing(world: World) -> None:
     started = time.monotonic()
     run = run_shim(world, walls, {"bomb": {"kind": "fork_bomb", "max": 300}})
     outcome, count = run.results["bomb"].split(":")
-    assert outcome == "EAGAIN" and int(count) < plan.processes, run.results
+    # RLIMIT_NPROC counts the whole user: processes of it that end meanwhile free slots
+    slack = 0 if groups is not None else 16
+    assert outcome == "EAGAIN" and int(count) < plan.processes + slack, run.results
     assert time.monotonic() - started < 30
     if groups is not None and group is not None:
         assert PidsCgroups.current(group) == 0
