@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -190,6 +191,7 @@ def measure(rounds: int, log: Any = print) -> dict[str, Any]:
     if groups is not None:
         groups.close()
     shared.close()
+    shutil.rmtree(root, ignore_errors=True)
     out["samples"] = samples
     return out
 
