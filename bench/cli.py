@@ -13,6 +13,7 @@ recovery    SIGKILL a worker while calls run: calls failed, time until served ag
 footprint   host RSS idle and under load, RSS per worker
 services    host services from a worker: child tools.invoke, state.get/set
 compare     this tree's call path against ``--against TREE``'s, alternating, in one run
+confine     kernel confinement: µs to apply the walls, fork and exec starts with and without
 ==========  ==================================================================================
 """
 
@@ -38,11 +39,12 @@ SCENARIOS = [
     "mcp_server",
     "services",
     "compare",
+    "confine",
 ]
-OPT_IN = frozenset({"mcp_server", "compare"})
+OPT_IN = frozenset({"mcp_server", "compare", "confine"})
 """Run only when named in ``--only``: ``mcp_server`` drives four official-SDK client processes
 (seconds of imports each) and measures the MCP face, not the host's own latency; ``compare``
-needs ``--against``."""
+needs ``--against``; ``confine`` measures process starts, not the host."""
 DEFAULT_SCENARIOS = [s for s in SCENARIOS if s not in OPT_IN]
 ORDER = [
     "cold_start",  # before the shared host exists: nothing else runs meanwhile
@@ -55,6 +57,7 @@ ORDER = [
     "mcp_server",
     "services",
     "compare",  # hosts of its own, one per tree and round
+    "confine",
     "recovery",  # last: it kills workers
 ]
 DEPENDS = {"e2e": ["floors"], "foreign": ["e2e"]}
@@ -101,7 +104,16 @@ def selected(only: list[str] | None) -> list[str]:
 
 
 def _functions() -> dict[str, Callable[..., None]]:
-    from bench import compare, foreign, latency, lifecycle, mcp_server, services, throughput
+    from bench import (
+        compare,
+        confine,
+        foreign,
+        latency,
+        lifecycle,
+        mcp_server,
+        services,
+        throughput,
+    )
 
     return {
         "floors": latency.floors,
@@ -115,6 +127,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "mcp_server": mcp_server.mcp_server,
         "services": services.services,
         "compare": compare.compare,
+        "confine": confine.confine,
     }
 
 

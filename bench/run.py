@@ -151,6 +151,7 @@ SCENARIO_SIDECARS: dict[str, list[str]] = {
     "mcp_server": ["echo"],
     "services": ["echo", "svc"],
     "compare": [],
+    "confine": [],
 }
 
 

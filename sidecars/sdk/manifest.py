@@ -56,6 +56,17 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
 }
 
 
+CONFINE: dict[str, dict[str, Any]] = {
+    "utility": {"project": "write"},  # lsp.* and task.* are utility's tools
+    "web": {"project": "write", "network": {"allow": ["*"]}},
+    "media": {"project": "write"},
+    "browser": {"project": "write", "network": {"loopback": [9222]}},
+    "computer": {"project": "write", "unix": ["/tmp/.X11-unix"]},
+}
+"""Each bundled family's default confinement profile (PROTOCOL 7, ``[confine]``); a family not
+listed gets the strict default (``project: read``, no network)."""
+
+
 def run_recipe(module: str) -> dict[str, Any]:
     """How ``toolhost init`` starts a bundled SDK sidecar: the host's python, ``-m module``."""
     return {"command": "python", "args": ["-m", module], "cwd": "app"}
@@ -76,7 +87,11 @@ def _strip_none(value: Any) -> Any:
 
 
 def manifest_document(
-    app: Sidecar, sidecar_id: str, install: str, run: dict[str, Any] | None = None
+    app: Sidecar,
+    sidecar_id: str,
+    install: str,
+    run: dict[str, Any] | None = None,
+    confine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The TOML document (as a dict) for every tool of ``app``."""
     tools = []
@@ -103,6 +118,8 @@ def manifest_document(
     doc: dict[str, Any] = {"sidecar": sidecar_id, "install": install}
     if run is not None:
         doc["run"] = run
+    if confine:
+        doc["confine"] = confine
     doc["tool"] = tools
     return doc
 
@@ -111,4 +128,5 @@ def render(family: str) -> str:
     """The text of ``manifests/<family>.toml``."""
     module, sidecar_id, install = BUNDLED[family]
     app = importlib.import_module(module).app
-    return HEADER + tomli_w.dumps(manifest_document(app, sidecar_id, install, run_recipe(module)))
+    doc = manifest_document(app, sidecar_id, install, run_recipe(module), CONFINE.get(family))
+    return HEADER + tomli_w.dumps(doc)

@@ -7,7 +7,13 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from supervisor.contracts.registry import PositiveInt, SandboxValue, StateDecl, ToolName
+from supervisor.contracts.registry import (
+    ConfineConfig,
+    PositiveInt,
+    SandboxValue,
+    StateDecl,
+    ToolName,
+)
 
 Permission = Literal["read", "write", "execute", "network", "message", "computer"]
 
@@ -58,10 +64,13 @@ class ManifestFile(Struct, forbid_unknown_fields=True, kw_only=True):
 
     ``sidecar`` names the sidecar id that usually serves the family, ``install`` is a human hint
     shown for tools nobody serves (``discovery: missing``), and ``run`` tells ``toolhost init``
-    how to register a bundled sidecar without importing its code.
+    how to register a bundled sidecar without importing its code. ``confine`` is the family's
+    default confinement profile (PROTOCOL 7): it applies to a sidecar that runs the family's
+    ``run`` recipe (the bundled code it was written for), key by key under the entry's own.
     """
 
     sidecar: str | None = None
     install: str | None = None
     run: RunRecipe | None = None
+    confine: ConfineConfig | None = None
     tool: list[ToolManifest] = msgspec.field(default_factory=list)

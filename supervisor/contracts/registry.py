@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegInt = Annotated[int, Meta(ge=0)]
@@ -64,6 +64,44 @@ class TelemetryConfig(_Config):
     default, as the GenAI conventions ask."""
 
 
+ConfinementMode = Literal["required", "best-effort", "off"]
+ProjectAccess = Literal["none", "read", "write"]
+ConfinePath = Annotated[str, Meta(min_length=1, max_length=4096)]
+"""A path of a profile: relative to appRoot, or absolute (checked by registry.check)."""
+Port = Annotated[int, Meta(ge=1, le=65535)]
+EgressRule = Annotated[str, Meta(min_length=1, max_length=300)]
+"""``host:port``, ``*.domain:port``, ``address:port`` (``[v6]:port``) or ``*`` (policy.egress)."""
+
+
+class NetworkGrant(_Config):
+    """``confine.network`` as an object: outbound through the host's egress proxy to ``allow``,
+    and these loopback TCP ports directly (PROTOCOL 7)."""
+
+    allow: list[EgressRule] = msgspec.field(default_factory=list)
+    loopback: list[Port] = msgspec.field(default_factory=list)
+
+
+NetworkValue = Literal["none", "host"] | NetworkGrant
+
+
+class ConfineConfig(_Config):
+    """``confine``: what the kernel lets a sidecar's processes touch (PROTOCOL 7).
+
+    A key left out takes the family's default (``[confine]`` in its manifest), else the strict
+    default (``project: read``, ``network: none``, 64 processes); a key set here replaces that
+    default whole (a list is not merged with the default's list).
+    """
+
+    project: ProjectAccess | UnsetType = UNSET
+    read: list[ConfinePath] | UnsetType = UNSET
+    write: list[ConfinePath] | UnsetType = UNSET
+    network: NetworkValue | UnsetType = UNSET
+    unix: list[ConfinePath] | UnsetType = UNSET
+    """Unix sockets it may connect to (``socket(AF_UNIX)`` is refused without one)."""
+    processes: Annotated[int, Meta(ge=1, le=1_000_000)] | UnsetType = UNSET
+    """Most processes and threads alive at once in the worker's tree."""
+
+
 class HostConfig(_Config):
     """``host``: where the host listens and which folders anchor paths."""
 
@@ -110,6 +148,11 @@ class HostConfig(_Config):
     shutdown_grace_ms: NonNegInt = 5000
     """On SIGTERM/SIGINT, how long running calls may take to finish; the ones still running then
     are cancelled with a message naming this setting."""
+    confinement: ConfinementMode = "best-effort"
+    """Kernel confinement of every sidecar (PROTOCOL 7, docs/confinement.md): ``best-effort``
+    enforces what this kernel supports and reports it, ``required`` keeps a sidecar whose profile
+    cannot be fully enforced from starting (``confinement-unavailable``), ``off`` confines
+    nothing."""
 
 
 class PoolConfig(_Config):
@@ -239,6 +282,8 @@ class SidecarConfig(_Config):
     spawn: Literal["auto", "exec"] = "auto"
     """How workers start: ``auto`` forks eligible Python workers from the zygote, ``exec``
     always starts a fresh process (PROTOCOL 1)."""
+    confine: ConfineConfig = msgspec.field(default_factory=ConfineConfig)
+    """The sidecar's confinement profile, key by key over its family's (PROTOCOL 7)."""
 
 
 class AutodiscoverConfig(_Config):

@@ -18,7 +18,9 @@ from typing import Any
 
 import msgspec
 
+from supervisor.contracts.registry import ConfineConfig, NetworkGrant
 from supervisor.contracts.validation import all_problems, key_path, struct_problems
+from supervisor.policy.egress import parse_rule
 
 MAX_DEPTH = 64
 """Deepest nesting of objects and arrays accepted in a registry file (real ones use < 8)."""
@@ -177,3 +179,34 @@ def every_problem(registry: Any, known: Any) -> list[str]:
         lines += entry.errors
         lines += entry.warnings
     return lines
+
+
+def confine_problems(confine: ConfineConfig | None, prefix: str) -> list[str]:
+    """What a ``confine`` profile (PROTOCOL 7) cannot mean, one message per problem with its
+    JSON path: an egress rule that does not parse, a path with a NUL byte or a ``~`` (never
+    expanded), a process limit of 0 (the struct refuses it)."""
+    if confine is None:
+        return []
+    problems: list[str] = []
+    for key in ("read", "write", "unix"):
+        paths = getattr(confine, key)
+        if not isinstance(paths, list):
+            continue
+        for i, path in enumerate(paths):
+            where = f"{prefix}.{key}[{i}]"
+            if "\0" in path:
+                problems.append(f"{where}: a path cannot hold a NUL byte")
+            elif path.startswith("~"):
+                problems.append(
+                    f"{where}: {path!r}: ~ is not expanded; write the path relative to appRoot"
+                    " or absolute"
+                )
+    network = confine.network
+    if isinstance(network, NetworkGrant):
+        for i, rule in enumerate(network.allow):
+            parsed = parse_rule(rule)
+            if isinstance(parsed, str):
+                problems.append(f"{prefix}.network.allow[{i}]: {parsed}")
+        if len(set(network.loopback)) != len(network.loopback):
+            problems.append(f"{prefix}.network.loopback: a port is listed twice")
+    return problems

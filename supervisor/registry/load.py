@@ -26,7 +26,12 @@ from supervisor.contracts.registry import (
 )
 from supervisor.policy.host_private import private_roots
 from supervisor.protocols.mcp_http import header_problems, url_problem
-from supervisor.registry.check import checked, join_surrogates, nesting_problem
+from supervisor.registry.check import (
+    checked,
+    confine_problems,
+    join_surrogates,
+    nesting_problem,
+)
 
 REGISTRY_RELPATH = "tools/external.tools.jsonc"
 SIDECAR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -104,6 +109,20 @@ class Registry(msgspec.Struct, kw_only=True):
         folders += [os.path.abspath(d) for d in manifest_dirs]
         folders += [os.path.abspath(d) for d in install_dirs]
         return private_roots(app_root=self.app_root, files=files, folders=folders)
+
+    def host_secrets(self) -> tuple[str, ...]:
+        """What no sidecar may even read (PROTOCOL 7, never granted): the app root's
+        ``.toolhost/``, the state files ``host`` names wherever they are (socket, audit log,
+        quota state, tokens) and every registry file read (its ``env`` may hold keys). The
+        rest of :meth:`host_private` (``tools/``, manifests, the installation) stays readable
+        where a grant covers it, never writable."""
+        h = self.host
+        state = [h.socket, h.audit_log, h.quota_state, h.ws.token_file if h.ws else ""]
+        state.append(os.path.join(os.path.dirname(h.socket), "operator.token"))
+        files = [self.path(f) for f in self.files] + [self.path(p) for p in state if p]
+        roots = private_roots(app_root=self.app_root, files=files)
+        skip = {os.path.join(self.app_root, d) for d in ("tools", "manifests")}
+        return tuple(r for r in roots if r not in skip and os.path.realpath(r) not in skip)
 
     def anchor_dir(self, entry: SidecarEntry, anchor: str) -> str:
         if anchor == "config":
@@ -399,6 +418,7 @@ def _check_semantics(entry: SidecarEntry, prefix: str) -> None:
         for tool in cfg.quota.tools:
             if tool not in cfg.tools:
                 problems.append(f"{prefix}.quota.tools.{tool}: not one of this sidecar's tools")
+    problems += confine_problems(cfg.confine, f"{prefix}.confine")
     if problems:
         entry.errors.extend(problems)
         entry.config = None

@@ -1,0 +1,286 @@
+"""The syscall filter of every worker: a classic BPF program built as bytes, installed with
+``no_new_privs``.
+
+# Strategy: the standard library only (the exec shim loads it without the virtual environment).
+# :func:`program` assembles the filter in the parent from a small per-architecture table;
+# :class:`Filter` keeps the bytes and the ``sock_fprog`` in ctypes buffers so the child's one
+# call, :meth:`Filter.install`, is a single ``prctl``. Refused syscalls fail with ``EPERM``
+# (``clone3`` with ``ENOSYS``, so libc falls back to ``clone``, whose flags the filter can read);
+# any other architecture's syscalls (an x86_64 process using the i386 or x32 ABI) fail with
+# ``EPERM`` too. What it refuses: ptrace and reading or writing another process's memory,
+# mounts, new namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag), kernel
+# keyrings, module loading, ``bpf``, ``perf_event_open``, ``kexec``, ``userfaultfd``,
+# ``io_uring`` (its operations bypass this filter), and ``socket(AF_UNIX)`` unless the profile
+# grants Unix sockets (``socketpair`` stays: trio needs it). Without a network namespace it also
+# limits which socket families may be created (``SocketFilter``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import sys
+
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+
+DENIED = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "bpf",
+    "perf_event_open",
+    "kexec_load",
+    "kexec_file_load",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+)
+"""Refused with ``EPERM`` whatever their arguments."""
+
+SYSCALLS: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "chroot": 161,
+        "unshare": 272,
+        "setns": 308,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "kexec_load": 246,
+        "kexec_file_load": 320,
+        "userfaultfd": 323,
+        "clone": 56,
+        "socket": 41,
+    },
+    "aarch64": {
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "chroot": 51,
+        "unshare": 97,
+        "setns": 268,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "kexec_load": 104,
+        "kexec_file_load": 294,
+        "userfaultfd": 282,
+        "clone": 220,
+        "socket": 198,
+    },
+}
+COMMON = {  # added after the tables were unified: the same number everywhere
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "clone3": 435,
+    "mount_setattr": 442,
+}
+X32_BIT = 0x40000000
+
+CLONE_NEW = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+"""CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET."""
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
+EPERM, ENOSYS = 1, 38
+
+RET_ALLOW = 0x7FFF0000
+RET_ERRNO = 0x00050000
+
+# classic BPF opcodes
+LD_W_ABS = 0x00 | 0x00 | 0x20
+JEQ_K = 0x05 | 0x10
+JGE_K = 0x05 | 0x30
+JSET_K = 0x05 | 0x40
+AND_K = 0x04 | 0x50
+RET_K = 0x06
+
+OFF_NR, OFF_ARCH, OFF_ARG0, OFF_ARG1 = 0, 4, 16, 24  # struct seccomp_data (low words: LE)
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+
+def arch() -> str:
+    """This machine's architecture if the filter has a table for it, else ``""``."""
+    machine = os.uname().machine.lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return machine if machine in SYSCALLS and sys.byteorder == "little" else ""
+
+
+class _Asm:
+    """A tiny assembler: instructions with jumps to labels, resolved to relative offsets."""
+
+    def __init__(self) -> None:
+        self.code: list[tuple[int, str | int, str | int, int]] = []
+        self.labels: dict[str, int] = {}
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.code)
+
+    def op(self, code: int, k: int, jt: str | int = 0, jf: str | int = 0) -> None:
+        self.code.append((code, jt, jf, k))
+
+    def bytes(self) -> bytes:
+        out = bytearray()
+        for i, (code, jt, jf, k) in enumerate(self.code):
+            t = self.labels[jt] - i - 1 if isinstance(jt, str) else jt
+            f = self.labels[jf] - i - 1 if isinstance(jf, str) else jf
+            if not (0 <= t <= 255 and 0 <= f <= 255):
+                raise ValueError("seccomp program: jump out of range")
+            out += struct.pack("=HBBI", code, t, f, k & 0xFFFFFFFF)
+        return bytes(out)
+
+
+def program(arch_name: str, *, allow_unix: bool, sockets: str = "any") -> bytes:
+    """The filter for ``arch_name``.
+
+    Args:
+        arch_name: ``x86_64`` or ``aarch64``.
+        allow_unix: Let ``socket(AF_UNIX, ...)`` through.
+        sockets: Other families: ``any``; ``stream`` (only TCP over IPv4/IPv6); ``none``.
+
+    Returns:
+        The ``struct sock_filter`` array as bytes.
+    """
+    table = {**SYSCALLS[arch_name], **COMMON}
+    a = _Asm()
+    a.op(LD_W_ABS, OFF_ARCH)
+    a.op(JEQ_K, AUDIT_ARCH[arch_name], 0, "eperm")
+    a.op(LD_W_ABS, OFF_NR)
+    if arch_name == "x86_64":
+        a.op(JGE_K, X32_BIT, "eperm", 0)
+    a.op(JEQ_K, table["clone3"], "enosys", 0)
+    for name in DENIED:
+        a.op(JEQ_K, table[name], "eperm", 0)
+    a.op(JEQ_K, table["clone"], "clone", 0)
+    filter_sockets = not allow_unix or sockets != "any"
+    if filter_sockets:
+        a.op(JEQ_K, table["socket"], "socket", 0)
+    a.op(RET_K, RET_ALLOW)
+    a.label("clone")
+    a.op(LD_W_ABS, OFF_ARG0)
+    a.op(JSET_K, CLONE_NEW, "eperm", 0)
+    a.op(RET_K, RET_ALLOW)
+    if filter_sockets:
+        a.label("socket")
+        a.op(LD_W_ABS, OFF_ARG0)
+        a.op(JEQ_K, AF_UNIX, "allow" if allow_unix else "eperm", 0)
+        if sockets == "any":
+            a.op(RET_K, RET_ALLOW)
+        elif sockets == "stream":
+            a.op(JEQ_K, AF_INET, "type", 0)
+            a.op(JEQ_K, AF_INET6, "type", "eperm")
+            a.label("type")
+            a.op(LD_W_ABS, OFF_ARG1)
+            a.op(AND_K, SOCK_TYPE_MASK)
+            a.op(JEQ_K, SOCK_STREAM, "allow", "eperm")
+        else:
+            a.op(RET_K, RET_ERRNO | EPERM)
+    a.label("allow")
+    a.op(RET_K, RET_ALLOW)
+    a.label("eperm")
+    a.op(RET_K, RET_ERRNO | EPERM)
+    a.label("enosys")
+    a.op(RET_K, RET_ERRNO | ENOSYS)
+    return a.bytes()
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class Filter:
+    """A filter ready to install: built in the parent, one ``prctl`` in the child."""
+
+    def __init__(self, code: bytes) -> None:
+        self._buf = ctypes.create_string_buffer(code, len(code))
+        self._prog = _SockFprog(len(code) // 8, ctypes.addressof(self._buf))
+        self._ptr = ctypes.addressof(self._prog)
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._prctl = libc.prctl
+        self._prctl.argtypes = [
+            ctypes.c_int,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
+        self._prctl.restype = ctypes.c_int
+
+    def install(self) -> None:
+        """Set ``no_new_privs`` and install the filter (irreversible).
+
+        Raises:
+            OSError: The kernel refused.
+        """
+        prctl = self._prctl
+        if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS) refused")
+        if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._ptr, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "prctl(PR_SET_SECCOMP) refused")
+
+
+def available() -> bool:
+    """Seccomp filters can be installed here (``/proc/self/status`` has a ``Seccomp`` line and
+    the kernel knows ``SECCOMP_MODE_FILTER``)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            if b"\nSeccomp:" not in f.read():
+                return False
+    except OSError:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    # PR_GET_SECCOMP answers 0 (none) or 2 (filter) when the kernel has seccomp at all.
+    return int(libc.prctl(21, 0, 0, 0, 0)) in (0, 2)

@@ -1,0 +1,345 @@
+"""The walls of one worker, put up in the child between fork and exec: :func:`arm` in the
+parent, :meth:`Armed.apply` in the child.
+
+# Strategy: the standard library only (with :mod:`landlock`, :mod:`seccomp`, :mod:`netns`), so
+# the exec shim (``confine_exec``) runs it in a bare ``python -I -S``. :class:`Walls` is plain
+# data (JSON for the shim). :func:`arm` does everything that allocates or may take a lock in the
+# parent: the BPF program, the Landlock buffers, the encoded paths, the bound libc functions,
+# ``cap_last_cap``. :meth:`Armed.apply` then runs, in this order, only syscalls: join the pids
+# cgroup (while writing ``/sys`` is still allowed), set ``RLIMIT_NPROC`` where no cgroup exists,
+# enter the network namespace and listen on the granted ports, build the Landlock ruleset (while
+# every path can still be opened), drop every capability (bounding set, ambient, effective,
+# permitted, inheritable; ``SECBIT_NOROOT`` locked), set ``no_new_privs``, enter the Landlock
+# domain, install the syscall filter, and send the report (with the listening sockets) to the
+# host over the channel. With ``strict`` (``host.confinement: required``) a failed step raises,
+# so nothing runs with less than was promised; else it is reported and the rest still goes up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import marshal
+import os
+import resource
+
+try:  # inside the package, or loaded by the exec shim from this folder
+    from supervisor.processes import landlock, seccomp
+except ImportError:  # pragma: no cover - the shim without the package on sys.path
+    import landlock  # type: ignore[no-redef]
+    import seccomp  # type: ignore[no-redef]
+
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_NO_NEW_PRIVS = 38
+SECURE_NOROOT = 0x01 | 0x02 | 0x40 | 0x80
+"""SECBIT_NOROOT, SECBIT_NO_CAP_AMBIENT_RAISE, each locked: uid 0 gains nothing at exec."""
+CAP_VERSION_3 = 0x20080522
+
+
+class Walls:
+    """What to put up in one worker (plain data; built by ``processes.confine.walls_for``).
+
+    Args:
+        strict: A step that fails aborts (``host.confinement: required``).
+        read: Landlock grants: read and execute.
+        write: Landlock grants: read, execute and write (never device nodes).
+        devices: Landlock grants on device files: read, write and ioctl.
+        landlock_abi: The ABI to build for (0: no Landlock).
+        tcp_connect: Landlock TCP: the only ports ``connect`` may reach (None: not handled).
+        scoped: Landlock ABI 6 signal and abstract-socket scoping.
+        audit: Landlock ABI 7: log denials after exec to the audit log.
+        ruleset_fd: A Landlock ruleset the parent built (``landlock.Ruleset.build``), inherited:
+            the child only enters it (-1: the child builds it from ``read``/``write``).
+        netns_fds: Namespaces to join (``netns.Holder.fds``: the user namespace first, if any,
+            then the network namespace; empty: stay in the host's).
+        seccomp_arch: The syscall filter's architecture (``""``: no filter).
+        sockets: Socket families the filter lets through besides ``AF_UNIX``.
+        allow_unix: The filter lets ``socket(AF_UNIX)`` through.
+        drop_caps: Drop every capability (the host runs as root).
+        cgroup_procs: The pids group's ``cgroup.procs`` to join (``""``: none).
+        nproc: ``RLIMIT_NPROC`` to set (0: leave it).
+        channel: An inherited ``AF_UNIX`` socket for the report (-1: none).
+    """
+
+    __slots__ = (
+        "allow_unix",
+        "audit",
+        "cgroup_procs",
+        "channel",
+        "devices",
+        "drop_caps",
+        "landlock_abi",
+        "netns_fds",
+        "nproc",
+        "read",
+        "ruleset_fd",
+        "scoped",
+        "seccomp_arch",
+        "sockets",
+        "strict",
+        "tcp_connect",
+        "write",
+    )
+
+    def __init__(
+        self,
+        *,
+        strict: bool = False,
+        read: list[str] | tuple[str, ...] = (),
+        write: list[str] | tuple[str, ...] = (),
+        devices: list[str] | tuple[str, ...] = (),
+        landlock_abi: int = 0,
+        tcp_connect: list[int] | tuple[int, ...] | None = None,
+        scoped: bool = True,
+        audit: bool = True,
+        ruleset_fd: int = -1,
+        netns_fds: list[int] | tuple[int, ...] = (),
+        seccomp_arch: str = "",
+        sockets: str = "any",
+        allow_unix: bool = True,
+        drop_caps: bool = False,
+        cgroup_procs: str = "",
+        nproc: int = 0,
+        channel: int = -1,
+    ) -> None:
+        self.strict = strict
+        self.read = list(read)
+        self.write = list(write)
+        self.devices = list(devices)
+        self.landlock_abi = landlock_abi
+        self.tcp_connect = None if tcp_connect is None else list(tcp_connect)
+        self.scoped = scoped
+        self.audit = audit
+        self.ruleset_fd = ruleset_fd
+        self.netns_fds = list(netns_fds)
+        self.seccomp_arch = seccomp_arch
+        self.sockets = sockets
+        self.allow_unix = allow_unix
+        self.drop_caps = drop_caps
+        self.cgroup_procs = cgroup_procs
+        self.nproc = nproc
+        self.channel = channel
+
+    def as_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def dumps(self) -> bytes:
+        """For the exec shim (``marshal``: same interpreter both sides, and it needs no import
+        in the shim, which starts in a bare ``python -I -S``)."""
+        return marshal.dumps(self.as_dict())
+
+    @classmethod
+    def loads(cls, data: bytes) -> Walls:
+        return cls(**marshal.loads(data))
+
+
+class ConfinementError(OSError):
+    """A wall could not be put up while ``strict``; the worker must not run."""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 40
+
+
+class Armed:
+    """Walls prepared in the parent; :meth:`apply` puts them up in the child."""
+
+    def __init__(self, walls: Walls) -> None:
+        w = walls
+        self.walls = w
+        self.ruleset = (
+            landlock.Ruleset.entering(w.landlock_abi, w.ruleset_fd, audit=w.audit)
+            if w.ruleset_fd >= 0
+            else landlock.Ruleset(
+                w.landlock_abi,
+                read=w.read,
+                write=w.write,
+                devices=w.devices,
+                tcp_connect=w.tcp_connect,
+                scoped=w.scoped,
+                audit=w.audit,
+            )
+            if w.landlock_abi > 0
+            else None
+        )
+        arch = w.seccomp_arch
+        self.filter = (
+            seccomp.Filter(seccomp.program(arch, allow_unix=w.allow_unix, sockets=w.sockets))
+            if arch
+            else None
+        )
+        self.join = _netns().Join(w.netns_fds) if w.netns_fds else None
+        self.cgroup = os.fsencode(w.cgroup_procs) if w.cgroup_procs else b""
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._prctl = libc.prctl
+        self._prctl.argtypes = [
+            ctypes.c_int,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
+        self._prctl.restype = ctypes.c_int
+        self._capset = libc.capset
+        self._cap_header = _CapHeader(CAP_VERSION_3, 0)
+        self._cap_data = (_CapData * 2)()
+        self._last_cap = _last_cap()
+        self.errors: list[str] = []
+        self.report: dict[str, object] = {
+            "landlock": 0,
+            "rules": 0,
+            "skipped": [],
+            "tcp": False,
+            "scoped": False,
+            "netns": False,
+            "caps": False,
+            "nnp": False,
+            "seccomp": False,
+            "pids": "none",
+            "errors": self.errors,
+        }
+
+    def _fail(self, step: str, exc: OSError) -> None:
+        message = f"{step}: {exc.strerror or exc}"
+        if self.walls.strict:
+            raise ConfinementError(exc.errno or 1, message)
+        self.errors.append(message)
+
+    def apply(self) -> dict[str, object]:
+        """Put every wall up, in order, in the calling (child) process, and send the report;
+        returns it.
+
+        Raises:
+            ConfinementError: With ``strict``, the first step that failed (the report, sent
+                before, names it).
+        """
+        try:
+            self._apply()
+        except ConfinementError as exc:
+            self.errors.append(str(exc.strerror))
+            self._send()
+            raise
+        self._send()
+        return self.report
+
+    def _apply(self) -> None:
+        w = self.walls
+        r = self.report
+        if self.cgroup:
+            try:
+                fd = os.open(self.cgroup, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, b"%d" % os.getpid())
+                finally:
+                    os.close(fd)
+                r["pids"] = "cgroup"
+            except OSError as exc:
+                self._fail("pids cgroup", exc)
+        if w.nproc > 0:
+            try:
+                resource.setrlimit(resource.RLIMIT_NPROC, (w.nproc, w.nproc))
+                if r["pids"] == "none":
+                    r["pids"] = "rlimit"
+            except (OSError, ValueError) as exc:
+                self._fail("RLIMIT_NPROC", OSError(1, str(exc)))
+        if self.join is not None:
+            try:
+                self.join.enter()
+                r["netns"] = True
+            except OSError as exc:
+                self._fail("network namespace", exc)
+        ruleset = self.ruleset
+        if ruleset is not None and ruleset.fd < 0:
+            try:
+                ruleset.build()
+            except OSError as exc:
+                self._fail("landlock", exc)
+                ruleset = None
+        if w.drop_caps:
+            self._drop_caps()
+        if self._prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+            r["nnp"] = True
+        else:
+            self._fail("no_new_privs", OSError(ctypes.get_errno(), "prctl refused"))
+        if ruleset is not None:
+            try:
+                ruleset.restrict()
+                r["landlock"] = ruleset.abi
+                r["rules"] = ruleset.rules
+                r["skipped"] = ruleset.skipped
+                r["tcp"] = bool(ruleset.handled_net)
+                r["scoped"] = bool(ruleset.scoped)
+            except OSError as exc:
+                self._fail("landlock", exc)
+        if self.filter is not None:
+            try:
+                self.filter.install()
+                r["seccomp"] = True
+            except OSError as exc:
+                self._fail("seccomp", exc)
+
+    def _drop_caps(self) -> None:
+        prctl = self._prctl
+        prctl(PR_SET_SECUREBITS, SECURE_NOROOT, 0, 0, 0)  # needs CAP_SETPCAP: before the drop
+        for cap in range(self._last_cap + 1):
+            prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        if self._capset(ctypes.byref(self._cap_header), self._cap_data) == 0:
+            self.report["caps"] = True
+        else:
+            self._fail("capabilities", OSError(ctypes.get_errno(), "capset refused"))
+
+    def _send(self) -> None:
+        channel = self.walls.channel
+        if channel < 0:
+            return
+        self.walls.channel = -1  # sent once
+        payload = marshal.dumps(self.report)
+        try:
+            os.write(channel, payload)
+        except OSError as exc:
+            self._fail("report", exc)
+        finally:
+            os.close(channel)
+
+
+def _netns():  # type: ignore[no-untyped-def]
+    try:
+        from supervisor.processes import netns
+    except ImportError:  # pragma: no cover - the shim
+        import netns  # type: ignore[no-redef]
+    return netns
+
+
+def read_report(data: bytes) -> dict[str, object]:
+    """The report :meth:`Armed.apply` sent (the host's side of the channel)."""
+    try:
+        report = marshal.loads(data)
+    except (EOFError, TypeError, ValueError) as exc:
+        raise ValueError("not a confinement report") from exc
+    if not isinstance(report, dict):
+        raise ValueError("not a confinement report")
+    return report
+
+
+def arm(walls: Walls) -> Armed:
+    """Prepare ``walls`` in the parent (everything that allocates or may lock)."""
+    return Armed(walls)
