@@ -21,8 +21,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -32,6 +30,7 @@ import msgspec
 from supervisor.contracts import mcp
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LineSplitter
+from supervisor.protocols.mcp_http import decode_header_value
 
 State = Literal["new", "ready"]
 Era = Literal["handshake", "modern"]
@@ -489,21 +488,6 @@ def duplicated_routing_header(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
                 return key
             seen.add(key)
     return None
-
-
-def decode_header_value(value: str | None) -> str | None:
-    """An HTTP header value as MCP writes it: verbatim, or ``=?base64?...?=`` for anything that
-    is not plain printable ASCII (None for a malformed wrapper, so it never matches a body)."""
-    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
-        return value
-    payload = value[len("=?base64?") : -2]
-    try:
-        raw = base64.b64decode(payload, validate=True)
-        if base64.b64encode(raw).decode("ascii") != payload:
-            return None
-        return raw.decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
 
 
 def _has_envelope(params: msgspec.Raw | None) -> bool:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from supervisor.contracts import mcp
+from supervisor.protocols.mcp_http import decode_header_value
 from supervisor.protocols.mcp_server import (
     HTTP_STATUS,
     CallTool,
@@ -17,7 +18,6 @@ from supervisor.protocols.mcp_server import (
     ListTools,
     McpServerConnection,
     Reply,
-    decode_header_value,
     duplicated_routing_header,
     honored,
 )
