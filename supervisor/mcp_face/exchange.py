@@ -4,12 +4,16 @@
 # (the TCP stream and its h11 connection) to whoever answers it: the handshake-era sessions
 # (``http.py``) and the stateless era (``stateless.py``) write through the same few calls. An
 # answer is a whole body (:meth:`Exchange.send`, :meth:`Exchange.json`) or a server-sent event
-# stream (:meth:`Exchange.sse_start`, :meth:`Exchange.sse_event`, :meth:`Exchange.sse_end`).
+# stream (:meth:`Exchange.sse_answer` for a request's progress then its answer, or
+# :meth:`Exchange.sse_start`, :meth:`Exchange.sse_event`, :meth:`Exchange.sse_end`).
 # :meth:`Exchange.until_gone` returns when the client closes its side, which is how a stateless
 # request is cancelled (no later POST can name it).
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
 
 import h11
 import trio
@@ -17,6 +21,9 @@ import trio
 from supervisor.server.gateway_http import linger_close
 
 Headers = list[tuple[bytes, bytes]]
+Produce = Callable[[Callable[[bytes], None]], Awaitable[bytes | None]]
+"""Runs a request, handing what it notifies (progress) to its argument; returns the answer
+(None: nothing to answer, e.g. a cancelled call)."""
 
 SSE_PING = b": ping\n\n"
 """An SSE comment: keeps a quiet stream alive through proxies' idle timeouts."""
@@ -86,6 +93,24 @@ class Exchange:
 
     async def sse_end(self) -> None:
         await self.stream.send_all(self.h.send(h11.EndOfMessage()) or b"")
+
+    async def sse_answer(self, produce: Produce) -> None:
+        """Answer as an event stream: what ``produce`` notifies as it goes, then its answer."""
+        send, recv = trio.open_memory_channel[bytes](math.inf)
+
+        async def run() -> None:
+            async with send:
+                answer = await produce(send.send_nowait)
+                if answer is not None:
+                    send.send_nowait(answer)
+
+        await self.sse_start()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            async with recv:
+                async for data in recv:
+                    await self.sse_event(data)
+        await self.sse_end()
 
     async def until_gone(self) -> None:
         """Return when the client has closed the connection (or it broke). Bytes it sends

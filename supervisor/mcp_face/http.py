@@ -385,28 +385,11 @@ class McpHttpServer:
                 else:
                     await ex.json(200, result)
             else:
-                await self._call_sse(ex, face, ev)
+                await ex.sse_answer(lambda notify: face.call_tool(ev, notify))
         else:
             if isinstance(ev, Cancelled):
                 face.cancel(ev)
             await ex.send(202, b"")
-
-    async def _call_sse(self, ex: Exchange, face: McpFace, ev: CallTool) -> None:
-        send, recv = trio.open_memory_channel[bytes](math.inf)
-
-        async def run() -> None:
-            async with send:
-                answer = await face.call_tool(ev, send.send_nowait)
-                if answer is not None:
-                    send.send_nowait(answer)
-
-        await ex.sse_start()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run)
-            async with recv:
-                async for data in recv:
-                    await ex.sse_event(data)
-        await ex.sse_end()
 
     # sessions ----------------------------------------------------------------------------
 

@@ -196,26 +196,8 @@ class StatelessFace:
             if answer is not None:
                 code = conn.error_code
                 await ex.json(HTTP_STATUS.get(code, 200) if code is not None else 200, answer)
-        else:
-            await self._call_sse(ex, face, ev)
-
-    async def _call_sse(self, ex: Exchange, face: McpFace, ev: CallTool) -> None:
-        """A call with a progress token: progress events, then the answer, on one SSE stream."""
-        send, recv = trio.open_memory_channel[bytes](math.inf)
-
-        async def run() -> None:
-            async with send:
-                answer = await _until_answer_or_gone(ex, face, ev, send.send_nowait)
-                if answer is not None:
-                    send.send_nowait(answer)
-
-        await ex.sse_start()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run)
-            async with recv:
-                async for data in recv:
-                    await ex.sse_event(data)
-        await ex.sse_end()
+        else:  # progress events, then the answer, on one event stream
+            await ex.sse_answer(lambda notify: _until_answer_or_gone(ex, face, ev, notify))
 
     async def _listen(
         self, ex: Exchange, conn: McpServerConnection, ev: Listen, identity: Identity

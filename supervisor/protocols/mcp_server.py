@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -34,6 +34,7 @@ from supervisor.protocols.mcp_http import decode_header_value
 
 State = Literal["new", "ready"]
 Era = Literal["handshake", "modern"]
+_P = TypeVar("_P", mcp.ListToolsParams, mcp.ListenParams)
 
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 
@@ -238,30 +239,39 @@ class McpServerConnection:
         modern = self.era == "modern"
         if method == "tools/list":
             if modern:
-                try:
-                    page = msgspec.json.decode(params or b"{}", type=mcp.ListToolsParams)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    return self._reply_error(rid, mcp.INVALID_PARAMS, f"tools/list params: {exc}")
-                refused = self._envelope(rid, method, page.meta, None, headers)
-                if refused is not None:
-                    return refused
+                page = self._checked(rid, method, params, mcp.ListToolsParams, headers)
+                if isinstance(page, Reply):
+                    return page
             return ListTools(id=rid)
         if method == "tools/call":
             return self._call(rid, params, headers)
         if method == "server/discover":
             return self._discover(rid, params, headers)
         if method == "subscriptions/listen" and modern:
-            try:
-                p = msgspec.json.decode(params or b"{}", type=mcp.ListenParams)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                return self._reply_error(rid, mcp.INVALID_PARAMS, f"{method} params: {exc}")
-            refused = self._envelope(rid, method, p.meta, None, headers)
-            if refused is not None:
-                return refused
-            return Listen(id=rid, wanted=p.notifications)
+            listen = self._checked(rid, method, params, mcp.ListenParams, headers)
+            if isinstance(listen, Reply):
+                return listen
+            return Listen(id=rid, wanted=listen.notifications)
         return self._reply_error(
             rid, mcp.METHOD_NOT_FOUND, f"toolhost mcp does not serve {method!r} (tools only)"
         )
+
+    def _checked(
+        self,
+        rid: mcp.RequestId,
+        method: str,
+        params: msgspec.Raw | None,
+        kind: type[_P],
+        headers: Mapping[str, str] | None,
+    ) -> _P | Reply:
+        """A stateless request's params decoded as ``kind`` and its envelope checked, or the
+        error to answer."""
+        try:
+            p = msgspec.json.decode(params or b"{}", type=kind)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._reply_error(rid, mcp.INVALID_PARAMS, f"{method} params: {exc}")
+        refused = self._envelope(rid, method, p.meta, None, headers)
+        return p if refused is None else refused
 
     def _call(
         self, rid: mcp.RequestId, params: msgspec.Raw | None, headers: Mapping[str, str] | None
