@@ -50,6 +50,8 @@ MAX_CLIENT_NAMES = 64
 """Client names with a kernel connection of their own; the others share one."""
 MAX_LISTENERS = 256
 """Listen streams open at once (each holds a kernel connection)."""
+CONNECT_S = 10.0
+"""How long a request waits for its kernel connection to open (then 503)."""
 
 
 class NoHost(Exception):
@@ -89,9 +91,11 @@ class KernelConnections:
         if entry is None:
             entry = self._by_name[name] = _Kernel()
             self.nursery.start_soon(self._run, name, entry)
-        await entry.ready.wait()
+        with trio.move_on_after(CONNECT_S):
+            await entry.ready.wait()
         if entry.client is None:
-            raise NoHost(f"cannot reach the host: {entry.error}")
+            why = entry.error if entry.ready.is_set() else f"no answer within {CONNECT_S:g} s"
+            raise NoHost(f"cannot reach the host: {why}")
         return entry.client
 
     async def _run(self, name: str, entry: _Kernel) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp.client.subscriptions import ToolsListChanged
+from mcp.client.subscriptions import SubscriptionLost, ToolsListChanged
 
 from tests.conftest import echo, script, write_registry
 from tests.e2e.conftest import serve, stop
@@ -321,5 +321,45 @@ def test_a_handshake_session_is_not_answered_by_the_stateless_era(app):
                 assert r.headers["mcp-session-id"]
 
         anyio.run(main)
+    finally:
+        stop(proc)
+
+
+def test_stateless_http_without_its_host_and_a_listen_stream_that_loses_it(app):
+    """``toolhost mcp --http`` before its host: ``server/discover`` is answered (it needs no
+    host), a request that does need it is 503. Once the host is up a listen stream opens; when
+    the host goes, the stream ends without its closing result, so the client knows to listen
+    again."""
+    write_registry(app, {"echo": echo(tools=["echo.say"])})
+    proc, url = start_http(app)
+    try:
+        token = (app / ".toolhost" / "mcp.token").read_text().strip()
+
+        async def before() -> None:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                r = await http.post(
+                    url,
+                    json=_modern(1, "server/discover"),
+                    headers=_headers(token, "server/discover"),
+                )
+                assert r.status_code == 200
+                r = await http.post(
+                    url, json=_modern(2, "tools/list"), headers=_headers(token, "tools/list")
+                )
+                assert r.status_code == 503
+
+        anyio.run(before)
+        with serve(app) as host:
+
+            async def listen() -> None:
+                async with http_client_in(url, token, mode="auto") as client:
+                    await _until_listed(client, "echo.say")
+                    async with client.listen(tools_list_changed=True) as sub:
+                        stop(host)  # the host goes away under the open stream
+                        with anyio.fail_after(30), pytest.raises(SubscriptionLost):
+                            async for _ in sub:
+                                pass
+
+            anyio.run(listen)
     finally:
         stop(proc)
