@@ -233,6 +233,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-file",
         help="bearer token file for --http (default <app-root>/.toolhost/mcp.token, created 0600)",
     )
+    slice_ = p.add_mutually_exclusive_group()
+    slice_.add_argument(
+        "--tools",
+        metavar="PATTERNS",
+        help="serve only these tools (shell-style, comma-separated, e.g. 'web.*,file.hash')",
+    )
+    slice_.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="serve only what host.mcp.profiles.NAME shows (with --http: to --token-file's "
+        "clients; host.mcp.tokens give others theirs)",
+    )
     p.add_argument(
         "--allow-origin",
         action="append",

@@ -3,6 +3,9 @@
 Without ``--embedded`` it is a kernel client of a running host (its socket); with it, it runs the
 host in-process on the app root (no socket file; each MCP session gets a socketpair into the
 host's own connection handler). ``--http HOST:PORT`` serves Streamable HTTP instead of stdio.
+``--tools PATTERNS`` or ``--profile NAME`` (``host.mcp.profiles``) limit what is served; over
+HTTP every ``host.mcp.tokens`` entry is one more token with its own profile, and SIGHUP reads the
+registry's ``host.mcp`` and the token files again (and, with ``--embedded``, reloads the host).
 stdout is protocol on stdio, so logs go to stderr.
 """
 
@@ -23,7 +26,8 @@ from supervisor.client import open_client
 from supervisor.host.host import Host, HostOptions, HostStartError
 from supervisor.mcp_face.face import Connect, embedded_connector, unix_connector
 from supervisor.mcp_face.http import HealthHook, HttpLimits
-from supervisor.registry.load import load_registry
+from supervisor.mcp_face.profiles import Profile, from_patterns, named
+from supervisor.registry.load import Registry, load_registry
 from supervisor.server.health import http_answer
 
 log = logging.getLogger("toolhost.mcp")
@@ -47,9 +51,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    reg = load_registry(app_root(args), registry_path=args.registry, use_global=not args.no_global)
+    reg = _registry(args)
     if reg.missing:
         return die(f"registry {reg.missing} does not exist (named by --registry)", EXIT_USAGE)
+    for problem in reg.errors:
+        if problem.startswith("host.mcp"):
+            log.warning("registry: %s", problem)
+    try:
+        args.slice = cli_profile(args, reg)
+    except (KeyError, ValueError) as exc:
+        return die(str(exc.args[0]), EXIT_USAGE)
     if not args.embedded:
         path = socket_path(args)
         # Over HTTP the host may come later (sessions get 503 until it listens); on stdio a
@@ -59,7 +70,7 @@ async def _main(args: argparse.Namespace) -> int:
         # MCP server spans from this process when the registry turns telemetry on.
         tracing = telemetry.start(reg.host.telemetry.enabled)
         try:
-            return await _serve(args, unix_connector(path), _socket_health(path), tracing)
+            return await _serve(args, reg, unix_connector(path), _socket_health(path), tracing)
         finally:
             if tracing is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
@@ -78,7 +89,12 @@ async def _main(args: argparse.Namespace) -> int:
             await _settled(host)
         try:
             code = await _serve(
-                args, embedded_connector(host, nursery), _host_health(host), host.telemetry
+                args,
+                reg,
+                embedded_connector(host, nursery),
+                _host_health(host),
+                host.telemetry,
+                host=host,
             )
         finally:
             host.stop()
@@ -86,6 +102,24 @@ async def _main(args: argparse.Namespace) -> int:
                 await host.wait_stopped()
             nursery.cancel_scope.cancel()
     return code
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    return load_registry(app_root(args), registry_path=args.registry, use_global=not args.no_global)
+
+
+def cli_profile(args: argparse.Namespace, reg: Registry) -> Profile | None:
+    """The profile ``--tools`` or ``--profile`` names (None: everything).
+
+    Raises:
+        KeyError: ``--profile`` names no profile of the registry.
+        ValueError: ``--tools`` has no pattern.
+    """
+    if getattr(args, "tools", None) is not None:
+        return from_patterns(args.tools)
+    if getattr(args, "profile", None) is not None:
+        return named(reg.host.mcp, args.profile)
+    return None
 
 
 async def _settled(host: Host) -> None:
@@ -116,31 +150,38 @@ def _socket_health(sock: str) -> HealthHook:
 
 
 async def _serve(
-    args: argparse.Namespace, connect: Connect, health: HealthHook, tracing: Any = None
+    args: argparse.Namespace,
+    reg: Registry,
+    connect: Connect,
+    health: HealthHook,
+    tracing: Any = None,
+    *,
+    host: Host | None = None,
 ) -> int:
     if args.http is None:
         from supervisor.mcp_face.stdio import serve_mcp_stdio
 
         try:
-            await serve_mcp_stdio(connect, tracing=tracing)
+            await serve_mcp_stdio(connect, tracing=tracing, profile=args.slice)
         except OSError as exc:
             return die(f"cannot reach the host: {exc}")
         return 0
+    from supervisor.mcp_face.auth import load_tokens
     from supervisor.mcp_face.http import McpHttpServer
-    from supervisor.private_files import read_token
     from supervisor.server.listen import ListenError
     from supervisor.server.ws import parse_listen
 
+    default_file = args.token_file or os.path.join(app_root(args), ".toolhost", "mcp.token")
     try:
         parse_listen(args.http)
-        token = read_token(
-            args.token_file or os.path.join(app_root(args), ".toolhost", "mcp.token")
-        )
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         return die(str(exc), EXIT_FAILED)
+    tokens, problems = load_tokens(default_file, args.slice, reg.host.mcp, reg.path)
+    if problems:
+        return die("; ".join(problems), EXIT_FAILED)
     server = McpHttpServer(
         connect,
-        token,
+        tokens,
         allowed_origins=set(args.allow_origin or []),
         health=health,
         tracing=tracing,
@@ -154,11 +195,37 @@ async def _serve(
         bind, _ = parse_listen(args.http)
         print(f"toolhost mcp: Streamable HTTP on http://{bind}:{port}/mcp", file=sys.stderr)
         sys.stderr.flush()
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                break
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum != signal.SIGHUP:
+                    break
+                await _reload(args, server, default_file, host)
         nursery.cancel_scope.cancel()
     return 0
+
+
+async def _reload(args: argparse.Namespace, server: Any, default_file: str, host: Any) -> None:
+    """SIGHUP: ``host.mcp`` and every token file read again (the embedded host reloaded)."""
+    from supervisor.mcp_face.auth import load_tokens
+
+    if host is not None:
+        result = await host.reload()
+        log.warning("reload: %s", result.summary())
+    reg = _registry(args)
+    if reg.unreadable:
+        log.warning("reload: the registry cannot be read; MCP tokens and profiles kept")
+        return
+    try:
+        args.slice = cli_profile(args, reg)
+    except (KeyError, ValueError) as exc:
+        log.warning("reload: %s; the profile read before is kept", exc.args[0])
+    tokens, problems = load_tokens(
+        default_file, args.slice, reg.host.mcp, reg.path, previous=server.tokens
+    )
+    for problem in problems + [p for p in reg.errors if p.startswith("host.mcp")]:
+        log.warning("reload: %s", problem)
+    server.set_tokens(tokens)
+    log.warning("reload: %d MCP token(s) accepted", len(tokens.tokens))
 
 
 def _http_limits(args: argparse.Namespace) -> HttpLimits:

@@ -1,11 +1,12 @@
 """Model Context Protocol messages over stdio (PROTOCOL 3.4): JSON-RPC 2.0, one object per line.
 
 Only what the host needs as an MCP *client* (hosting MCP servers) and as an MCP *server*
-(``toolhost mcp``) is modelled: the lifecycle (``initialize``, ``notifications/initialized``),
-``tools/list``, ``tools/call``, ``ping``, progress, cancellation and
-``notifications/tools/list_changed``. Every struct is tolerant (unknown fields ignored) so a
-newer server stays readable; payloads the host only forwards (``arguments``,
-``structuredContent``, content blocks) stay :class:`msgspec.Raw`.
+(``toolhost mcp``) is modelled: the lifecycle of both eras (the handshake: ``initialize``,
+``notifications/initialized``; the stateless 2026-07-28 revision: ``server/discover`` and the
+per-request ``_meta`` envelope, ``subscriptions/listen``), ``tools/list``, ``tools/call``,
+``ping``, progress, cancellation and ``notifications/tools/list_changed``. Every struct is
+tolerant (unknown fields ignored) so a newer server stays readable; payloads the host only
+forwards (``arguments``, ``structuredContent``, content blocks) stay :class:`msgspec.Raw`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,22 @@ SERVER_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 """The revisions ``toolhost mcp`` speaks, newest first; a client asking for another one gets the
 newest (the client then decides whether it can go on)."""
 
+MODERN_VERSIONS = ("2026-07-28",)
+"""The stateless revisions (``server/discover``, every request carrying its own ``_meta``
+envelope, no session), newest first. Spoken to clients that ask for them and, first, to hosted
+servers (PROTOCOL 3.4)."""
+
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+"""Request ``_meta`` key (stateless era): the revision of this one request."""
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+"""Request ``_meta`` key (stateless era): the client's ``Implementation``."""
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+"""Request ``_meta`` key (stateless era): the client's capabilities, required with the version."""
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+"""Result ``_meta`` key (stateless era): the server's ``Implementation``."""
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+"""``_meta`` key of every frame of a ``subscriptions/listen`` stream: the listen request's id."""
+
 RequestId = int | str
 
 # JSON-RPC error codes the host produces or maps.
@@ -30,6 +47,11 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+# MCP's own (stateless era).
+HEADER_MISMATCH = -32020
+"""The HTTP routing headers disagree with the body (or are missing)."""
+UNSUPPORTED_VERSION = -32022
+"""The request's revision is not one the server speaks; ``data: {supported, requested}``."""
 
 
 class RpcErrorInfo(Struct, kw_only=True, omit_defaults=True):
@@ -99,6 +121,23 @@ class InitializeParams(Struct, kw_only=True):
 
 class ListToolsParams(Struct, kw_only=True, omit_defaults=True):
     cursor: str | None = None
+    meta: RequestMeta | None = msgspec.field(default=None, name="_meta")
+
+
+class SubscriptionFilter(Struct, kw_only=True, omit_defaults=True):
+    """What a ``subscriptions/listen`` stream carries (stateless era)."""
+
+    toolsListChanged: bool | None = None
+    promptsListChanged: bool | None = None
+    resourcesListChanged: bool | None = None
+    resourceSubscriptions: list[str] | None = None
+
+
+class ListenParams(Struct, kw_only=True, omit_defaults=True):
+    """``subscriptions/listen`` params."""
+
+    notifications: SubscriptionFilter = msgspec.field(default_factory=SubscriptionFilter)
+    meta: RequestMeta | None = msgspec.field(default=None, name="_meta")
 
 
 class RequestMeta(Struct, kw_only=True, omit_defaults=True):
@@ -106,6 +145,18 @@ class RequestMeta(Struct, kw_only=True, omit_defaults=True):
     traceparent: str | None = None
     """W3C Trace Context in ``params._meta`` (OpenTelemetry MCP conventions)."""
     tracestate: str | None = None
+    protocol_version: Any = msgspec.field(default=UNSET, name=PROTOCOL_VERSION_KEY)
+    """The stateless era's envelope (UNSET, so never written, in the handshake era); ``Any`` so a
+    server can tell a missing key from a value of the wrong type."""
+    client_info: Any = msgspec.field(default=UNSET, name=CLIENT_INFO_KEY)
+    client_capabilities: Any = msgspec.field(default=UNSET, name=CLIENT_CAPABILITIES_KEY)
+
+
+class MetaParams(Struct, kw_only=True, omit_defaults=True):
+    """Params of a request that has nothing but ``_meta`` (``server/discover``; any request, read
+    only for its envelope)."""
+
+    meta: RequestMeta | None = msgspec.field(default=None, name="_meta")
 
 
 class CallToolParams(Struct, kw_only=True, omit_defaults=True):
@@ -135,6 +186,26 @@ class InitializeResult(Struct, kw_only=True):
     capabilities: ServerCapabilities = msgspec.field(default_factory=ServerCapabilities)
     serverInfo: Implementation = msgspec.field(default_factory=Implementation)
     instructions: str | None = None
+
+
+class ResultMeta(Struct, kw_only=True):
+    server_info: Implementation | None = msgspec.field(default=None, name=SERVER_INFO_KEY)
+
+
+class DiscoverResult(Struct, kw_only=True):
+    """A ``server/discover`` answer as the host (client) reads it."""
+
+    supportedVersions: list[str]
+    capabilities: ServerCapabilities = msgspec.field(default_factory=ServerCapabilities)
+    instructions: str | None = None
+    meta: ResultMeta | None = msgspec.field(default=None, name="_meta")
+
+
+class UnsupportedVersionData(Struct, kw_only=True):
+    """``error.data`` of :data:`UNSUPPORTED_VERSION`."""
+
+    supported: list[str] = msgspec.field(default_factory=list)
+    requested: str | None = None
 
 
 class Tool(Struct, kw_only=True):
@@ -201,7 +272,8 @@ class InitializeRequestParams(Struct, kw_only=True):
 
 
 class CallToolRequestParams(Struct, kw_only=True):
-    """``tools/call`` params as a server reads them; ``arguments`` stays raw."""
+    """``tools/call`` params as a server reads them; ``arguments`` stays raw (``_meta`` carries
+    the progress token, the trace and, in the stateless era, the envelope)."""
 
     name: str
     arguments: Raw = msgspec.field(default_factory=lambda: Raw(b"null"))

@@ -102,6 +102,44 @@ class ConfineConfig(_Config):
     """Most processes and threads alive at once in the worker's tree."""
 
 
+MCP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""Names of ``host.mcp`` profiles and tokens (checked by the loader, which names the key)."""
+McpPattern = Annotated[str, Meta(min_length=1, max_length=1024)]
+
+
+class McpProfileConfig(_Config):
+    """``host.mcp.profiles.<name>``: what one MCP client of ``toolhost mcp`` sees, as
+    shell-style patterns (``web.*``, ``file.hash``, ``file:///repo/*``). A kind a profile leaves
+    out is hidden from its clients (``["*"]`` shows all of that kind)."""
+
+    tools: list[McpPattern] = msgspec.field(default_factory=list)
+    """Tool names."""
+    resources: list[McpPattern] = msgspec.field(default_factory=list)
+    """Resource URIs (and the URI templates of resource templates)."""
+    prompts: list[McpPattern] = msgspec.field(default_factory=list)
+    """Prompt names."""
+
+
+class McpTokenConfig(_Config):
+    """``host.mcp.tokens.<name>``: one more bearer token ``toolhost mcp --http`` accepts, and the
+    profile its clients get."""
+
+    token_file: Annotated[str, Meta(min_length=1)]
+    """The token (0600, generated on first start when missing; relative to the app root)."""
+    profile: str | None = None
+    """A name in ``host.mcp.profiles``; none: everything the host serves to MCP."""
+
+
+class McpConfig(_Config):
+    """``host.mcp``: per-client slices of ``toolhost mcp`` (docs/mcp-server.md)."""
+
+    profiles: dict[str, McpProfileConfig] = msgspec.field(default_factory=dict)
+    """Named slices, for ``toolhost mcp --profile NAME`` and for tokens."""
+    tokens: dict[str, McpTokenConfig] = msgspec.field(default_factory=dict)
+    """Bearer tokens of ``toolhost mcp --http`` besides ``--token-file``'s, each with its
+    profile, so each client on one port sees its own slice."""
+
+
 class HostConfig(_Config):
     """``host``: where the host listens and which folders anchor paths."""
 
@@ -153,6 +191,10 @@ class HostConfig(_Config):
     enforces what this kernel supports and reports it, ``required`` keeps a sidecar whose profile
     cannot be fully enforced from starting (``confinement-unavailable``), ``off`` confines
     nothing."""
+
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
+    """``toolhost mcp``'s profiles and extra tokens (read by ``toolhost mcp``, at start and on
+    SIGHUP)."""
 
 
 class PoolConfig(_Config):

@@ -2,13 +2,17 @@
 
 # Strategy: ``toolhost mcp`` is a *client of the kernel protocol*, not a second invoke path.
 # Every MCP session owns one kernel connection (the host's Unix socket, or a socketpair into an
-# in-process host with ``--embedded``), so a ``tools/call`` is a ``tools.invoke`` and passes every
-# gate a kernel call passes (visibility, sandbox and approval, quotas, deadlines, audit,
-# accounting). ``tools/list`` is ``tools.list`` in the ``mcp`` format (only model-visible tools);
-# ``notifications/cancelled`` is ``tools.cancel``; a progress token turns on ``stream`` and every
-# ``tool.progress`` event becomes ``notifications/progress``; a ``catalog.changed`` subscription
-# sends ``notifications/tools/list_changed`` when the *visible* list really changed. The wire
-# side (framing, lifecycle, result shapes) is :mod:`supervisor.protocols.mcp_server`.
+# in-process host with ``--embedded``; stateless HTTP requests share one per client name), so a
+# ``tools/call`` is a ``tools.invoke`` and passes every gate a kernel call passes (visibility,
+# sandbox and approval, quotas, deadlines, audit, accounting). ``tools/list`` is ``tools.list``
+# in the ``mcp`` format (only model-visible tools); ``notifications/cancelled`` is
+# ``tools.cancel``; a progress token turns on ``stream`` and every ``tool.progress`` event
+# becomes ``notifications/progress``; a ``catalog.changed`` subscription calls back when the
+# *visible* list really changed (the transport sends ``notifications/tools/list_changed`` in the
+# era the client speaks). A client's profile (:mod:`supervisor.mcp_face.profiles`) filters what
+# it is listed and refuses a call outside it with an MCP error naming the profile, before the
+# host is asked. The wire side (framing, both eras, result shapes) is
+# :mod:`supervisor.protocols.mcp_server`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import trio
 
 from supervisor.client import Client, ConnectionLost, RpcError
 from supervisor.contracts import mcp
+from supervisor.mcp_face.profiles import Profile
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
@@ -34,6 +39,7 @@ from supervisor.protocols.mcp_server import (
 log = logging.getLogger("toolhost.mcp")
 
 Notify = Callable[[bytes], None]
+OnChange = Callable[[], None]
 Connect = Callable[[], Awaitable[trio.SocketStream]]
 """Opens a fresh kernel connection (one per MCP session)."""
 
@@ -86,6 +92,7 @@ class McpFace:
         tracing: Any = None,
         transport: str = "pipe",
         session_id: str | None = None,
+        profile: Profile | None = None,
     ) -> None:
         self.conn = conn
         self.kernel = kernel
@@ -96,23 +103,35 @@ class McpFace:
         self.transport = transport
         """``network.transport``: ``pipe`` (stdio) or ``tcp`` (Streamable HTTP)."""
         self.session_id = session_id
+        self.profile = profile
+        """What this client may see and call (None: every model-visible tool); a reload may
+        replace it."""
         self._calls: dict[mcp.RequestId, int] = {}
         self._cancelled: set[mcp.RequestId] = set()
         self._visible: bytes | None = None
 
+    async def _tools(self) -> list[Any]:
+        tools: list[Any] = await self.kernel.tools("mcp")
+        profile = self.profile
+        return tools if profile is None else profile.tools_of(tools)
+
     async def list_tools(self, rid: mcp.RequestId) -> bytes:
-        """The ``tools/list`` answer: the model-visible tools, as MCP tools."""
+        """The ``tools/list`` answer: the model-visible tools of the profile, as MCP tools."""
         try:
-            tools = await self.kernel.tools("mcp")
+            tools = await self._tools()
         except (RpcError, ConnectionLost) as exc:
             return self.conn.error(rid, mcp.INTERNAL_ERROR, f"toolhost: {exc}")
         self._visible = _fingerprint(tools)
-        return self.conn.result(rid, {"tools": tools})
+        return self.conn.tools_page(rid, tools)
 
     async def call_tool(self, ev: CallTool, notify: Notify) -> bytes | None:
         """Run ``tools/call`` as ``tools.invoke``; the answer, or None if the client cancelled
         it (MCP: no response to a cancelled request). Progress goes to ``notify``."""
         conn = self.conn
+        profile = self.profile
+        if profile is not None and not profile.allows("tool", ev.name):
+            message = profile.refusal("tool", ev.name)
+            return conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name})
         if ev.id in self._calls:
             return conn.error(ev.id, mcp.INVALID_REQUEST, f"request id {ev.id!r} is in flight")
         krid = self.kernel.new_id()
@@ -184,18 +203,21 @@ class McpFace:
         except (RpcError, ConnectionLost) as exc:
             log.warning("could not cancel kernel call %s: %s", krid, exc)
 
-    async def watch_catalog(self, notify: Notify) -> None:
-        """Send ``notifications/tools/list_changed`` whenever the visible tools change; returns
-        when the kernel connection closes."""
+    async def watch_catalog(
+        self, on_change: OnChange, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Call ``on_change`` whenever the tools this client sees change; ``started`` once
+        subscribed; returns when the kernel connection closes."""
         try:
             await self.kernel.subscribe()
-            self._visible = _fingerprint(await self.kernel.tools("mcp"))
+            self._visible = _fingerprint(await self._tools())
+            task_status.started()
             async for event in self.kernel.events:
                 if event.get("event") != "catalog.changed":
                     continue
-                fingerprint = _fingerprint(await self.kernel.tools("mcp"))
+                fingerprint = _fingerprint(await self._tools())
                 if fingerprint != self._visible:
                     self._visible = fingerprint
-                    notify(self.conn.tools_changed())
+                    on_change()
         except (RpcError, ConnectionLost) as exc:
             log.warning("catalog watch ended: %s", exc)

@@ -1,14 +1,19 @@
 """``toolhost mcp --http``: the MCP Streamable HTTP transport (one endpoint, ``/mcp``).
 
 # Strategy: a small HTTP/1.1 server on h11 (already under trio-websocket). ``POST /mcp`` carries
-# one JSON-RPC message: ``initialize`` opens a session (a fresh :class:`McpServerConnection` and
-# kernel connection, named by the ``Mcp-Session-Id`` header of the answer); notifications and
-# responses get ``202``; ``tools/list`` and lifecycle answers are ``application/json``; a
-# ``tools/call`` with a progress token answers as an SSE stream (progress events, then the
-# response), without one as JSON. ``GET /mcp`` opens the session's SSE stream for
-# ``notifications/tools/list_changed``; ``DELETE /mcp`` ends the session. Every request needs
-# ``Authorization: Bearer <token>`` (constant-time compare) and, when it carries ``Origin``, an
-# allowed origin (loopback, or one given with ``--allow-origin``): DNS-rebinding protection.
+# one JSON-RPC message, and the client's era decides what it means. A stateless client (one that
+# names the 2026-07-28 revision in ``MCP-Protocol-Version``, or sends ``server/discover``) gets
+# every request answered on its own by :mod:`supervisor.mcp_face.stateless`: no session, so any
+# replica can answer. A handshake client's ``initialize`` opens a session (a fresh
+# :class:`McpServerConnection` and kernel connection, named by the ``Mcp-Session-Id`` header of
+# the answer); notifications and responses get ``202``; ``tools/list`` and lifecycle answers are
+# ``application/json``; a ``tools/call`` with a progress token answers as an SSE stream
+# (progress events, then the response), without one as JSON. ``GET /mcp`` opens the session's
+# SSE stream for ``notifications/tools/list_changed``; ``DELETE /mcp`` ends the session. Every
+# request needs ``Authorization: Bearer <token>`` (:mod:`supervisor.mcp_face.auth`: each token
+# gives its profile, and a session stays with the token that opened it) and, when it carries
+# ``Origin``, an allowed origin (loopback, or one given with ``--allow-origin``):
+# DNS-rebinding protection.
 #
 # Connections are held like the WebSocket gateway's (``server/admission.py``, ``gateway_http.py``):
 # at most :attr:`HttpLimits.max_connections` at once (the next ones get 503 ``overloaded`` and are
@@ -22,7 +27,6 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 import math
 import secrets
@@ -36,7 +40,10 @@ import trio
 import supervisor
 from supervisor.client import client_on_stream
 from supervisor.contracts import mcp
+from supervisor.mcp_face.auth import Identity, TokenTable
+from supervisor.mcp_face.exchange import Exchange
 from supervisor.mcp_face.face import Connect, McpFace
+from supervisor.mcp_face.stateless import KernelConnections, StatelessFace
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     CallTool,
@@ -46,7 +53,7 @@ from supervisor.protocols.mcp_server import (
     Reply,
 )
 from supervisor.server.admission import ConnectionCount, serve_listeners
-from supervisor.server.gateway_http import HEAD_TIMEOUT_S, answer, linger_close, refuse_overloaded
+from supervisor.server.gateway_http import HEAD_TIMEOUT_S, answer, refuse_overloaded
 from supervisor.server.listen import open_tcp
 from supervisor.server.ws import is_loopback, parse_listen
 
@@ -58,8 +65,6 @@ MAX_SESSIONS = 256
 MAX_HEAD = 64 * 1024
 HealthHook = Callable[[str], Awaitable[tuple[int, bytes]]]
 """``/healthz`` or ``/readyz`` -> (status, JSON body)."""
-
-Headers = list[tuple[bytes, bytes]]
 
 
 class HttpLimits(NamedTuple):
@@ -77,9 +82,10 @@ class HttpLimits(NamedTuple):
 
 
 class _Session:
-    def __init__(self, sid: str, conn: McpServerConnection) -> None:
+    def __init__(self, sid: str, conn: McpServerConnection, identity: Identity) -> None:
         self.id = sid
         self.conn = conn
+        self.identity = identity
         self.face: McpFace | None = None
         self.scope = trio.CancelScope()
         self.get_stream: trio.MemorySendChannel[bytes] | None = None
@@ -107,7 +113,8 @@ class McpHttpServer:
 
     Args:
         connect: Opens a kernel connection.
-        token: The bearer token clients must send.
+        token: The bearer token clients must send, or the table of accepted tokens and the
+            profile each gives (:meth:`set_tokens` swaps it on a reload).
         allowed_origins: ``Origin`` values accepted besides loopback ones.
         health: Answers ``/healthz`` and ``/readyz`` (404 when None).
     """
@@ -115,7 +122,7 @@ class McpHttpServer:
     def __init__(
         self,
         connect: Connect,
-        token: str,
+        token: str | TokenTable,
         *,
         allowed_origins: set[str] | None = None,
         health: HealthHook | None = None,
@@ -125,13 +132,28 @@ class McpHttpServer:
         self.connect = connect
         self.limits = limits or HttpLimits()
         self.count = ConnectionCount(self.limits.max_connections)
-        self._expected = f"Bearer {token}".encode()
+        self.tokens = TokenTable.single(token) if isinstance(token, str) else token
         self.allowed_origins = allowed_origins or set()
         self.health = health
         self.tracing = tracing
         """MCP server spans (``supervisor.telemetry.tracing.Tracing``) or None."""
         self.sessions: dict[str, _Session] = {}
         self._nursery: trio.Nursery | None = None
+        self._stateless: StatelessFace | None = None
+
+    def set_tokens(self, tokens: TokenTable) -> None:
+        """Accept ``tokens`` from now on (a reload). Open sessions follow their token's new
+        profile; a session whose token is gone ends."""
+        self.tokens = tokens
+        for session in list(self.sessions.values()):
+            entry = tokens.tokens.get(session.identity.name)
+            if entry is None:
+                self.sessions.pop(session.id, None)
+                session.scope.cancel()
+                continue
+            session.identity = entry[1]
+            if session.face is not None:
+                session.face.profile = entry[1].profile
 
     async def serve(
         self, listen: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -144,6 +166,8 @@ class McpHttpServer:
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            kernels = KernelConnections(self.connect, nursery)
+            self._stateless = StatelessFace(kernels, self.connect, nursery, self.tracing)
             nursery.start_soon(self.count.trimmer)
             task_status.started(bound)
             await serve_listeners(self._connection, listeners, what="toolhost mcp --http")
@@ -171,13 +195,13 @@ class McpHttpServer:
                         log.debug("bad HTTP from client: %s", exc)
                         if h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                             why = f"bad request: {str(exc)[:200]}\n".encode("utf-8", "replace")
-                            await self._refuse(stream, h, exc.error_status_hint, why)
+                            await Exchange(stream, h).refuse(exc.error_status_hint, why)
                         return
                     if request is None:
                         return
                     first = False
                     req, body = request
-                    await self._dispatch(stream, h, req, body)
+                    await self._dispatch(Exchange(stream, h), req, body)
                     if h.our_state is not h11.DONE or h.their_state is not h11.DONE:
                         return
                     h.start_next_cycle()
@@ -228,17 +252,14 @@ class McpHttpServer:
                 req = event
                 names = {name.lower() for name, _ in req.headers}
                 if b"content-length" in names and b"transfer-encoding" in names:
-                    await self._refuse(
-                        stream,
-                        h,
-                        400,
-                        b"bad request: both Content-Length and Transfer-Encoding\n",
+                    await Exchange(stream, h).refuse(
+                        400, b"bad request: both Content-Length and Transfer-Encoding\n"
                     )
                     return None
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY:
-                    await self._refuse(stream, h, 413, b"request body too large\n")
+                    await Exchange(stream, h).refuse(413, b"request body too large\n")
                     return None
             elif isinstance(event, h11.EndOfMessage):
                 assert req is not None
@@ -246,103 +267,77 @@ class McpHttpServer:
             else:  # ConnectionClosed, PAUSED
                 return None
 
-    async def _refuse(
-        self, stream: trio.SocketStream, h: h11.Connection, status: int, body: bytes
-    ) -> None:
-        """Answer ``status`` and close the connection, after reading (and dropping) what the
-        client still sends for a moment, so the answer is not lost to a reset."""
-        await self._send(stream, h, status, body, close=True)
-        await linger_close(stream)
-
-    async def _send(
-        self,
-        stream: trio.SocketStream,
-        h: h11.Connection,
-        status: int,
-        body: bytes,
-        *,
-        content_type: bytes = b"text/plain; charset=utf-8",
-        headers: Headers | None = None,
-        close: bool = False,
-    ) -> None:
-        hdrs: Headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
-        hdrs += headers or []
-        if close:
-            hdrs.append((b"connection", b"close"))
-        out = h.send(h11.Response(status_code=status, headers=hdrs)) or b""
-        if body:
-            out += h.send(h11.Data(data=body)) or b""
-        out += h.send(h11.EndOfMessage()) or b""
-        await stream.send_all(out)
-
-    async def _dispatch(
-        self, stream: trio.SocketStream, h: h11.Connection, req: h11.Request, body: bytes
-    ) -> None:
+    async def _dispatch(self, ex: Exchange, req: h11.Request, body: bytes) -> None:
         headers = {k.lower(): v for k, v in req.headers}
         path = req.target.split(b"?", 1)[0].decode("latin-1")
         method = req.method.decode("latin-1")
         if path in ("/healthz", "/readyz") and method == "GET":
             if self.health is None:
-                await self._send(stream, h, 404, b"not found\n")
+                await ex.send(404, b"not found\n")
             else:
                 status, answer = await self.health(path)
-                await self._send(stream, h, status, answer, content_type=b"application/json")
+                await ex.json(status, answer)
             return
         if path != MCP_PATH:
-            await self._send(stream, h, 404, b"not found: the MCP endpoint is /mcp\n")
+            await ex.send(404, b"not found: the MCP endpoint is /mcp\n")
             return
         origin = headers.get(b"origin")
         allowed = self.allowed_origins
         if origin is not None and not origin_allowed(origin.decode("latin-1"), allowed):
-            await self._send(stream, h, 403, b"forbidden: Origin not allowed\n")
+            await ex.send(403, b"forbidden: Origin not allowed\n")
             return
-        if not hmac.compare_digest(headers.get(b"authorization", b"").strip(), self._expected):
-            await self._send(
-                stream,
-                h,
+        identity = self.tokens.identify(headers.get(b"authorization", b""))
+        if identity is None:
+            await ex.send(
                 401,
                 b"unauthorized: send Authorization: Bearer <token>\n",
                 headers=[(b"www-authenticate", b'Bearer realm="toolhost"')],
             )
             return
-        version = headers.get(b"mcp-protocol-version")
-        if version is not None and version.decode("latin-1") not in mcp.SERVER_VERSIONS:
-            await self._send(stream, h, 400, b"unsupported MCP-Protocol-Version\n")
+        raw_version = headers.get(b"mcp-protocol-version")
+        version = raw_version.decode("latin-1") if raw_version is not None else None
+        stateless = version in mcp.MODERN_VERSIONS
+        if version is not None and not stateless and version not in mcp.SERVER_VERSIONS:
+            await ex.send(400, b"unsupported MCP-Protocol-Version\n")
             return
         sid = headers.get(b"mcp-session-id", b"").decode("latin-1")
         if method == "POST":
             media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
             if media != b"application/json":
-                await self._send(
-                    stream,
-                    h,
+                await ex.send(
                     415,
                     b"unsupported media type: POST /mcp takes Content-Type: application/json\n",
                 )
                 return
-            await self._post(stream, h, sid, body)
+            if stateless:
+                assert self._stateless is not None
+                text = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
+                await self._stateless.post(ex, body, text, list(req.headers), identity)
+            else:
+                await self._post(ex, sid, body, identity)
+        elif stateless:  # the stateless era has no GET stream and no session to delete
+            await ex.send(405, b"method not allowed\n", headers=[(b"allow", b"POST")])
         elif method == "GET":
-            await self._get(stream, h, sid)
+            await self._get(ex, sid, identity)
         elif method == "DELETE":
-            session = self.sessions.pop(sid, None)
-            if session is None:
-                await self._send(stream, h, 404, b"unknown session\n")
+            session = self.sessions.get(sid)
+            if session is None or session.identity.name != identity.name:
+                await ex.send(404, b"unknown session\n")
                 return
+            del self.sessions[sid]
             session.scope.cancel()
-            await self._send(stream, h, 204, b"")
+            await ex.send(204, b"")
         else:
-            await self._send(
-                stream, h, 405, b"method not allowed\n", headers=[(b"allow", b"GET, POST, DELETE")]
-            )
+            await ex.send(405, b"method not allowed\n", headers=[(b"allow", b"GET, POST, DELETE")])
 
     # POST --------------------------------------------------------------------------------
 
-    async def _post(
-        self, stream: trio.SocketStream, h: h11.Connection, sid: str, body: bytes
-    ) -> None:
+    async def _post(self, ex: Exchange, sid: str, body: bytes, identity: Identity) -> None:
         session = self.sessions.get(sid) if sid else None
+        if session is not None and session.identity.name != identity.name:
+            session = None  # another token's session: as unknown as any other
         if sid and session is None:
-            await self._send(stream, h, 404, b"unknown or expired session: initialize again\n")
+            await ex.send(404, b"unknown or expired session: initialize again\n")
             return
         conn = (
             session.conn
@@ -352,90 +347,58 @@ class McpHttpServer:
         try:
             events = conn.receive(body)
         except LineTooLong:
-            await self._send(stream, h, 413, b"message too large\n")
+            await ex.send(413, b"message too large\n")
             return
         if len(events) != 1:
             answer = conn.error(None, mcp.INVALID_REQUEST, "send one JSON-RPC message per POST")
-            await self._json(stream, h, 400, answer)
+            await ex.json(400, answer)
             return
         ev = events[0]
         if session is None:
+            if conn.era == "modern":  # server/discover (or an enveloped request) without headers
+                assert self._stateless is not None
+                await self._stateless.answer(ex, conn, ev, identity)
+                return
             if not (isinstance(ev, Reply) and ev.initialized):
                 if isinstance(ev, Reply):  # a parse or lifecycle error: answer it as it is
-                    await self._json(stream, h, 400, ev.data)
+                    await ex.json(400, ev.data)
                 else:
-                    await self._send(stream, h, 400, b"missing Mcp-Session-Id: initialize first\n")
+                    await ex.send(400, b"missing Mcp-Session-Id: initialize first\n")
                 return
-            session = await self._open_session(conn)
+            session = await self._open_session(conn, identity)
             if session is None:
-                await self._send(stream, h, 503, b"toolhost: no host to connect to\n")
+                await ex.send(503, b"toolhost: no host to connect to\n")
                 return
-            await self._json(stream, h, 200, ev.data, [(b"mcp-session-id", session.id.encode())])
+            await ex.json(200, ev.data, [(b"mcp-session-id", session.id.encode())])
             return
         face = session.face
         assert face is not None
         if isinstance(ev, Reply):
-            await self._json(stream, h, 200, ev.data)
+            await ex.json(200, ev.data)
         elif isinstance(ev, ListTools):
-            await self._json(stream, h, 200, await face.list_tools(ev.id))
+            await ex.json(200, await face.list_tools(ev.id))
         elif isinstance(ev, CallTool):
             if ev.progress_token is None:
                 result = await face.call_tool(ev, session.push)
                 if result is None:
-                    await self._send(stream, h, 202, b"")  # cancelled: no JSON-RPC answer
+                    await ex.send(202, b"")  # cancelled: no JSON-RPC answer
                 else:
-                    await self._json(stream, h, 200, result)
+                    await ex.json(200, result)
             else:
-                await self._call_sse(stream, h, face, ev)
+                await ex.sse_answer(lambda notify: face.call_tool(ev, notify))
         else:
             if isinstance(ev, Cancelled):
                 face.cancel(ev)
-            await self._send(stream, h, 202, b"")
-
-    async def _json(
-        self,
-        stream: trio.SocketStream,
-        h: h11.Connection,
-        status: int,
-        data: bytes,
-        headers: Headers | None = None,
-    ) -> None:
-        await self._send(stream, h, status, data, content_type=b"application/json", headers=headers)
-
-    async def _call_sse(
-        self, stream: trio.SocketStream, h: h11.Connection, face: McpFace, ev: CallTool
-    ) -> None:
-        send, recv = trio.open_memory_channel[bytes](math.inf)
-
-        async def run() -> None:
-            async with send:
-                answer = await face.call_tool(ev, send.send_nowait)
-                if answer is not None:
-                    send.send_nowait(answer)
-
-        await self._sse_headers(stream, h)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run)
-            async with recv:
-                async for data in recv:
-                    await stream.send_all(h.send(h11.Data(data=_sse(data))) or b"")
-        await stream.send_all(h.send(h11.EndOfMessage()) or b"")
-
-    async def _sse_headers(self, stream: trio.SocketStream, h: h11.Connection) -> None:
-        headers: Headers = [
-            (b"content-type", b"text/event-stream"),
-            (b"cache-control", b"no-cache"),
-        ]
-        await stream.send_all(h.send(h11.Response(status_code=200, headers=headers)) or b"")
+            await ex.send(202, b"")
 
     # sessions ----------------------------------------------------------------------------
 
-    async def _open_session(self, conn: McpServerConnection) -> _Session | None:
+    async def _open_session(self, conn: McpServerConnection, identity: Identity) -> _Session | None:
         if len(self.sessions) >= MAX_SESSIONS:
             oldest = next(iter(self.sessions))
             log.warning("MCP HTTP: %d sessions open; closing the oldest", MAX_SESSIONS)
             self.sessions.pop(oldest).scope.cancel()
-        session = _Session(secrets.token_urlsafe(24), conn)
+        session = _Session(secrets.token_urlsafe(24), conn, identity)
         assert self._nursery is not None
         try:
             await self._nursery.start(self._run_session, session)
@@ -463,10 +426,13 @@ class McpHttpServer:
                         tracing=self.tracing,
                         transport="tcp",
                         session_id=session.id,
+                        profile=session.identity.profile,
                     )
                     task_status.started()
                     # The watch ends when the kernel connection does; the session ends with it.
-                    await session.face.watch_catalog(session.push)
+                    await session.face.watch_catalog(
+                        lambda: session.push(session.conn.tools_changed())
+                    )
                     nursery.cancel_scope.cancel()
             except Exception as exc:  # the host went away: the session ends, the server stays
                 log.warning("MCP HTTP session %s ended: %s", session.id[:8], exc)
@@ -476,26 +442,22 @@ class McpHttpServer:
 
     # GET ---------------------------------------------------------------------------------
 
-    async def _get(self, stream: trio.SocketStream, h: h11.Connection, sid: str) -> None:
+    async def _get(self, ex: Exchange, sid: str, identity: Identity) -> None:
         session = self.sessions.get(sid)
-        if session is None:
-            await self._send(stream, h, 404 if sid else 400, b"unknown or missing session\n")
+        if session is None or session.identity.name != identity.name:
+            await ex.send(404 if sid else 400, b"unknown or missing session\n")
             return
         if session.get_stream is not None:
-            await self._send(stream, h, 409, b"this session already has a GET stream\n")
+            await ex.send(409, b"this session already has a GET stream\n")
             return
         send, recv = trio.open_memory_channel[bytes](math.inf)
         session.get_stream = send
-        await self._sse_headers(stream, h)
+        await ex.sse_start()
         try:
             async with recv:
                 async for data in recv:
-                    await stream.send_all(h.send(h11.Data(data=_sse(data))) or b"")
-            await stream.send_all(h.send(h11.EndOfMessage()) or b"")
+                    await ex.sse_event(data)
+            await ex.sse_end()
         finally:
             if session.get_stream is send:
                 session.get_stream = None
-
-
-def _sse(message: bytes) -> bytes:
-    return b"event: message\ndata: " + message.rstrip(b"\n") + b"\n\n"

@@ -1,16 +1,23 @@
 """The client side of an MCP stdio server as a sans-IO connection (PROTOCOL 3.4).
 
 # Strategy: one object per server process. The runtime asks it for the bytes of every request
-# or notification (``initialize``, ``tools/list``, ``tools/call``, ``ping``, cancellation) and
-# gets back the request id to wait on; it hands it every chunk read from the server's stdout and
-# gets typed events: a :class:`Response` tied to the request it answers, :class:`Progress` for a
-# call that asked for it, :class:`ToolsChanged`, :class:`Log`, and :class:`Reply` (bytes the
-# host must write back, for requests the *server* sends, e.g. ``ping``). Request ids are
-# integers issued here and never reused, so an answer to an issued id that is no longer pending
-# (a call the host cancelled: servers should not answer those, some do) is dropped quietly,
-# while an answer to an id never issued, a line that is not JSON-RPC, or a message before the
-# handshake is a :class:`ProtocolError` that leaves the connection in the error state.
-# Turning results into host terms (:func:`call_answer`, :func:`tools_page`) is pure as well.
+# or notification (``server/discover`` or ``initialize``, ``tools/list``, ``tools/call``,
+# ``ping``, cancellation) and gets back the request id to wait on. Both eras: the host first
+# sends ``server/discover`` (:meth:`McpConnection.discover`); a modern answer makes the
+# connection ready in the stateless era (every later request carries the ``_meta`` envelope,
+# ``server/discover`` is the probe, ``subscriptions/listen`` brings list changes, over HTTP
+# :meth:`McpConnection.http_headers` are the routing headers); anything else (an error, a
+# non-modern answer, or no answer in time: :meth:`McpConnection.abandon_discover`) leaves it
+# ``new`` for the handshake, as before. The runtime hands it every chunk read from the server's
+# stdout and gets typed events: a :class:`Response` tied to the request it answers,
+# :class:`Progress` for a call that asked for it, :class:`ToolsChanged`, :class:`Log`, and
+# :class:`Reply` (bytes the host must write back, for requests the *server* sends, e.g.
+# ``ping``). Request ids are integers issued here and never reused, so an answer to an issued
+# id that is no longer pending (a call the host cancelled: servers should not answer those, some
+# do) is dropped quietly, while an answer to an id never issued, a line that is not JSON-RPC, or
+# a message before the handshake is a :class:`ProtocolError` that leaves the connection in the
+# error state. Turning results into host terms (:func:`call_answer`, :func:`tools_page`) is pure
+# as well.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from supervisor.contracts.wire import ToolInfo
 from supervisor.protocols.answer import Answer, preview
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.framing import LineSplitter
+from supervisor.protocols.mcp_http import encode_header_value
 
-State = Literal["new", "initializing", "ready", "error"]
+State = Literal["new", "discovering", "initializing", "ready", "error"]
+Era = Literal["handshake", "modern"]
 
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 
@@ -106,6 +115,10 @@ class McpConnection:
         self._next_id = 1
         self.pending: dict[int, str] = {}
         self._progress: set[int] = set()
+        self.era: Era | None = None
+        """The era the server speaks, once known (``ready``)."""
+        self._routes: dict[int, list[tuple[str, str]]] = {}
+        self._discovering: int | None = None
 
     @property
     def protocol_version(self) -> str | None:
@@ -114,11 +127,112 @@ class McpConnection:
 
     # host -> server ----------------------------------------------------------------------
 
-    def _request(self, method: str, params: object = msgspec.UNSET) -> tuple[int, bytes]:
+    def _request(
+        self, method: str, params: object = msgspec.UNSET, name: str | None = None
+    ) -> tuple[int, bytes]:
         rid = self._next_id
         self._next_id += 1
         self.pending[rid] = method
+        if self.era == "modern" or method == "server/discover":
+            version = self.protocol_version or mcp.MODERN_VERSIONS[0]
+            route = [("MCP-Protocol-Version", version), ("Mcp-Method", method)]
+            if name is not None:
+                route.append(("Mcp-Name", encode_header_value(name)))
+            self._routes[rid] = route
         return rid, _encode(mcp.OutRequest(id=rid, method=method, params=params)) + b"\n"
+
+    def _envelope(self, meta: mcp.RequestMeta | None = None) -> mcp.RequestMeta | None:
+        """``meta`` with the stateless era's envelope (as it is in the handshake era)."""
+        if self.era != "modern":
+            return meta
+        return msgspec.structs.replace(
+            meta or mcp.RequestMeta(),
+            protocol_version=self.protocol_version,
+            client_info=self._client_info,
+            client_capabilities={},
+        )
+
+    @property
+    def _client_info(self) -> dict[str, str]:
+        return {"name": self._client.name, "version": self._client.version}
+
+    def http_headers(self, rid: int) -> list[tuple[str, str]]:
+        """The stateless era's routing headers of request ``rid`` over Streamable HTTP
+        (``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` for a call); empty in the
+        handshake era, where the session header and the negotiated revision do."""
+        return self._routes.get(rid, [])
+
+    def discover(self) -> tuple[int, bytes]:
+        """The first request: ``server/discover`` at the newest stateless revision, with its
+        envelope. Answer it with :meth:`discovered`, or :meth:`abandon_discover` when no answer
+        came in time."""
+        if self.state != "new":
+            raise ProtocolError(f"cannot discover in state {self.state}")
+        self.state = "discovering"
+        meta = mcp.RequestMeta(
+            protocol_version=mcp.MODERN_VERSIONS[0],
+            client_info=self._client_info,
+            client_capabilities={},
+        )
+        rid, line = self._request("server/discover", mcp.MetaParams(meta=meta))
+        self._discovering = rid
+        return rid, line
+
+    def discovered(self, response: Response) -> bool:
+        """Accept the ``server/discover`` answer. True: the server speaks a stateless revision,
+        the connection is ready in that era (there is no ``initialized`` to send). False:
+        anything else (an error, an answer that names no revision of ours, or one that is not
+        a discover result); the connection is ``new`` again, for :meth:`initialize`.
+
+        Raises:
+            RequestFailed: The server speaks only stateless revisions, none of ours (-32022
+                naming no handshake revision): no era is common.
+        """
+        self._end_discover()
+        if response.error is not None:
+            if response.error.code == mcp.UNSUPPORTED_VERSION:
+                try:
+                    data = msgspec.convert(response.error.data, mcp.UnsupportedVersionData)
+                except (msgspec.ValidationError, TypeError):
+                    data = mcp.UnsupportedVersionData()
+                ours = set(mcp.MODERN_VERSIONS) | set(mcp.SERVER_VERSIONS)
+                if data.supported and not ours.intersection(data.supported):
+                    self.state = "error"
+                    self.error = f"server/discover: no revision in common ({data.supported})"
+                    raise RequestFailed("server/discover", response.error)
+            return False
+        try:
+            result = msgspec.json.decode(response.result or b"null", type=mcp.DiscoverResult)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return False
+        mutual = [v for v in mcp.MODERN_VERSIONS if v in result.supportedVersions]
+        if not mutual:
+            return False
+        meta = result.meta
+        info = meta.server_info if meta is not None and meta.server_info is not None else None
+        self.server = mcp.InitializeResult(
+            protocolVersion=mutual[0],
+            capabilities=result.capabilities,
+            serverInfo=info or mcp.Implementation(),
+            instructions=result.instructions,
+        )
+        self.era, self.state = "modern", "ready"
+        return True
+
+    def abandon_discover(self) -> None:
+        """No answer to ``server/discover`` in time: stop waiting (a late answer is dropped;
+        the probe is never cancelled, as the specification asks) and go back to ``new``."""
+        if self.state == "discovering":
+            self._end_discover()
+
+    def _end_discover(self) -> None:
+        rid = self._discovering
+        if rid is not None:
+            self.pending.pop(rid, None)
+            self._routes.pop(rid, None)
+        self._discovering = None
+        if self.state == "discovering":
+            self.state = "new"
 
     def initialize(self) -> tuple[int, bytes]:
         """The first request: ``initialize`` asking for :data:`mcp.PROTOCOL_VERSION`."""
@@ -143,13 +257,32 @@ class McpConnection:
             self.server = msgspec.json.decode(response.result or b"null", type=mcp.InitializeResult)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             self._fail(f"invalid initialize result: {exc}")
-        self.state = "ready"
+        self.state, self.era = "ready", "handshake"
         return _encode(mcp.OutNotification(method="notifications/initialized")) + b"\n"
 
     def list_tools(self, cursor: str | None = None) -> tuple[int, bytes]:
         """A ``tools/list`` request (one page; pass the previous ``nextCursor``)."""
         self._need_ready("tools/list")
-        return self._request("tools/list", mcp.ListToolsParams(cursor=cursor))
+        params = mcp.ListToolsParams(cursor=cursor, meta=self._envelope())
+        return self._request("tools/list", params)
+
+    def listen(self, *, tools: bool = True) -> tuple[int, bytes]:
+        """A ``subscriptions/listen`` request (stateless era): its answer comes only when the
+        stream ends; meanwhile ``notifications/tools/list_changed`` arrive as
+        :class:`ToolsChanged`."""
+        self._need_ready("subscriptions/listen")
+        if self.era != "modern":
+            raise ProtocolError("subscriptions/listen needs the stateless era")
+        wanted = mcp.SubscriptionFilter(toolsListChanged=True if tools else None)
+        params = mcp.ListenParams(notifications=wanted, meta=self._envelope())
+        return self._request("subscriptions/listen", params)
+
+    def probe(self) -> tuple[int, bytes]:
+        """The health probe of the era: ``ping`` (handshake), ``server/discover`` (stateless,
+        where ``ping`` is gone); any answer, even an error, proves the server alive."""
+        if self.era != "modern":
+            return self.ping()
+        return self._request("server/discover", mcp.MetaParams(meta=self._envelope()))
 
     def call_tool(
         self,
@@ -168,9 +301,8 @@ class McpConnection:
             meta = mcp.RequestMeta(progressToken=rid if progress else None, traceparent=traceparent)
         if progress:
             self._progress.add(rid)
-        return self._request(
-            "tools/call", mcp.CallToolParams(name=name, arguments=arguments, meta=meta)
-        )
+        params = mcp.CallToolParams(name=name, arguments=arguments, meta=self._envelope(meta))
+        return self._request("tools/call", params, name)
 
     def ping(self) -> tuple[int, bytes]:
         """A ``ping`` request (allowed before the handshake completes)."""
@@ -183,6 +315,7 @@ class McpConnection:
         it is dropped by :meth:`feed`.
         """
         self._progress.discard(rid)
+        self._routes.pop(rid, None)
         if self.pending.pop(rid, None) is None:
             return b""
         params = mcp.CancelledParams(requestId=rid, reason=reason)
@@ -243,6 +376,7 @@ class McpConnection:
             raise ProtocolError(f"answer for unknown request {rid!r}")
         method = self.pending.pop(rid, None)
         self._progress.discard(rid)
+        self._routes.pop(rid, None)
         if method is None:
             return None  # a request the host cancelled, answered anyway
         result = None if msg.result is msgspec.UNSET else msg.result

@@ -1,15 +1,19 @@
-"""The pure parts of the MCP Streamable HTTP transport, client side (MCP 2025-11-25).
+"""The pure parts of the MCP Streamable HTTP transport, client side (MCP 2025-11-25, 2026-07-28).
 
 # Strategy: the JSON-RPC layer stays :class:`supervisor.protocols.mcp.McpConnection`; this
 # module only knows HTTP-shaped things: what a valid endpoint URL is (:func:`parse_url`,
-# :func:`url_problem`), the headers of a POST/DELETE (:func:`request_headers`), and how the
-# body of an answer becomes JSON-RPC lines for the connection: a JSON body as one line
-# (:func:`json_line`) or an SSE stream event by event (:class:`SseParser`). No sockets, no
-# clock, no trio: the worker in ``workers/mcp_http.py`` does the IO.
+# :func:`url_problem`), the headers of a POST/DELETE (:func:`request_headers`; in the stateless
+# era with the routing headers the connection gives, ``Mcp-Method``/``Mcp-Name``, their values
+# coded by :func:`encode_header_value`), and how the body of an answer becomes JSON-RPC lines
+# for the connection: a JSON body as one line (:func:`json_line`) or an SSE stream event by
+# event (:class:`SseParser`). No sockets, no clock, no trio: the worker in
+# ``workers/mcp_http.py`` does the IO.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -179,16 +183,51 @@ def request_headers(
     version: str | None,
     extra: list[tuple[str, str]],
     body: bytes | None,
+    routing: list[tuple[str, str]] | None = None,
 ) -> list[tuple[str, str]]:
-    """The headers of a POST (``body`` given) or DELETE (``body`` None) to ``endpoint``."""
+    """The headers of a POST (``body`` given) or DELETE (``body`` None) to ``endpoint``;
+    ``routing`` (:meth:`McpConnection.http_headers`, the stateless era) carries its own
+    ``MCP-Protocol-Version`` and replaces ``version``."""
     headers = [("Host", endpoint.host_header), ("Accept", ACCEPT), ("Connection", "close")]
     if body is not None:
         headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     if session is not None:
         headers.append(("Mcp-Session-Id", session))
-    if version is not None:
+    if routing:
+        headers += routing
+    elif version is not None:
         headers.append(("MCP-Protocol-Version", version))
     return headers + extra
+
+
+_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
+_WRAPPED = re.compile(r"=\?base64\?(.*)\?=")
+
+
+def encode_header_value(value: str) -> str:
+    """A value for an MCP routing header (``Mcp-Name``): verbatim when it is printable ASCII
+    without edge spaces, else ``=?base64?...?=`` so the exact text survives HTTP."""
+    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not _WRAPPED.fullmatch(value):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode('utf-8')).decode('ascii')}?="
+
+
+def decode_header_value(value: str | None) -> str | None:
+    """The inverse of :func:`encode_header_value` (None for a malformed wrapper, so a corrupt
+    header never matches a body by accident)."""
+    if value is None:
+        return None
+    wrapped = _WRAPPED.fullmatch(value)
+    if wrapped is None:
+        return value
+    payload = wrapped.group(1)
+    try:
+        raw = base64.b64decode(payload, validate=True)
+        if base64.b64encode(raw).decode("ascii") != payload:
+            return None
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
 
 
 def json_line(body: bytes) -> bytes:

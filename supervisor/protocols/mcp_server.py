@@ -2,30 +2,61 @@
 
 # Strategy: the mirror of :class:`supervisor.protocols.mcp.McpConnection`, on the same contracts
 # (``supervisor.contracts.mcp``) and the same line framing. The transport hands it bytes (stdio:
-# any chunk, :meth:`McpServerConnection.feed`; Streamable HTTP: one POST body,
-# :meth:`McpServerConnection.receive`) and gets typed events back. The lifecycle (``initialize``
-# with version negotiation, ``ping``, errors for unknown methods or requests before the
-# handshake) is answered here as a :class:`Reply`; what needs the host comes out as
-# :class:`ListTools`, :class:`CallTool` and :class:`Cancelled`, and the transport answers with
-# :meth:`result`, :meth:`error`, :meth:`progress` and :meth:`tools_changed`. Turning a kernel
-# result envelope into a ``CallToolResult`` (:func:`call_result`) and a progress event into MCP
-# progress (:func:`progress_fields`) is pure as well.
+# any chunk, :meth:`McpServerConnection.feed`; Streamable HTTP: one POST body and its headers,
+# :meth:`McpServerConnection.receive`) and gets typed events back. Both eras of MCP are spoken
+# and the client's first request picks one, once: ``initialize`` is the handshake era (version
+# negotiation, as before); ``server/discover``, or any request carrying the 2026-07-28 ``_meta``
+# envelope, is the stateless era, where every request is checked on its own (the envelope, over
+# HTTP the ``MCP-Protocol-Version``/``Mcp-Method``/``Mcp-Name`` headers against the body, the
+# revision) and nothing depends on an earlier request. The lifecycle (``initialize``,
+# ``server/discover``, ``ping``, errors for unknown methods or requests before either) is
+# answered here as a :class:`Reply`; what needs the host comes out as :class:`ListTools`,
+# :class:`CallTool`, :class:`Listen` and :class:`Cancelled`, and the transport answers with
+# :meth:`result`, :meth:`tools_page`, :meth:`error`, :meth:`progress`, :meth:`listen_ack` and
+# :meth:`tools_changed`, which give each era its shapes (stateless results carry
+# ``resultType``, cache hints and the ``serverInfo`` stamp). Turning a kernel result envelope
+# into a ``CallToolResult`` (:func:`call_result`) and a progress event into MCP progress
+# (:func:`progress_fields`) is pure as well.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from supervisor.contracts import mcp
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LineSplitter
+from supervisor.protocols.mcp_http import decode_header_value
 
 State = Literal["new", "ready"]
+Era = Literal["handshake", "modern"]
+_P = TypeVar("_P", mcp.ListToolsParams, mcp.ListenParams)
 
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
+
+VERSION_HEADER = "mcp-protocol-version"
+METHOD_HEADER = "mcp-method"
+NAME_HEADER = "mcp-name"
+"""Streamable HTTP routing headers of the stateless era (lowercase, as compared)."""
+ROUTING_HEADERS = frozenset((VERSION_HEADER, METHOD_HEADER, NAME_HEADER))
+
+LIST_TTL_MS = 0
+"""``ttlMs`` of a stateless list answer: the list follows the host's catalog and each client's
+profile, so a client should not reuse one (``subscriptions/listen`` says when it changed)."""
+
+HTTP_STATUS = {
+    mcp.PARSE_ERROR: 400,
+    mcp.INVALID_REQUEST: 400,
+    mcp.INVALID_PARAMS: 400,
+    mcp.HEADER_MISMATCH: 400,
+    mcp.UNSUPPORTED_VERSION: 400,
+    mcp.METHOD_NOT_FOUND: 404,
+}
+"""The HTTP status of a JSON-RPC error in the stateless era (200 for any other code)."""
 
 _encode = mcp.encoder.encode
 _decode = mcp.incoming_decoder.decode
@@ -33,11 +64,13 @@ _decode = mcp.incoming_decoder.decode
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes to send as they are (a lifecycle answer or an error); ``request`` is the id answered
-    (None for a parse error), ``initialized`` is True on the ``initialize`` answer."""
+    (None for a parse error), ``initialized`` is True on the ``initialize`` answer, ``code`` the
+    JSON-RPC error code when the reply is an error."""
 
     data: bytes
     request: mcp.RequestId | None = None
     initialized: bool = False
+    code: int | None = None
 
 
 class ListTools(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +91,14 @@ class CallTool(msgspec.Struct, frozen=True, kw_only=True):
     tracestate: str | None = None
 
 
+class Listen(msgspec.Struct, frozen=True, kw_only=True):
+    """``subscriptions/listen`` (stateless era): a stream of change notifications for what
+    ``wanted`` names; answer with :meth:`McpServerConnection.listen_ack` first."""
+
+    id: mcp.RequestId
+    wanted: mcp.SubscriptionFilter
+
+
 class Cancelled(msgspec.Struct, frozen=True, kw_only=True):
     """``notifications/cancelled`` for the client's request ``id``."""
 
@@ -69,7 +110,7 @@ class Accepted(msgspec.Struct, frozen=True):
     """A notification or response that needs nothing (HTTP answers 202)."""
 
 
-Event = Reply | ListTools | CallTool | Cancelled | Accepted
+Event = Reply | ListTools | CallTool | Listen | Cancelled | Accepted
 
 EMPTY_OBJECT = msgspec.Raw(b"{}")
 
@@ -80,13 +121,15 @@ def negotiate(requested: str) -> str:
 
 
 class McpServerConnection:
-    """One MCP client session (a stdio pipe pair, or one ``Mcp-Session-Id``).
+    """One MCP client (a stdio pipe pair, one ``Mcp-Session-Id``, or one stateless HTTP request).
 
     Args:
         server_name: ``serverInfo.name``.
         server_version: ``serverInfo.version``.
-        instructions: Optional ``instructions`` in the ``initialize`` answer.
+        instructions: Optional ``instructions`` in the ``initialize``/``server/discover`` answer.
         max_line: Longest message accepted, in bytes.
+        era: The era when the transport already knows it (an HTTP request that names a
+            stateless revision in ``MCP-Protocol-Version``); None lets the first request decide.
     """
 
     def __init__(
@@ -96,14 +139,20 @@ class McpServerConnection:
         server_version: str = "0",
         instructions: str | None = None,
         max_line: int = DEFAULT_MAX_LINE,
+        era: Era | None = None,
     ) -> None:
-        self.state: State = "new"
+        self.state: State = "new" if era is None else "ready"
+        self.era: Era | None = era
         self.protocol_version: str | None = None
         self.client: mcp.Implementation | None = None
         self._info = mcp.Implementation(name=server_name, version=server_version)
+        self._stamp_info = {"name": server_name, "version": server_version}
         self._instructions = instructions
         self._lines = LineSplitter(max_line)
         self.max_line = max_line
+        self.error_code: int | None = None
+        """The code of the last error answer written (a stateless HTTP request has a
+        connection of its own, so this is its answer's: the HTTP status follows it)."""
 
     # client -> server --------------------------------------------------------------------
 
@@ -119,10 +168,12 @@ class McpServerConnection:
                 out.extend(self.receive(line))
         return out
 
-    def receive(self, message: bytes) -> list[Event]:
+    def receive(self, message: bytes, headers: Mapping[str, str] | None = None) -> list[Event]:
         """Decode one message (a line, or an HTTP body); a batch array gives one event each.
 
-        Never raises for bad input: malformed messages become error :class:`Reply` events.
+        ``headers`` (Streamable HTTP, names lowercase) are checked against the body in the
+        stateless era. Never raises for bad input: malformed messages become error
+        :class:`Reply` events.
         """
         if len(message) > self.max_line:
             raise LineTooLong(f"message over {self.max_line} bytes")
@@ -134,10 +185,10 @@ class McpServerConnection:
                 return [self._parse_error(exc)]
             if not items:
                 return [self._reply_error(None, mcp.INVALID_REQUEST, "empty batch")]
-            return [self._one(bytes(item)) for item in items]
-        return [self._one(body)]
+            return [self._one(bytes(item), headers) for item in items]
+        return [self._one(body, headers)]
 
-    def _one(self, raw: bytes) -> Event:
+    def _one(self, raw: bytes, headers: Mapping[str, str] | None) -> Event:
         try:
             msg = _decode(raw)
         except (msgspec.DecodeError, RecursionError) as exc:  # nested too deeply
@@ -155,7 +206,7 @@ class McpServerConnection:
             return self._notification(msg.method, params)
         if msg.id is None:
             return self._reply_error(None, mcp.INVALID_REQUEST, "request id must not be null")
-        return self._request(msg.id, msg.method, params)
+        return self._request(msg.id, msg.method, params, headers)
 
     def _notification(self, method: str, params: msgspec.Raw | None) -> Event:
         if method == "notifications/cancelled" and params is not None:
@@ -166,42 +217,90 @@ class McpServerConnection:
             return Cancelled(id=p.requestId, reason=p.reason)
         return Accepted()  # initialized, progress, roots/list_changed...: nothing to do
 
-    def _request(self, rid: mcp.RequestId, method: str, params: msgspec.Raw | None) -> Event:
+    def _request(
+        self,
+        rid: mcp.RequestId,
+        method: str,
+        params: msgspec.Raw | None,
+        headers: Mapping[str, str] | None,
+    ) -> Event:
         if method == "initialize":
+            if self.era == "modern":
+                return self._unsupported(rid, _requested(params))
             return self._initialize(rid, params)
         if method == "ping":
             return Reply(data=self.result(rid, {}), request=rid)
-        if self.state != "ready":
-            return self._reply_error(
-                rid, mcp.INVALID_REQUEST, f"{method} before initialize: send initialize first"
-            )
+        if self.era is None:
+            if method != "server/discover" and not _has_envelope(params):
+                return self._reply_error(
+                    rid, mcp.INVALID_REQUEST, f"{method} before initialize: send initialize first"
+                )
+            self.era, self.state = "modern", "ready"
+        modern = self.era == "modern"
         if method == "tools/list":
+            if modern:
+                page = self._checked(rid, method, params, mcp.ListToolsParams, headers)
+                if isinstance(page, Reply):
+                    return page
             return ListTools(id=rid)
         if method == "tools/call":
-            try:
-                p = msgspec.json.decode(params or b"null", type=mcp.CallToolRequestParams)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                return self._reply_error(rid, mcp.INVALID_PARAMS, f"tools/call params: {exc}")
-            args = p.arguments
-            if bytes(args).strip() == b"null":
-                args = EMPTY_OBJECT
-            elif not bytes(args).lstrip().startswith(b"{"):
-                return self._reply_error(
-                    rid, mcp.INVALID_PARAMS, "tools/call params.arguments: expected an object"
-                )
-            meta = p.meta
-            if meta is None:
-                return CallTool(id=rid, name=p.name, arguments=args)
-            return CallTool(
-                id=rid,
-                name=p.name,
-                arguments=args,
-                progress_token=meta.progressToken,
-                traceparent=meta.traceparent,
-                tracestate=meta.tracestate,
-            )
+            return self._call(rid, params, headers)
+        if method == "server/discover":
+            return self._discover(rid, params, headers)
+        if method == "subscriptions/listen" and modern:
+            listen = self._checked(rid, method, params, mcp.ListenParams, headers)
+            if isinstance(listen, Reply):
+                return listen
+            return Listen(id=rid, wanted=listen.notifications)
         return self._reply_error(
             rid, mcp.METHOD_NOT_FOUND, f"toolhost mcp does not serve {method!r} (tools only)"
+        )
+
+    def _checked(
+        self,
+        rid: mcp.RequestId,
+        method: str,
+        params: msgspec.Raw | None,
+        kind: type[_P],
+        headers: Mapping[str, str] | None,
+    ) -> _P | Reply:
+        """A stateless request's params decoded as ``kind`` and its envelope checked, or the
+        error to answer."""
+        try:
+            p = msgspec.json.decode(params or b"{}", type=kind)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._reply_error(rid, mcp.INVALID_PARAMS, f"{method} params: {exc}")
+        refused = self._envelope(rid, method, p.meta, None, headers)
+        return p if refused is None else refused
+
+    def _call(
+        self, rid: mcp.RequestId, params: msgspec.Raw | None, headers: Mapping[str, str] | None
+    ) -> Event:
+        try:
+            p = msgspec.json.decode(params or b"null", type=mcp.CallToolRequestParams)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._reply_error(rid, mcp.INVALID_PARAMS, f"tools/call params: {exc}")
+        meta = p.meta
+        if self.era == "modern":
+            refused = self._envelope(rid, "tools/call", meta, p.name, headers)
+            if refused is not None:
+                return refused
+        args = p.arguments
+        if bytes(args).strip() == b"null":
+            args = EMPTY_OBJECT
+        elif not bytes(args).lstrip().startswith(b"{"):
+            return self._reply_error(
+                rid, mcp.INVALID_PARAMS, "tools/call params.arguments: expected an object"
+            )
+        if meta is None:
+            return CallTool(id=rid, name=p.name, arguments=args)
+        return CallTool(
+            id=rid,
+            name=p.name,
+            arguments=args,
+            progress_token=meta.progressToken,
+            traceparent=meta.traceparent,
+            tracestate=meta.tracestate,
         )
 
     def _initialize(self, rid: mcp.RequestId, params: msgspec.Raw | None) -> Event:
@@ -211,7 +310,7 @@ class McpServerConnection:
             return self._reply_error(rid, mcp.INVALID_PARAMS, f"initialize params: {exc}")
         self.protocol_version = negotiate(p.protocolVersion)
         self.client = p.clientInfo
-        self.state = "ready"
+        self.state, self.era = "ready", "handshake"
         result = mcp.ServerInitializeResult(
             protocolVersion=self.protocol_version,
             capabilities=mcp.ServerCaps(),
@@ -220,20 +319,121 @@ class McpServerConnection:
         )
         return Reply(data=self.result(rid, result), request=rid, initialized=True)
 
+    def _discover(
+        self, rid: mcp.RequestId, params: msgspec.Raw | None, headers: Mapping[str, str] | None
+    ) -> Event:
+        """``server/discover``: the revisions and capabilities, answered in either era (it
+        changes nothing). Its envelope is checked only when it has one: the probe of a client
+        that does not know our revisions yet must still learn them."""
+        try:
+            p = msgspec.json.decode(params or b"{}", type=mcp.MetaParams)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._reply_error(rid, mcp.INVALID_PARAMS, f"server/discover params: {exc}")
+        meta = p.meta
+        if meta is not None and meta.protocol_version is not msgspec.UNSET:
+            refused = self._envelope(rid, "server/discover", meta, None, headers)
+            if refused is not None:
+                return refused
+        result: dict[str, Any] = {
+            "supportedVersions": list(mcp.MODERN_VERSIONS),
+            "capabilities": {"tools": {"listChanged": True}},
+            "ttlMs": LIST_TTL_MS,
+            "cacheScope": "public",
+        }
+        if self._instructions is not None:
+            result["instructions"] = self._instructions
+        return Reply(data=self._stamped(rid, result), request=rid)
+
+    def _envelope(
+        self,
+        rid: mcp.RequestId,
+        method: str,
+        meta: mcp.RequestMeta | None,
+        name: str | None,
+        headers: Mapping[str, str] | None,
+    ) -> Reply | None:
+        """The stateless era's checks of one request, in the specification's order: the
+        envelope is there, the HTTP headers agree with the body, the revision is ours. None
+        when the request passes (``protocol_version`` and ``client`` are then its own)."""
+        if meta is None or meta.protocol_version is msgspec.UNSET:
+            return self._reply_error(
+                rid,
+                mcp.INVALID_PARAMS,
+                f"params._meta must carry {mcp.PROTOCOL_VERSION_KEY!r} and "
+                f"{mcp.CLIENT_CAPABILITIES_KEY!r} (the 2026-07-28 request envelope)",
+            )
+        if meta.client_capabilities is msgspec.UNSET:
+            return self._reply_error(
+                rid,
+                mcp.INVALID_PARAMS,
+                f"params._meta is missing {mcp.CLIENT_CAPABILITIES_KEY!r}",
+            )
+        version = meta.protocol_version
+        if headers is not None:
+            mismatch = header_mismatch(headers, method, version, name)
+            if mismatch is not None:
+                return self._reply_error(rid, mcp.HEADER_MISMATCH, mismatch)
+        if not isinstance(version, str):
+            return self._reply_error(
+                rid, mcp.INVALID_PARAMS, f"{mcp.PROTOCOL_VERSION_KEY} must be a string"
+            )
+        if version not in mcp.MODERN_VERSIONS:
+            return self._unsupported(rid, version)
+        self.protocol_version = version
+        info = meta.client_info
+        if isinstance(info, dict):
+            name_, version_ = info.get("name"), info.get("version")
+            self.client = mcp.Implementation(
+                name=name_ if isinstance(name_, str) else "",
+                version=version_ if isinstance(version_, str) else "",
+            )
+        return None
+
+    def _unsupported(self, rid: mcp.RequestId, requested: str) -> Reply:
+        data = {"supported": list(mcp.MODERN_VERSIONS), "requested": requested}
+        message = (
+            "this connection speaks the 2026-07-28 revision (no initialize handshake)"
+            if self.era == "modern" and requested in mcp.SERVER_VERSIONS
+            else f"unsupported protocol version {requested!r}"
+        )
+        info = mcp.RpcErrorInfo(code=mcp.UNSUPPORTED_VERSION, message=message, data=data)
+        line = _encode(mcp.OutError(id=rid, error=info)) + b"\n"
+        return Reply(data=line, request=rid, code=mcp.UNSUPPORTED_VERSION)
+
     def _parse_error(self, exc: Exception) -> Reply:
         return self._reply_error(None, mcp.PARSE_ERROR, f"not JSON: {exc}")
 
     def _reply_error(self, rid: mcp.RequestId | None, code: int, message: str) -> Reply:
-        return Reply(data=self.error(rid, code, message), request=rid)
+        return Reply(data=self.error(rid, code, message), request=rid, code=code)
 
     # server -> client --------------------------------------------------------------------
 
     def result(self, rid: mcp.RequestId, result: Any) -> bytes:
-        """A response line (newline-terminated)."""
+        """A response line (newline-terminated); in the stateless era an object result gets
+        ``resultType`` and the ``serverInfo`` stamp."""
+        if self.era == "modern" and isinstance(result, dict):
+            return self._stamped(rid, result)
         return _encode(mcp.OutResult(id=rid, result=result)) + b"\n"
+
+    def tools_page(self, rid: mcp.RequestId, tools: list[Any]) -> bytes:
+        """The ``tools/list`` answer (one page); stateless: with its cache hints."""
+        if self.era == "modern":
+            page = {"tools": tools, "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
+            return self._stamped(rid, page)
+        return self.result(rid, {"tools": tools})
+
+    def _stamped(self, rid: mcp.RequestId, result: dict[str, Any]) -> bytes:
+        out = dict(result)
+        out.setdefault("resultType", "complete")
+        meta = out.get("_meta")
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        meta.setdefault(mcp.SERVER_INFO_KEY, self._stamp_info)
+        out["_meta"] = meta
+        return _encode(mcp.OutResult(id=rid, result=out)) + b"\n"
 
     def error(self, rid: mcp.RequestId | None, code: int, message: str, data: Any = None) -> bytes:
         """An error response line."""
+        self.error_code = code
         info = mcp.RpcErrorInfo(code=code, message=message, data=data)
         return _encode(mcp.OutError(id=rid, error=info)) + b"\n"
 
@@ -250,9 +450,74 @@ class McpServerConnection:
         )
         return _encode(mcp.OutNotification(method="notifications/progress", params=params)) + b"\n"
 
-    def tools_changed(self) -> bytes:
-        """A ``notifications/tools/list_changed`` line."""
-        return _encode(mcp.OutNotification(method="notifications/tools/list_changed")) + b"\n"
+    def listen_ack(self, rid: mcp.RequestId, honored: mcp.SubscriptionFilter) -> bytes:
+        """The first frame of a ``subscriptions/listen`` stream: what it will carry."""
+        params = {"notifications": honored, "_meta": {mcp.SUBSCRIPTION_ID_KEY: rid}}
+        note = mcp.OutNotification(method="notifications/subscriptions/acknowledged", params=params)
+        return _encode(note) + b"\n"
+
+    def tools_changed(self, subscription: mcp.RequestId | None = None) -> bytes:
+        """A ``notifications/tools/list_changed`` line; on a listen stream (stateless era) it
+        names the ``subscription`` (the listen request's id)."""
+        if subscription is None:
+            note = mcp.OutNotification(method="notifications/tools/list_changed")
+        else:
+            params = {"_meta": {mcp.SUBSCRIPTION_ID_KEY: subscription}}
+            note = mcp.OutNotification(method="notifications/tools/list_changed", params=params)
+        return _encode(note) + b"\n"
+
+
+def honored(wanted: mcp.SubscriptionFilter) -> mcp.SubscriptionFilter:
+    """What a listen stream will carry of what it asked for (the tools list, for now; what we
+    never send is left out of the acknowledgement, as the specification asks)."""
+    return mcp.SubscriptionFilter(toolsListChanged=True if wanted.toolsListChanged else None)
+
+
+def header_mismatch(
+    headers: Mapping[str, str], method: str, version: Any, name: str | None
+) -> str | None:
+    """Why the stateless-era HTTP headers disagree with the body (None when they agree):
+    ``MCP-Protocol-Version`` is the envelope's revision, ``Mcp-Method`` the method and, for
+    ``tools/call``, ``Mcp-Name`` the tool (base64-wrapped values decoded)."""
+    if headers.get(VERSION_HEADER) != version:
+        return "the MCP-Protocol-Version header does not match params._meta's protocol version"
+    if headers.get(METHOD_HEADER) != method:
+        return f"the Mcp-Method header does not match the body's method {method!r}"
+    if name is not None and decode_header_value(headers.get(NAME_HEADER)) != name:
+        return "the Mcp-Name header does not match the body's name"
+    return None
+
+
+def duplicated_routing_header(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """A routing header given twice (first-copy and last-copy readers would disagree)."""
+    seen: set[str] = set()
+    for name, _ in raw:
+        key = name.decode("latin-1").lower()
+        if key in ROUTING_HEADERS:
+            if key in seen:
+                return key
+            seen.add(key)
+    return None
+
+
+def _has_envelope(params: msgspec.Raw | None) -> bool:
+    """True when the request carries the stateless era's ``_meta`` protocol version."""
+    if params is None:
+        return False
+    try:
+        p = msgspec.json.decode(params, type=mcp.MetaParams)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return p.meta is not None and p.meta.protocol_version is not msgspec.UNSET
+
+
+def _requested(params: msgspec.Raw | None) -> str:
+    try:
+        return msgspec.json.decode(
+            params or b"{}", type=mcp.InitializeRequestParams
+        ).protocolVersion
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""
 
 
 def _id(value: mcp.RequestId | msgspec.UnsetType | None) -> mcp.RequestId | None:

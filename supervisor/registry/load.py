@@ -18,6 +18,7 @@ import json5
 import msgspec
 
 from supervisor.contracts.registry import (
+    MCP_NAME_PATTERN,
     AutodiscoverConfig,
     AutodiscoverEntry,
     HostConfig,
@@ -103,6 +104,7 @@ class Registry(msgspec.Struct, kw_only=True):
         autodiscover folders and the host's installation."""
         h = self.host
         state = [h.socket, h.audit_log, h.quota_state, h.ws.token_file if h.ws else ""]
+        state += [t.token_file for t in h.mcp.tokens.values()]
         state.append(os.path.join(os.path.dirname(h.socket), "operator.token"))
         files = [self.path(f) for f in self.files] + [self.path(p) for p in state if p]
         folders = [self.path(a.path) for a in self.autodiscover]
@@ -299,7 +301,50 @@ def load_registry(
                         f"got {value!r} (default used)"
                     )
                     setattr(reg.host, name, getattr(HostConfig(), name))
+            reg.errors += mcp_problems(reg.host)
     return reg
+
+
+def mcp_problems(host: HostConfig) -> list[str]:
+    """What ``host.mcp`` gets wrong beyond its types; a token that names no profile, or shares
+    its file with another, is dropped (its clients are refused, never given everything)."""
+    problems: list[str] = []
+    mcp = host.mcp
+    for kind, names in (("profiles", mcp.profiles), ("tokens", mcp.tokens)):
+        for name in list(names):
+            if not re.match(MCP_NAME_PATTERN, name):
+                problems.append(
+                    f"host.mcp.{kind}.{name}: a name of letters, digits, '.', '_' and '-' "
+                    f"(at most 64, not starting with '.', '_' or '-') is needed (ignored)"
+                )
+                del names[name]
+    files: dict[str, str] = {}
+    for name, token in list(mcp.tokens.items()):
+        where = f"host.mcp.tokens.{name}"
+        if token.profile is not None and token.profile not in mcp.profiles:
+            known = ", ".join(sorted(mcp.profiles)) or "none"
+            problems.append(
+                f"{where}.profile: no profile {token.profile!r} in host.mcp.profiles "
+                f"(profiles: {known}); this token is not accepted"
+            )
+            del mcp.tokens[name]
+            continue
+        path = os.path.normpath(token.token_file)
+        if path in files:
+            problems.append(
+                f"{where}.tokenFile: {token.token_file!r} is host.mcp.tokens.{files[path]}'s "
+                "file too; each token needs its own (this one is not accepted)"
+            )
+            del mcp.tokens[name]
+            continue
+        files[path] = name
+    for name, profile in mcp.profiles.items():
+        if not (profile.tools or profile.resources or profile.prompts):
+            problems.append(
+                f"host.mcp.profiles.{name}: names no tools, resources or prompts, so its "
+                'clients see nothing (["*"] shows all of a kind)'
+            )
+    return problems
 
 
 def _camel(name: str) -> str:

@@ -7,6 +7,8 @@ tests, so nothing of the host's event loop is shared with the client.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +17,9 @@ from typing import Any
 
 import anyio
 import httpx2
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 TOOLHOST = [sys.executable, "-m", "supervisor"]
@@ -76,5 +80,65 @@ async def http_session(
         yield session
 
 
+def _stdio_params(root: Path, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=TOOLHOST[0],
+        args=[*TOOLHOST[1:], "mcp", "--app-root", str(root), "--no-global", *extra],
+        env={**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg")},
+        cwd=str(root),
+    )
+
+
+@asynccontextmanager
+async def stdio_client_in(
+    root: Path, *extra: str, mode: str, watcher: Watcher | None = None
+) -> AsyncIterator[Client]:
+    """``toolhost mcp [extra]`` behind the SDK's high-level ``Client`` in ``mode``: ``auto``
+    (``server/discover``, the handshake as its fallback), a pinned stateless revision, or
+    ``legacy`` (the handshake)."""
+    async with Client(_stdio_params(root, *extra), mode=mode, message_handler=watcher) as client:
+        yield client
+
+
+@asynccontextmanager
+async def http_client_in(
+    url: str, token: str, *, mode: str, watcher: Watcher | None = None
+) -> AsyncIterator[Client]:
+    """The SDK's high-level ``Client`` over Streamable HTTP with the bearer token, in ``mode``."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    async with (
+        http,
+        Client(
+            streamable_http_client(url, http_client=http), mode=mode, message_handler=watcher
+        ) as client,
+    ):
+        yield client
+
+
 def text_of(result: Any) -> str:
     return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+def start_http(
+    root: Path, *extra: str, registry: Path | None = None, head: list[str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``toolhost mcp --http 127.0.0.1:0 [extra]`` started; its process and its ``/mcp`` URL
+    (``head`` gets the stderr lines before the one naming it)."""
+    more = ["--registry", str(registry)] if registry is not None else []
+    where = ["--app-root", str(root), "--no-global", *more]
+    proc = subprocess.Popen(
+        [*TOOLHOST, "mcp", *where, "--http", "127.0.0.1:0", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg")},
+    )
+    assert proc.stderr is not None
+    for raw in proc.stderr:
+        match = re.search(rb"(http://\S+/mcp)", raw)
+        if match:
+            return proc, match.group(1).decode()
+        if head is not None:
+            head.append(raw.decode(errors="replace"))
+    proc.kill()
+    proc.wait()
+    pytest.fail("toolhost mcp --http did not start")

@@ -7,7 +7,6 @@ test sidecars; every call goes through the kernel protocol (visibility, approval
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from tests.conftest import echo, script, write_registry
 from tests.e2e.conftest import TOOLHOST, serve
-from tests.e2e.mcp_client import Watcher, http_session, stdio_session, text_of
+from tests.e2e.mcp_client import Watcher, http_session, start_http, stdio_session, text_of
 
 pytestmark = pytest.mark.slow
 
@@ -177,25 +176,9 @@ def test_mcp_stdio_without_host_says_why(app):
     assert "Traceback" not in proc.stderr
 
 
-def _start_http(root: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    proc = subprocess.Popen(
-        [*TOOLHOST, "mcp", "--app-root", str(root), "--no-global", "--http", "127.0.0.1:0", *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg")},
-    )
-    assert proc.stderr is not None
-    for raw in proc.stderr:
-        match = re.search(rb"(http://\S+/mcp)", raw)
-        if match:
-            return proc, match.group(1).decode()
-    proc.kill()
-    pytest.fail("toolhost mcp --http did not start")
-
-
 def test_mcp_streamable_http_embedded(app):
     _registry(app)
-    proc, url = _start_http(app, "--embedded")
+    proc, url = start_http(app, "--embedded")
     try:
         token = (app / ".toolhost" / "mcp.token").read_text().strip()
         assert oct(os.stat(app / ".toolhost" / "mcp.token").st_mode & 0o777) == "0o600"
@@ -256,7 +239,7 @@ def test_mcp_http_waits_for_its_host(app):
     """Without --embedded the HTTP face starts before the host (a pod's two containers): 503 and
     a failing /healthz until ``toolhost serve`` listens, then sessions work."""
     _registry(app)
-    proc, url = _start_http(app)
+    proc, url = start_http(app)
     try:
         token = (app / ".toolhost" / "mcp.token").read_text().strip()
         auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
