@@ -3,7 +3,7 @@
 # Strategy: nothing here runs a tool or talks to the host; these are the plain shapes every other
 # SDK module (the session, the context, the drivers, ``app``) shares, so they sit at the bottom
 # and import nothing of the SDK. A tool's outcome becomes a wire ``Result`` in
-# ``sidecars.sdk.app``.
+# ``sidecars.sdk.execution``.
 """
 
 from __future__ import annotations
