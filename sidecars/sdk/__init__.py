@@ -25,8 +25,10 @@ The same program answers the persistent process-json protocol (PROTOCOL 3.1) and
 Flyflor oneshot request (PROTOCOL 3.2).
 """
 
-from sidecars.sdk.app import Context, Reply, Sidecar, ToolError, ToolSpec
+from sidecars.sdk.app import Sidecar
+from sidecars.sdk.context import Context
 from sidecars.sdk.services import Invocation, ServiceError, State
+from sidecars.sdk.tools import Reply, ToolError, ToolSpec
 
 __all__ = [
     "Context",

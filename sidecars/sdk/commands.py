@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecars.sdk.app import ToolError
+from sidecars.sdk.tools import ToolError
 
 PYTHON_NAMES = ("python", "python3")
 

@@ -51,9 +51,9 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Literal
 
-from sidecars.sdk.app import ToolError
 from sidecars.sdk.private import host_private as host_private
 from sidecars.sdk.private import set_host_private as set_host_private
+from sidecars.sdk.tools import ToolError
 
 PathKind = Literal["file", "dir", "any"]
 

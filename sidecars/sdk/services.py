@@ -1,12 +1,15 @@
 """Host services from a tool (PROTOCOL 3.5): ``ctx.invoke``, ``ctx.state(name)``, ``ctx.vault``.
 
-# Strategy: a request is one ``request`` line naming the call in flight; its ``response`` comes
-# back on stdin, where the sidecar's reader (the threaded loop or the Trio loop) hands it to
-# :meth:`Requests.resolve`. A sync tool (a worker thread) blocks on a ``threading.Event``, waking
-# every 50 ms to notice a host ``cancel``; an async tool awaits a ``trio.Event``, and a cancel is
-# a real ``trio.Cancelled``. The same methods serve both: called from an async tool they return
-# an awaitable (``await ctx.invoke(...)``), from a sync tool the answer itself. In oneshot mode
-# there is no host to ask: they raise :class:`ToolError` at once.
+# Strategy: a request is one ``request`` line naming the call in flight, sent and booked by the
+# sidecar's :class:`~sidecars.sdk.session.Session`; its ``response`` comes back on stdin, where
+# the driver's read loop hands it to the session, which wakes the request's waiter. A sync tool
+# (a worker thread) blocks on a ``threading.Event``, waking every 50 ms to notice a host
+# ``cancel``; an async tool awaits a ``trio.Event``, and a cancel is a real ``trio.Cancelled``.
+# The same methods serve both: called from an async tool they return an awaitable
+# (``await ctx.invoke(...)``), from a sync tool the answer itself. In oneshot mode (and under
+# ``--mcp``) there is no host to ask: they raise :class:`ToolError` at once. This module needs of
+# a call only its id, its cancel flag and its sidecar's session (:class:`ServiceCaller`), so it
+# sits below the ``Context`` that offers it.
 """
 
 from __future__ import annotations
@@ -14,20 +17,37 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from sidecars.sdk import tracing
+from sidecars.sdk.session import Session
+from sidecars.sdk.tools import ToolError
 from supervisor.contracts import wire
 
 if TYPE_CHECKING:
     import trio
 
-    from sidecars.sdk.app import Context, Sidecar
-
-_encode = msgspec.json.Encoder().encode
 _MISSING: Any = object()
+
+
+class HasSession(Protocol):
+    @property
+    def session(self) -> Session: ...
+
+
+class ServiceCaller(Protocol):
+    """What a request needs of the call making it (a ``Context`` is one)."""
+
+    @property
+    def app(self) -> HasSession: ...
+
+    @property
+    def call_id(self) -> int | None: ...
+
+    @property
+    def cancelled(self) -> threading.Event: ...
 
 
 class ServiceError(Exception):
@@ -66,108 +86,64 @@ class Invocation(msgspec.Struct, kw_only=True):
         return self.status == "success"
 
 
-class _Waiter:
-    __slots__ = ("answer", "thread_event", "trio_event")
+class _ThreadWaiter:
+    """A sync tool's wait for a response (in a worker thread)."""
 
-    def __init__(self, in_trio: bool) -> None:
+    __slots__ = ("answer", "event")
+
+    def __init__(self) -> None:
         self.answer: wire.Response | None = None
-        self.thread_event: threading.Event | None = None
-        self.trio_event: trio.Event | None = None
-        if in_trio:
-            import trio
+        self.event = threading.Event()
 
-            self.trio_event = trio.Event()
-        else:
-            self.thread_event = threading.Event()
+    def wake(self, response: wire.Response) -> None:
+        self.answer = response
+        self.event.set()
 
 
-class Requests:
-    """The requests a sidecar has out, by id."""
+class _TrioWaiter:
+    """An async tool's wait for a response (the reader runs on the same Trio loop)."""
 
-    def __init__(self, app: Sidecar) -> None:
-        self.app = app
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._waiting: dict[str, _Waiter] = {}
+    __slots__ = ("answer", "event")
 
-    def resolve(self, response: wire.Response) -> None:
-        """A ``response`` arrived (called by the sidecar's reader)."""
-        with self._lock:
-            waiter = self._waiting.pop(str(response.id), None)
-        if waiter is None:
-            return
-        waiter.answer = response
-        if waiter.thread_event is not None:
-            waiter.thread_event.set()
-        elif waiter.trio_event is not None:
-            waiter.trio_event.set()  # the reader runs on the same Trio loop
+    def __init__(self) -> None:
+        import trio
 
-    def ask(self, ctx: Context, method: str, params: Any) -> Any:
-        """Send a request for ``ctx``'s call; an awaitable in a Trio task, else the answer."""
-        if ctx.call_id is None:
-            from sidecars.sdk.app import ToolError
+        self.answer: wire.Response | None = None
+        self.event: trio.Event = trio.Event()
 
-            raise ToolError(
-                f"{method}: host services need a persistent worker (this is a oneshot run)",
-                code="unsupported",
-            )
-        in_trio = _in_trio_task()
-        with self._lock:
-            self._seq += 1
-            rid = f"s{self._seq}"
-            waiter = _Waiter(in_trio)
-            self._waiting[rid] = waiter
-        self.app._write(
-            _encode(
-                wire.Request(
-                    id=rid,
-                    callId=ctx.call_id,
-                    method=method,
-                    params=msgspec.Raw(_encode(params)),
-                )
-            )
-            + b"\n"
+    def wake(self, response: wire.Response) -> None:
+        self.answer = response
+        self.event.set()
+
+
+def ask(caller: ServiceCaller, method: str, params: Any) -> Any:
+    """Send a request for ``caller``'s call; an awaitable in a Trio task, else the answer."""
+    call_id = caller.call_id
+    if call_id is None:
+        raise ToolError(
+            f"{method}: host services need a persistent worker (this is a oneshot run)",
+            code="unsupported",
         )
-        if in_trio:
-            return self._await(rid, waiter, method)
-        return self._block(rid, waiter, method, ctx)
+    session = caller.app.session
+    if _in_trio_task():
+        trio_waiter = _TrioWaiter()
+        rid = session.request(call_id, method, params, trio_waiter)
+        return _await(session, rid, trio_waiter, method)
+    waiter = _ThreadWaiter()
+    rid = session.request(call_id, method, params, waiter)
+    while not waiter.event.wait(0.05):
+        if caller.cancelled.is_set():
+            session.forget(rid)
+            raise ToolError("call cancelled", code="cancelled")
+    return _unwrap(method, waiter.answer)
 
-    def _block(self, rid: str, waiter: _Waiter, method: str, ctx: Context) -> Any:
-        event = waiter.thread_event
-        assert event is not None
-        while not event.wait(0.05):
-            if ctx.cancelled.is_set():
-                self._forget(rid)
-                from sidecars.sdk.app import ToolError
 
-                raise ToolError("call cancelled", code="cancelled")
-        return _unwrap(method, waiter.answer)
-
-    async def _await(self, rid: str, waiter: _Waiter, method: str) -> Any:
-        event = waiter.trio_event
-        assert event is not None
-        try:
-            await event.wait()
-        finally:
-            self._forget(rid)
-        return _unwrap(method, waiter.answer)
-
-    def _forget(self, rid: str) -> None:
-        with self._lock:
-            self._waiting.pop(rid, None)
-
-    def fail_all(self, why: str) -> None:
-        """The host is gone: wake every waiter with an error."""
-        with self._lock:
-            waiting, self._waiting = self._waiting, {}
-        for rid, waiter in waiting.items():
-            waiter.answer = wire.Response(
-                id=rid, error=wire.ServiceError(code="host-gone", message=why)
-            )
-            if waiter.thread_event is not None:
-                waiter.thread_event.set()
-            elif waiter.trio_event is not None:
-                waiter.trio_event.set()
+async def _await(session: Session, rid: str, waiter: _TrioWaiter, method: str) -> Any:
+    try:
+        await waiter.event.wait()
+    finally:
+        session.forget(rid)
+    return _unwrap(method, waiter.answer)
 
 
 def _in_trio_task() -> bool:
@@ -200,12 +176,12 @@ def _then(value: Any, fn: Any) -> Any:
     return fn(value)
 
 
-def invoke(ctx: Context, tool: str, input: Any, timeout_ms: int | None) -> Any:
+def invoke(ctx: ServiceCaller, tool: str, input: Any, timeout_ms: int | None) -> Any:
     params: dict[str, Any] = {"tool": tool, "input": input}
     if timeout_ms is not None:
         params["timeoutMs"] = timeout_ms
     return _then(
-        ctx.app._requests.ask(ctx, "tools.invoke", params),
+        ask(ctx, "tools.invoke", params),
         lambda env: msgspec.convert(env, Invocation),
     )
 
@@ -216,12 +192,12 @@ class State:
     In an async tool every method returns an awaitable.
     """
 
-    def __init__(self, ctx: Context, name: str) -> None:
+    def __init__(self, ctx: ServiceCaller, name: str) -> None:
         self._ctx = ctx
         self.name = name
 
     def _ask(self, method: str, params: dict[str, Any]) -> Any:
-        return self._ctx.app._requests.ask(self._ctx, method, {"name": self.name, **params})
+        return ask(self._ctx, method, {"name": self.name, **params})
 
     def get(self, key: str) -> Any:
         """The value stored under ``key`` (None when absent)."""
@@ -266,10 +242,10 @@ class State:
         return _then(self._ask("state.list", {"prefix": prefix}), lambda r: r["keys"])
 
 
-def vault(ctx: Context, key: str) -> Any:
+def vault(ctx: ServiceCaller, key: str) -> Any:
     # The value is masked from this sidecar's exported spans from now on (as the host masks
     # it from everything it writes).
     return _then(
-        ctx.app._requests.ask(ctx, "vault.get", {"key": key}),
+        ask(ctx, "vault.get", {"key": key}),
         lambda r: tracing.conceal(r["value"]),
     )

@@ -189,7 +189,7 @@ def run(
     from opentelemetry import trace
 
     span = _start(t, app_name, tool, call_id, _parent(traceparent, tracestate))
-    ctx._otel = trace.set_span_in_context(span)
+    ctx.otel_context = trace.set_span_in_context(span)
     result: wire.Result | None = None
     try:
         with trace.use_span(span, end_on_exit=False):
@@ -215,7 +215,7 @@ async def run_async(
     from opentelemetry import trace
 
     span = _start(t, app_name, tool, call_id, _parent(traceparent, tracestate))
-    ctx._otel = trace.set_span_in_context(span)
+    ctx.otel_context = trace.set_span_in_context(span)
     result: wire.Result | None = None
     try:
         with trace.use_span(span, end_on_exit=False):

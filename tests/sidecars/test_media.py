@@ -177,7 +177,7 @@ def test_missing_command_and_missing_engine_are_unavailable(project: Path) -> No
     configure("vision.ocr", {"command": "no-such-ocr-engine-anywhere"})
     result = run("vision.ocr", {"path": "a.png"})
     assert result.code == "unavailable" and (result.details or {})["reason"] == "command-not-found"
-    health = app._health(app)
+    health = app.health_check(app)
     assert health["vision.ocr"].status == "unavailable"
     assert "no-such-ocr-engine-anywhere" in (health["vision.ocr"].reason or "")
     assert "audio.speak" not in health  # the others stay healthy
@@ -189,7 +189,7 @@ def test_missing_command_and_missing_engine_are_unavailable(project: Path) -> No
 
 def test_absolute_delegate_command_is_refused(project: Path) -> None:
     configure("vision.ocr", {"command": PY})
-    health = app._health(app)["vision.ocr"]
+    health = app.health_check(app)["vision.ocr"]
     assert health.status == "unavailable" and health.code == "outside-root-denied"
 
 
@@ -208,7 +208,7 @@ def test_nothing_configured_is_unavailable_with_a_hint(project: Path) -> None:
     app.config = {}
     result = run("vision.ocr", {"path": "a.png"})
     assert result.code == "unavailable" and "localCommands" in result.error
-    health = app._health(app)
+    health = app.health_check(app)
     assert set(health) == {"vision.analyze", "vision.ocr", "audio.transcribe", "audio.speak"}
     assert all("toolhost init --add media" in (h.hint or "") for h in health.values())
 
@@ -282,7 +282,7 @@ def test_provider_ok_gets_the_file_and_headers(project: Path, provider: Provider
     assert provider.headers[0]["Authorization"] == "Bearer t0k"
     spoken = ok("audio.speak", {"text": "hello", "path": "hello.wav"})
     assert spoken["via"] == "provider" and (project / "hello.wav").read_bytes()[:4] == b"RIFF"
-    assert app._health(app) == {}  # every tool routed to the provider
+    assert app.health_check(app) == {}  # every tool routed to the provider
 
 
 def test_provider_500_is_failed_with_status_and_body(project: Path, provider: Provider) -> None:

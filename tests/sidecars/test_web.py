@@ -271,7 +271,7 @@ def test_search_without_providers_is_unavailable(base: str) -> None:
     app.config = {}
     result = run("web.search", {"query": "x"})
     assert result.code == "unavailable" and "config.providers" in result.error
-    health = app._health(app)
+    health = app.health_check(app)
     assert set(health) == {"web.search"} and health["web.search"].status == "unavailable"
     app.config = {"providers": [provider(base)]}
-    assert app._health(app) == {}
+    assert app.health_check(app) == {}

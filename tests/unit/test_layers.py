@@ -45,13 +45,9 @@ KNOWN: set[tuple[str, str]] = {
     ("supervisor.telemetry.tracing", "supervisor.calls.call"),
 }
 
-KNOWN_CIRCLES = {"sidecars.sdk.app"}
+KNOWN_CIRCLES: set[str] = set()
 """Modules still on an import circle (named by the circle's first module); issue 27 empties this."""
-KNOWN_PRIVATE = {
-    "sidecars.sdk.aio",
-    "sidecars.sdk.mcp",
-    "sidecars.sdk.services",
-}
+KNOWN_PRIVATE: set[str] = set()
 """Modules still taking other modules' underscore names; issue 27 empties this."""
 KNOWN_LONG = {"supervisor/host/host.py"}
 """Files still over ``MAX_LINES``; issue 27 empties this."""

@@ -1,15 +1,16 @@
 """``--mcp``: an SDK sidecar as an MCP stdio server (same tools, same schemas).
 
 # Strategy: with ``--mcp`` on the command line, :meth:`Sidecar.run` hands the process to
-# :func:`run_mcp`: one Trio loop reads stdin into the sans-IO MCP server connection the host
-# itself uses for ``toolhost mcp`` (``supervisor.protocols.mcp_server``), lists the registered
-# tools with their schemas and hints, and runs each ``tools/call`` through the same
-# :meth:`Sidecar.execute_async` as the process-json loop: ``async def`` tools on the loop, sync
-# tools in worker threads bounded by the sidecar's concurrency. ``ctx.progress`` becomes
-# ``notifications/progress`` when the caller sent a progress token; ``notifications/cancelled``
-# is a real ``trio.Cancelled`` for async tools and sets ``ctx.cancelled`` for sync ones, and the
-# cancelled request gets no answer, as MCP asks. There is no host here: ``ctx.config`` is
-# ``$TOOLHOST_CONFIG`` (a JSON object) when set, and the anchors are the working directory.
+# :func:`serve`: one Trio loop reads stdin into the sans-IO MCP server connection the host
+# itself uses for ``toolhost mcp`` (``supervisor.protocols.mcp_server``; it is this driver's
+# session, framing included), lists the registered tools with their schemas and hints, and runs
+# each ``tools/call`` through the same :func:`~sidecars.sdk.execution.execute_async` as the Trio
+# driver: ``async def`` tools on the loop, sync tools in worker threads bounded by the sidecar's
+# concurrency. ``ctx.progress`` becomes ``notifications/progress`` when the caller sent a
+# progress token; ``notifications/cancelled`` is a real ``trio.Cancelled`` for async tools and
+# sets ``ctx.cancelled`` for sync ones, and the cancelled request gets no answer, as MCP asks.
+# There is no host here: ``ctx.config`` is ``$TOOLHOST_CONFIG`` (a JSON object) when set, the
+# anchors are the working directory, and host services answer ``unsupported``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ import json
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
 
+from sidecars.sdk.context import Context, SidecarView
+from sidecars.sdk.execution import execute_async
+from sidecars.sdk.stdio import READ_CHUNK, fatal
+from sidecars.sdk.tools import ToolSpec
 from supervisor.contracts import wire
 from supervisor.contracts.mcp import INVALID_REQUEST, RequestId
 from supervisor.protocols.errors import LineTooLong
@@ -35,16 +41,6 @@ from supervisor.protocols.mcp_server import (
     call_result,
     progress_fields,
 )
-
-if TYPE_CHECKING:
-    from sidecars.sdk.app import Context, Sidecar, ToolSpec
-
-READ_CHUNK = 1 << 16
-
-
-def wants_mcp(argv: list[str]) -> bool:
-    """True when the command line asks for the MCP server mode."""
-    return "--mcp" in argv[1:]
 
 
 def mcp_tool(spec: ToolSpec) -> dict[str, Any]:
@@ -75,37 +71,47 @@ def result_envelope(result: wire.Result) -> dict[str, Any]:
     return {"status": "failed", "content": result.error or "failed", "data": data, "error": error}
 
 
-class _Server:
-    def __init__(self, app: Sidecar) -> None:
-        from sidecars.sdk.app import Context
+class _ProgressContext(Context):
+    """A call's Context whose ``progress`` is the caller's ``notifications/progress``."""
 
+    def __init__(
+        self, app: SidecarView, cancelled: threading.Event, notify: Callable[[Any, int], None]
+    ) -> None:
+        super().__init__(app, None, 0, cancelled)
+        self._notify = notify
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def progress(self, data: Any) -> None:  # called from the loop or a worker thread
+        if self.cancelled.is_set():
+            return
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        self._notify(data, seq)
+
+
+class _Server:
+    def __init__(self, app: SidecarView, write: Callable[[bytes], None]) -> None:
         self.app = app
+        self.write = write
         self.conn = McpServerConnection(server_name=app.name, server_version=app.version)
         self.limiter = trio.CapacityLimiter(app.concurrency)
         self.calls: dict[RequestId, tuple[trio.CancelScope, threading.Event]] = {}
-        self._context = Context
-
-    def write(self, data: bytes) -> None:
-        self.app._write(data)
 
     def context(self, ev: CallTool, flag: threading.Event, nursery: trio.Nursery) -> Context:
-        ctx = self._context(self.app, None, 0, flag)
-        ctx.nursery = nursery
         token = ev.progress_token
-        if token is not None:
-            seq = 0
-            lock = threading.Lock()
+        ctx: Context
+        if token is None:
+            ctx = Context(self.app, None, 0, flag)
+        else:
 
-            def progress(data: Any) -> None:  # called from the loop or a worker thread
-                nonlocal seq
-                if flag.is_set():
-                    return
-                with lock:
-                    seq += 1
-                    value, total, message = progress_fields(data, seq)
+            def notify(data: Any, seq: int) -> None:
+                value, total, message = progress_fields(data, seq)
                 self.write(self.conn.progress(token, value, total, message))
 
-            ctx.progress = progress  # type: ignore[method-assign]
+            ctx = _ProgressContext(self.app, flag, notify)
+        ctx.nursery = nursery
         return ctx
 
     async def call(self, ev: CallTool, nursery: trio.Nursery) -> None:
@@ -122,9 +128,9 @@ class _Server:
                 spec = self.app.tools.get(ev.name)
                 if spec is not None and not spec.is_async:
                     async with self.limiter:
-                        result = await self.app.execute_async(ev.name, ev.arguments, ctx)
+                        result = await execute_async(self.app, ev.name, ev.arguments, ctx)
                 else:
-                    result = await self.app.execute_async(ev.name, ev.arguments, ctx)
+                    result = await execute_async(self.app, ev.name, ev.arguments, ctx)
         finally:
             self.calls.pop(ev.id, None)
         if result is None or flag.is_set():
@@ -166,20 +172,15 @@ class _Server:
             nursery.cancel_scope.cancel()
 
 
-def run_mcp(app: Sidecar) -> None:
-    """Serve ``app``'s tools as an MCP stdio server until stdin closes."""
-    from sidecars.sdk.app import _claim_stdout
-
-    app._out = _claim_stdout()
+def serve(app: SidecarView, write: Callable[[bytes], None]) -> None:
+    """Serve ``app``'s tools as an MCP stdio server until stdin closes (stdout is claimed)."""
     raw = os.environ.get("TOOLHOST_CONFIG")
     if raw:
         try:
             config = json.loads(raw)
         except json.JSONDecodeError as exc:
-            app._fatal(f"TOOLHOST_CONFIG is not JSON: {exc}")
-            return
+            fatal(app.name, f"TOOLHOST_CONFIG is not JSON: {exc}")
         if not isinstance(config, dict):
-            app._fatal("TOOLHOST_CONFIG must be a JSON object")
-            return
+            fatal(app.name, "TOOLHOST_CONFIG must be a JSON object")
         app.config = config
-    trio.run(_Server(app).serve)
+    trio.run(_Server(app, write).serve)
