@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import msgspec
 import trio
 
-from supervisor.calls.call import Call, CallOutcome, ProgressSink
+from supervisor.calls.call import Call, ProgressSink
 from supervisor.contracts import wire
 from supervisor.processes.child import ChildProcess, StderrRing
 from supervisor.processes.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
 from supervisor.processes.limits import cpu_limit_of
 from supervisor.processes.spawn import spawn
-from supervisor.protocols.answer import describe_status as describe_exit
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.fractalic_yaml import Route
+from supervisor.protocols.outcome import CallOutcome
+from supervisor.protocols.outcome import describe_status as describe_exit
 
 ExitReason = Literal[
     "stopped",

@@ -239,16 +239,9 @@ class McpSession(Worker):
         )
 
     def _outcome(self, result: proto.Response) -> CallOutcome:
-        answer = proto.call_answer(result)
-        return CallOutcome(
-            ok=answer.ok,
-            data=answer.data,
-            content=answer.content,
-            code=answer.code,
-            error=answer.error,
-            details=answer.details,
-            pid=self.pid,
-        )
+        outcome = proto.call_answer(result)
+        outcome.pid = self.pid
+        return outcome
 
     async def ping(self, timeout_s: float) -> wire.Pong | None:
         if not self._alive or self.conn.state != "ready":

@@ -26,8 +26,8 @@ from supervisor.contracts import mcp as mcp_types
 from supervisor.processes.child import StderrRing
 from supervisor.protocols import mcp as proto
 from supervisor.protocols import mcp_http
-from supervisor.protocols.answer import preview
 from supervisor.protocols.errors import ProtocolError
+from supervisor.protocols.outcome import preview
 from supervisor.workers.base import (
     Call,
     CallOutcome,

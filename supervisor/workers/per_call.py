@@ -29,7 +29,6 @@ from supervisor.processes.child import ChildProcess, StderrRing
 from supervisor.processes.limits import cpu_limit_of
 from supervisor.processes.spawn import spawn
 from supervisor.protocols import fractalic_yaml, oneshot, simple_json
-from supervisor.protocols.answer import Answer
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.fractalic_discovery import MULTI_SCHEMA_ARG, Discovery, FoundTool
 from supervisor.workers import discovery as fractalic_probe
@@ -258,19 +257,14 @@ class SpawnWorker(Worker):
         return CallOutcome(ok=False, code="unavailable", error=f"{tool}: {exc}")
 
     @staticmethod
-    def _outcome(answer: Answer, run: ProcessRun) -> CallOutcome:
-        failed = not answer.ok
-        return CallOutcome(
-            ok=answer.ok,
-            data=answer.data,
-            content=answer.content,
-            code=answer.code,
-            error=answer.error,
-            details=answer.details,
-            exit_code=run.exit_code if failed else None,
-            stderr=(run.stderr or None) if failed else None,
-            pid=run.pid,
-        )
+    def _outcome(outcome: CallOutcome, run: ProcessRun) -> CallOutcome:
+        """The parser's outcome with what the run adds: the pid, and the exit status and stderr
+        tail of a failure."""
+        outcome.pid = run.pid
+        if not outcome.ok:
+            outcome.exit_code = run.exit_code
+            outcome.stderr = run.stderr or None
+        return outcome
 
     async def _run_once(
         self,

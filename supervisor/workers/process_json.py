@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 
 from supervisor.contracts import wire
+from supervisor.protocols import process_json
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.process_json import MalformedRequest, ProcessJsonConnection
 from supervisor.workers.base import (
@@ -64,16 +65,7 @@ class ProcessWorker(LineWorker):
         self._begin(call_id, call, line)
 
     def _outcome(self, result: wire.Result) -> CallOutcome:
-        return CallOutcome(
-            ok=result.ok,
-            data=result.data,
-            content=result.content,
-            code=result.code,
-            error=result.error,
-            details=result.details,
-            cpu_ms=result.cpuMs,
-            pid=self.pid,
-        )
+        return process_json.outcome(result, self.pid)
 
     async def ping(self, timeout_s: float) -> wire.Pong | None:
         if not self._alive or self.conn.state != "ready":
