@@ -293,6 +293,18 @@ class Worker(ABC):
             self.ready_at = trio.current_time()
             self.hooks.on_ready(self)
 
+    def _exit(self, reason: ExitReason, message: str, exit_code: int | None = None) -> WorkerExit:
+        """The record of this worker's end: why, its uptime, whether it was ever ready, and the
+        tail of its stderr."""
+        return WorkerExit(
+            reason=reason,
+            message=message,
+            exit_code=exit_code,
+            uptime_ms=(trio.current_time() - self.started_at) * 1000.0,
+            was_ready=self.ready_at is not None,
+            stderr_tail=self.stderr.tail(),
+        )
+
     async def _drain(self, reason: ExitReason, drain_s: float) -> None:
         """The first half of a graceful stop: record why, take no new calls, and wait (at most
         ``drain_s``) for the running ones to end."""

@@ -165,9 +165,6 @@ class LineWorker(Worker):
         return result
 
     def _exit_record(self, rc: int | None) -> WorkerExit:
-        now = trio.current_time()
-        uptime = (now - self.started_at) * 1000.0
-        tail = self.stderr.tail()
         was_ready = self.ready_at is not None
         if self._end is not None:
             reason, message = self._end
@@ -186,14 +183,7 @@ class LineWorker(Worker):
             reason == "protocol-error" and self._end is None
         ):
             message = f"{message}; {describe_exit(rc)}" if rc is not None and rc >= 0 else message
-        return WorkerExit(
-            reason=reason,
-            message=message,
-            exit_code=rc,
-            uptime_ms=uptime,
-            was_ready=was_ready,
-            stderr_tail=tail,
-        )
+        return self._exit(reason, message, rc)
 
     def _fail_calls(self, ex: WorkerExit) -> None:
         """The process is gone: every call still on it fails with why, and the stderr tail."""

@@ -106,13 +106,7 @@ class McpHttpWorker(Worker):
 
     def _exit_record(self) -> WorkerExit:
         reason, message = self._end or ("crashed", f"{self.url}: the session ended")
-        return WorkerExit(
-            reason=reason,
-            message=message,
-            uptime_ms=(trio.current_time() - self.started_at) * 1000.0,
-            was_ready=self.ready_at is not None,
-            stderr_tail=self.stderr.tail(),
-        )
+        return self._exit(reason, message)
 
     def _fail_calls(self, ex: WorkerExit) -> None:
         """The session is over: every call still on it fails with why."""

@@ -122,7 +122,6 @@ class PerCallWorker(Worker):
         self._seq = 0
         self._nursery: trio.Nursery | None = None
         self._ended = trio.Event()
-        self._last_exit_code: int | None = None
         self._live: dict[int, _LiveCall] = {}
 
     @property
@@ -165,14 +164,7 @@ class PerCallWorker(Worker):
                 await self._ended.wait()
         self.state = "exited"
         reason, message = self._end or ("stopped", "worker stopped")
-        return WorkerExit(
-            reason=reason,
-            message=message,
-            exit_code=self._last_exit_code if reason == "start-failed" else None,
-            uptime_ms=(trio.current_time() - self.started_at) * 1000.0,
-            was_ready=self.ready_at is not None,
-            stderr_tail=self.stderr.tail(),
-        )
+        return self._exit(reason, message)
 
     def _finish(self, reason: ExitReason, message: str) -> None:
         if self._end is None:
