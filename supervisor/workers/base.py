@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from functools import partial
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -184,7 +183,7 @@ class Worker(ABC):
         self.hooks = hooks
         self.index = index
         self.stderr = StderrRing()
-        self.calls = SlotTable(partial(hooks.on_capacity, self))
+        self.calls = SlotTable(self, hooks)
         """The calls in flight here."""
         self._end: tuple[ExitReason, str] | None = None
         """Why it ends, once something decided it does (the first reason wins)."""

@@ -17,10 +17,9 @@ import trio
 
 from supervisor.calls.call import Call
 from supervisor.contracts import wire
-from supervisor.protocols import process_json
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.outcome import CallOutcome
-from supervisor.protocols.process_json import MalformedRequest, ProcessJsonConnection
+from supervisor.protocols.process_json import MalformedRequest, ProcessJsonConnection, outcome
 from supervisor.workers.base import LaunchSpec, WorkerHooks
 from supervisor.workers.line import LineWorker
 from supervisor.workers.slots import CallSlot
@@ -94,7 +93,7 @@ class ProcessWorker(LineWorker):
 
     def _dispatch(self, msg: wire.WorkerMessage | MalformedRequest) -> None:
         if type(msg) is wire.Result:
-            self.calls.answer(msg.id, process_json.outcome(msg, self.pid))
+            self.calls.answer(msg.id, outcome(msg, self.pid))
         elif type(msg) is wire.Progress:
             self.calls.progress(msg.id, msg.data)
         elif type(msg) is wire.Pong:

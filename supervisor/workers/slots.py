@@ -8,7 +8,7 @@
 # cancel abandons it (:meth:`~SlotTable.abandon`: its answer will not end the call), and the slot
 # is freed when the peer answers or at once (:meth:`~SlotTable.release`) for peers that need not
 # answer a cancel; a worker that dies fails every call still on it (:meth:`~SlotTable.fail_all`).
-# Every freed slot tells the pool on the same tick (``on_free``), so a queued call starts there
+# Every freed slot tells the pool on the same tick (``on_capacity``), so a queued call starts there
 # at once. Requests that are not calls (pings, the MCP handshake) wait for their answer by key
 # (:meth:`~SlotTable.wait_for`, :meth:`~SlotTable.resolve`) and are woken empty when the worker
 # ends.
@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import trio
@@ -56,23 +56,32 @@ class CallSlot:
         await self._done.wait()
 
 
+class CapacityListener(Protocol):
+    """Who hears that a slot of a worker freed (the worker's pool)."""
+
+    def on_capacity(self, worker: Any) -> None: ...
+
+
 class SlotTable:
     """The calls in flight on one worker, and the requests it waits answers for.
 
     Args:
-        on_free: Called each time a slot frees (the pool hands the next queued call over).
+        owner: The worker whose calls these are.
+        listener: Told ``on_capacity(owner)`` each time a slot frees (the pool hands the next
+            queued call over).
     """
 
-    __slots__ = ("_idle", "_on_free", "_waiters", "last_active", "slots", "started")
+    __slots__ = ("_idle", "_listener", "_owner", "_waiters", "last_active", "slots", "started")
 
-    def __init__(self, on_free: Callable[[], None]) -> None:
+    def __init__(self, owner: object, listener: CapacityListener) -> None:
         self.slots: dict[int, CallSlot] = {}
         """Slots by id: calls running, and abandoned ones the peer has not let go of."""
         self.started = 0
         """Attempts started over the worker's life."""
         self.last_active = 0.0
         """When a call last started or ended (trio clock)."""
-        self._on_free = on_free
+        self._owner = owner
+        self._listener = listener
         self._waiters: dict[Any, list[Any]] = {}
         self._idle = trio.Event()
 
@@ -99,7 +108,7 @@ class SlotTable:
             self._idle.set()
         if not slot.abandoned:
             slot.call.ended(outcome)
-        self._on_free()
+        self._listener.on_capacity(self._owner)
 
     def progress(self, slot_id: int, data: msgspec.Raw) -> None:
         """Progress of slot ``slot_id``'s call (dropped once it is abandoned or ended)."""
@@ -127,7 +136,7 @@ class SlotTable:
         slot.finish()
         if not self.slots:
             self._idle.set()
-        self._on_free()
+        self._listener.on_capacity(self._owner)
 
     def fail_all(self, outcome: Callable[[Call], CallOutcome]) -> None:
         """The worker ended: every call still on it ends with ``outcome(call)``, every waiter

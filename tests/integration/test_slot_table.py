@@ -29,9 +29,17 @@ class FakeCall:
         self.progressed.append(bytes(data))
 
 
-def table() -> tuple[SlotTable, list[int]]:
-    freed: list[int] = []
-    return SlotTable(lambda: freed.append(1)), freed
+class Pool:
+    def __init__(self) -> None:
+        self.freed: list[object] = []
+
+    def on_capacity(self, worker: object) -> None:
+        self.freed.append(worker)
+
+
+def table() -> tuple[SlotTable, list[object]]:
+    pool = Pool()
+    return SlotTable("w", pool), pool.freed
 
 
 async def test_a_call_ends_once_with_its_answer_and_frees_its_slot():
@@ -43,7 +51,7 @@ async def test_a_call_ends_once_with_its_answer_and_frees_its_slot():
     slots.answer(7, OK)
     slots.answer(7, OK)  # a second answer (or an unknown id) is ignored
     assert call.ends == [OK] and call.progressed == [b'"half"']
-    assert slot.finished and slots.slots == {} and freed == [1]
+    assert slot.finished and slots.slots == {} and freed == ["w"]
 
 
 async def test_an_abandoned_call_is_not_ended_by_its_late_answer():
@@ -55,7 +63,7 @@ async def test_an_abandoned_call_is_not_ended_by_its_late_answer():
     assert slots.call_on(1) is None and slots.running() == 0 and len(slots.slots) == 1
     slots.progress(1, msgspec.Raw(b"1"))
     slots.answer(1, OK)  # the peer lets go: the slot frees, the call is not ended
-    assert call.ends == [] and call.progressed == [] and freed == [1]
+    assert call.ends == [] and call.progressed == [] and freed == ["w"]
 
 
 async def test_release_frees_an_abandoned_slot_at_once():
@@ -65,7 +73,7 @@ async def test_release_frees_an_abandoned_slot_at_once():
     slot = slots.abandon(call)  # type: ignore[arg-type]
     assert slot is not None
     slots.release(slot)
-    assert slots.slots == {} and slot.finished and freed == [1] and call.ends == []
+    assert slots.slots == {} and slot.finished and freed == ["w"] and call.ends == []
     with trio.fail_after(1):
         await slot.wait()
         await slots.drained()
