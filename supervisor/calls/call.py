@@ -27,30 +27,15 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from supervisor.calls.timers import Timer, Timers
-from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.rpc import Approval
 from supervisor.policy import results, retry
+from supervisor.protocols.outcome import CallOutcome
 
 CallState = Literal["queued", "running", "backoff", "done"]
 ProgressSink = Callable[[msgspec.Raw], None]
 EnvelopeSink = Callable[[Envelope], None]
-
-
-class CallOutcome(msgspec.Struct, kw_only=True):
-    """What a worker made of one attempt, before it becomes an envelope."""
-
-    ok: bool
-    data: msgspec.Raw = wire.NULL
-    content: str | None = None
-    code: str | None = None
-    error: str | None = None
-    details: dict[str, Any] | None = None
-    cpu_ms: float | None = None
-    exit_code: int | None = None
-    stderr: str | None = None
-    pid: int | None = None
 
 
 class CallWorker(Protocol):

@@ -13,7 +13,7 @@ import msgspec
 
 from supervisor.host.host import Host
 from supervisor.registry.discover import AUTO_PREFIX, FolderScan, scan_all
-from supervisor.workers.per_call import SimpleJsonWorker
+from supervisor.workers.simple_json import SimpleJsonWorker
 
 ROUTE_NAMES = {
     "simple-json": "simple-json probe",

@@ -45,8 +45,9 @@ from supervisor.registry.plan import SidecarPlan
 from supervisor.workers.base import LaunchSpec, Worker, WorkerHooks
 from supervisor.workers.mcp import McpWorker
 from supervisor.workers.mcp_http import McpHttpWorker
-from supervisor.workers.per_call import OneshotWorker, SimpleJsonWorker
+from supervisor.workers.oneshot import OneshotWorker
 from supervisor.workers.process_json import ProcessWorker
+from supervisor.workers.simple_json import SimpleJsonWorker
 
 MCP_CONCURRENCY = 8
 """Calls in flight per MCP server process (JSON-RPC multiplexes; the registry has no knob)."""

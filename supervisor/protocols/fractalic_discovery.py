@@ -17,7 +17,7 @@ from typing import Any, Literal
 import msgspec
 
 from supervisor.protocols import cli_help
-from supervisor.protocols.answer import preview
+from supervisor.protocols.outcome import preview
 from supervisor.protocols.simple_json import ANY_OBJECT, ProbeVerdict
 
 MULTI_SCHEMA_ARG = "--fractalic-dump-multi-schema"

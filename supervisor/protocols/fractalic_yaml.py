@@ -20,7 +20,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from supervisor.protocols.answer import Answer, describe_status, preview, raw_json
+from supervisor.protocols.outcome import CallOutcome, describe_status, preview, raw_json
 
 MAX_YAML_BYTES = 256 * 1024
 """A manifest larger than this is not read at all."""
@@ -235,24 +235,26 @@ def _text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def parse_cli_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
+def parse_cli_answer(tool: str, stdout: bytes, exit_code: int | None) -> CallOutcome:
     """A CLI tool's answer: stdout JSON, else ``{"result": text}``; a non-zero exit is failed."""
     text = stdout.strip()
     status = describe_status(exit_code)
     if exit_code is not None and exit_code < 0:
-        return Answer(ok=False, code="worker-crashed", error=f"{tool}: the script was {status}")
+        return CallOutcome(
+            ok=False, code="worker-crashed", error=f"{tool}: the script was {status}"
+        )
     if exit_code != 0:
         said = f"; stdout: {preview(text)}" if text else ""
-        return Answer(
+        return CallOutcome(
             ok=False, code="failed", error=f"{tool}: the script ended with {status}{said}"
         )
     if not text:
-        return Answer(ok=True, data=raw_json({"result": ""}))
+        return CallOutcome(ok=True, data=raw_json({"result": ""}))
     try:
         msgspec.json.decode(text)
-        return Answer(ok=True, data=msgspec.Raw(text))
+        return CallOutcome(ok=True, data=msgspec.Raw(text))
     except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
-        return Answer(ok=True, data=raw_json({"result": text.decode("utf-8", "replace")}))
+        return CallOutcome(ok=True, data=raw_json({"result": text.decode("utf-8", "replace")}))
 
 
 __all__ = [

@@ -28,10 +28,10 @@ import msgspec
 
 from supervisor.contracts import mcp
 from supervisor.contracts.wire import ToolInfo
-from supervisor.protocols.answer import Answer, preview
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.framing import LineSplitter
 from supervisor.protocols.mcp_http import encode_header_value
+from supervisor.protocols.outcome import CallOutcome, preview
 
 State = Literal["new", "discovering", "initializing", "ready", "error"]
 Era = Literal["handshake", "modern"]
@@ -463,7 +463,7 @@ def tools_page(response: Response) -> tuple[list[ToolInfo], str | None]:
 _RPC_CODES = {mcp.INVALID_PARAMS: "invalid-input", mcp.METHOD_NOT_FOUND: "unsupported"}
 
 
-def call_answer(response: Response) -> Answer:
+def call_answer(response: Response) -> CallOutcome:
     """A ``tools/call`` answer in host terms.
 
     ``structuredContent`` (else the content blocks) is the data; text blocks joined are the
@@ -476,7 +476,7 @@ def call_answer(response: Response) -> Answer:
         details: dict[str, object] = {"rpcCode": err.code}
         if err.data is not None:
             details["rpcData"] = err.data
-        return Answer(
+        return CallOutcome(
             ok=False,
             code=_RPC_CODES.get(err.code, "failed"),
             error=err.message or f"tools/call failed (code {err.code})",
@@ -485,7 +485,9 @@ def call_answer(response: Response) -> Answer:
     try:
         result = msgspec.json.decode(response.result or b"null", type=mcp.CallToolResult)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        return Answer(ok=False, code="protocol-error", error=f"invalid tools/call result: {exc}")
+        return CallOutcome(
+            ok=False, code="protocol-error", error=f"invalid tools/call result: {exc}"
+        )
     texts: list[str] = []
     for raw in result.content:
         try:
@@ -507,10 +509,10 @@ def call_answer(response: Response) -> Answer:
         data = msgspec.Raw(b"null")
     content = "\n".join(texts) if texts else None
     if result.isError:
-        return Answer(
+        return CallOutcome(
             ok=False,
             code="failed",
             error=content or "the MCP tool reported an error",
             data=data,
         )
-    return Answer(ok=True, data=data, content=content)
+    return CallOutcome(ok=True, data=data, content=content)

@@ -4,7 +4,7 @@
 # first line on stdout is the answer, ``{"ok": true, ...fields}`` or
 # ``{"ok": false, "code": ..., "error": ..., ...details}``. :class:`FirstLine` collects stdout
 # until that line is complete (bounded), :func:`parse_answer` turns the line and the exit status
-# into an :class:`Answer`. A parsable answer wins over the exit status; without one a non-zero
+# into a :class:`CallOutcome`. A parsable answer wins over the exit status; without one a non-zero
 # exit is ``failed`` (a death by signal is ``worker-crashed``), and a zero exit with no
 # parsable answer is a ``protocol-error``.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from supervisor.contracts.wire import NULL, RESULT_CODES
-from supervisor.protocols.answer import Answer, describe_status, preview, raw_json
 from supervisor.protocols.errors import LineTooLong
+from supervisor.protocols.outcome import CallOutcome, describe_status, preview, raw_json
 
 
 class Request(msgspec.Struct, kw_only=True):
@@ -110,7 +110,7 @@ class FirstLine:
         return self.line
 
 
-def parse_answer(tool: str, line: bytes | None, exit_code: int | None) -> Answer:
+def parse_answer(tool: str, line: bytes | None, exit_code: int | None) -> CallOutcome:
     """Turn the first stdout line and the exit status into an answer.
 
     Args:
@@ -129,25 +129,27 @@ def parse_answer(tool: str, line: bytes | None, exit_code: int | None) -> Answer
     status = describe_status(exit_code)
     said = f"; stdout: {preview(line)}" if line else ""
     if exit_code is not None and exit_code < 0:
-        return Answer(
+        return CallOutcome(
             ok=False,
             code="worker-crashed",
             error=f"{tool}: the process was {status} before it answered{said}",
         )
     if exit_code != 0:
-        return Answer(
+        return CallOutcome(
             ok=False, code="failed", error=f"{tool}: {status} with no parsable answer{said}"
         )
     if not line:
-        return Answer(ok=False, code="protocol-error", error=f"{tool}: exited 0 without an answer")
-    return Answer(
+        return CallOutcome(
+            ok=False, code="protocol-error", error=f"{tool}: exited 0 without an answer"
+        )
+    return CallOutcome(
         ok=False,
         code="protocol-error",
         error=f"{tool}: the first stdout line is not a JSON object with a boolean ok{said}",
     )
 
 
-def _from_object(tool: str, obj: dict[str, Any]) -> Answer:
+def _from_object(tool: str, obj: dict[str, Any]) -> CallOutcome:
     fields = {k: v for k, v in obj.items() if k != "ok"}
     if obj["ok"]:
         content = fields.pop("content") if isinstance(fields.get("content"), str) else None
@@ -155,7 +157,7 @@ def _from_object(tool: str, obj: dict[str, Any]) -> Answer:
             data = raw_json(fields["data"])
         else:
             data = raw_json(fields) if fields else NULL
-        return Answer(ok=True, data=data, content=content)
+        return CallOutcome(ok=True, data=data, content=content)
     code = fields.pop("code", None)
     error = fields.pop("error", None)
     data = raw_json(fields.pop("data")) if "data" in fields else NULL
@@ -165,4 +167,4 @@ def _from_object(tool: str, obj: dict[str, Any]) -> Answer:
         code = "failed"
     if not isinstance(error, str) or not error:
         error = f"{tool} failed ({code})" if error is None else _encode(error).decode()
-    return Answer(ok=False, code=code, error=error, details=fields or None, data=data)
+    return CallOutcome(ok=False, code=code, error=error, details=fields or None, data=data)

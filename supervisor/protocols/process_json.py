@@ -9,7 +9,8 @@
 # A host-service ``request`` is the exception (PROTOCOL 3.5): one whose fields have the wrong
 # type or are missing is not a breach but a :class:`MalformedRequest`, which the worker answers
 # ``invalid-request`` (on the request's id when that id is a string or an integer, else on
-# ``id: null``) and keeps serving.
+# ``id: null``) and keeps serving. :func:`outcome` turns a ``result`` into the host's
+# :class:`~supervisor.protocols.outcome.CallOutcome`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Literal
 import msgspec
 
 from supervisor.contracts import wire
-from supervisor.protocols.answer import preview
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.framing import LineSplitter
+from supervisor.protocols.outcome import CallOutcome, preview
 
 State = Literal["starting", "ready", "closed", "error"]
 
@@ -110,6 +111,21 @@ def strict_problem(req: wire.Request) -> str | None:
     if memoryview(req.params)[:1] != b"{":
         problems.append(f"`params` must be an object, got {_kind(req.params)}")
     return "; ".join(problems) or None
+
+
+def outcome(result: wire.Result, pid: int | None) -> CallOutcome:
+    """A ``result`` message in host terms (the one change of shape on the call path), with the
+    pid of the worker that sent it."""
+    return CallOutcome(
+        ok=result.ok,
+        data=result.data,
+        content=result.content,
+        code=result.code,
+        error=result.error,
+        details=result.details,
+        cpu_ms=result.cpuMs,
+        pid=pid,
+    )
 
 
 class ProcessJsonConnection:

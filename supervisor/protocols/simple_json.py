@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from supervisor.contracts.wire import NULL, ToolInfo
-from supervisor.protocols.answer import Answer, describe_status, preview, raw_json
+from supervisor.protocols.outcome import CallOutcome, describe_status, preview, raw_json
 
 TEST_ARG = '{"__test__": true}'
 """The probe argument, byte for byte as Fractalic scripts compare it."""
@@ -95,7 +95,7 @@ def tool_info(name: str, dump: bytes | None, fallback: str) -> ToolInfo:
     )
 
 
-def parse_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
+def parse_answer(tool: str, stdout: bytes, exit_code: int | None) -> CallOutcome:
     """One call's answer from the script's stdout and exit status.
 
     JSON is the answer; an object with an ``error`` member, or a non-zero exit, is ``failed``
@@ -113,7 +113,7 @@ def parse_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
             parsed = False
     status = describe_status(exit_code)
     if exit_code is not None and exit_code < 0:
-        return Answer(
+        return CallOutcome(
             ok=False,
             code="worker-crashed",
             error=f"{tool}: the script was {status}",
@@ -123,7 +123,7 @@ def parse_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
         err = obj["error"]
         message = err if isinstance(err, str) else msgspec.json.encode(err).decode()
         rest = {k: v for k, v in obj.items() if k != "error"}
-        return Answer(
+        return CallOutcome(
             ok=False,
             code="failed",
             error=message,
@@ -131,14 +131,14 @@ def parse_answer(tool: str, stdout: bytes, exit_code: int | None) -> Answer:
         )
     if exit_code != 0:
         said = "" if parsed or not text else f"; stdout: {preview(text)}"
-        return Answer(
+        return CallOutcome(
             ok=False,
             code="failed",
             error=f"{tool}: the script ended with {status}{said}",
             data=msgspec.Raw(text) if parsed else NULL,
         )
     if parsed:
-        return Answer(ok=True, data=msgspec.Raw(text))
+        return CallOutcome(ok=True, data=msgspec.Raw(text))
     if text:
-        return Answer(ok=True, content=text.decode("utf-8", "replace"))
-    return Answer(ok=True)
+        return CallOutcome(ok=True, content=text.decode("utf-8", "replace"))
+    return CallOutcome(ok=True)

@@ -1,8 +1,9 @@
 """Discovery of an autodiscovered script (PROTOCOL 3.3): run the steps, cache what they found.
 
-# Strategy: a simple-json folder's worker asks each script, in order, the simple-json probe,
-# ``--fractalic-dump-multi-schema``, ``--fractalic-dump-schema`` and ``--help``, each run with its
-# own short deadline (the folder's probe timeout), and keeps the first usable answer (judged by
+# Strategy: a simple-json folder's discovery (``folder_discovery.py``) asks each script, in
+# order, the simple-json probe, ``--fractalic-dump-multi-schema``, ``--fractalic-dump-schema``
+# and ``--help``, each run with its own short deadline (the folder's probe timeout), and keeps
+# the first usable answer (judged by
 # :mod:`supervisor.protocols.fractalic_discovery`). What a script answered depends only on the
 # script, so the result is cached in the host's memory under the script's command line, size and
 # mtime: a reload that restarts a folder because one script changed re-runs only that script.

@@ -6,7 +6,8 @@
 # lost, and ends the session with a ``DELETE``. Every JSON-RPC message is one HTTP/1.1 POST on
 # its own TCP connection (h11 over trio; ``Connection: close``, so any number of calls stream at
 # once); its answer, a JSON body or an SSE stream carrying progress and then the response, is
-# fed to the same sans-IO :class:`McpConnection` the stdio worker uses. A refused connection, a
+# fed to the worker's :class:`~supervisor.workers.mcp_client.McpClient`, the same session the
+# stdio worker carries (this module is only its transport). A refused connection, a
 # stream cut before its answer, or a ``404`` for our session (the server restarted) ends the
 # worker as ``crashed`` (``start-failed`` before ready): the pool's restart policy opens a new
 # session when the server is back, and availability reads ``unavailable`` meanwhile. Deadlines
@@ -17,48 +18,36 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h11
 import trio
 
-from supervisor.contracts import mcp as mcp_types
-from supervisor.processes.child import StderrRing
-from supervisor.protocols import mcp as proto
+from supervisor.calls.call import Call
+from supervisor.contracts import wire
 from supervisor.protocols import mcp_http
-from supervisor.protocols.answer import preview
 from supervisor.protocols.errors import ProtocolError
-from supervisor.workers.base import (
-    Call,
-    CallOutcome,
-    CallSlot,
-    ExitReason,
-    LaunchSpec,
-    WorkerExit,
-    WorkerHooks,
-)
-from supervisor.workers.mcp import McpSession
+from supervisor.protocols.outcome import CallOutcome, preview
+from supervisor.workers.base import ExitReason, LaunchSpec, Worker, WorkerExit, WorkerHooks
+from supervisor.workers.mcp_client import McpClient
 
 READ_CHUNK = 1 << 16
 DELETE_TIMEOUT_S = 1.0
-INTERNAL_ERROR = -32603
 
 
 class Lost(Exception):
     """The HTTP exchange broke: the server is gone or is not an HTTP server."""
 
 
-class McpHttpWorker(McpSession):
-    """One session with a remote MCP server (``spec.argv[0]`` is its URL)."""
+class McpHttpWorker(Worker):
+    """One session with a remote MCP server (``spec.argv[0]`` is its URL), carrying an
+    :class:`~supervisor.workers.mcp_client.McpClient`."""
 
     TRANSPORT = "tcp"
 
     def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
-        self.spec = spec
-        self.sidecar = spec.sidecar
-        self.hooks = hooks
-        self.index = index
-        self.stderr = StderrRing()
+        super().__init__(spec, hooks, index)
         self.url = spec.argv[0] if spec.argv else ""
         self.endpoint: mcp_http.Endpoint | None = None
         self._bad_url: str | None = None
@@ -68,28 +57,22 @@ class McpHttpWorker(McpSession):
             self._bad_url = str(exc)
         self.extra = mcp_http.extra_headers(spec.init.config if spec.init is not None else {})
         self.session: str | None = None
-        self.slots: dict[int, CallSlot] = {}
-        self._waiters: dict[int, list[Any]] = {}
         self._scopes: dict[int, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
         self._over = trio.Event()
         self._exited = trio.Event()
-        self._idle = trio.Event()
-        self._end = None
-        self._open_session(spec, "in an HTTP answer")
+        self.concurrency = max(1, spec.concurrency)
+        self.mcp = McpClient(self, spec, "in an HTTP answer")
+        self.conn = self.mcp.conn
 
     @property
-    def inflight(self) -> int:
-        return len(self.slots)
-
-    @property
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
         return self._end is None and not self._over.is_set()
 
     # lifecycle ---------------------------------------------------------------------------
 
     async def run(self) -> WorkerExit:
-        self.started_at = self.last_active = trio.current_time()
+        self.started_at = self.calls.last_active = trio.current_time()
         if self.endpoint is None or self.spec.problem is not None:
             self.state = "exited"
             self._exited.set()
@@ -105,7 +88,7 @@ class McpHttpWorker(McpSession):
             with trio.CancelScope(shield=True):
                 self.state = "exited"
                 result = self._exit_record()
-                self._fail_all(result)
+                self._fail_calls(result)
                 if self.session is not None and result.reason != "crashed":
                     with trio.move_on_after(DELETE_TIMEOUT_S):
                         try:
@@ -115,42 +98,29 @@ class McpHttpWorker(McpSession):
                 self._exited.set()
         return result
 
-    async def _notify(self, line: bytes) -> None:
-        await self._exchange(line, None)
-
-    def _where(self) -> str:
-        return f"{self.url}: "
+    async def _handshake(self) -> None:
+        ready = await self.mcp.handshake()
+        if ready is not None:
+            self.ready_msg = ready
+            await self._became_ready()
 
     def _exit_record(self) -> WorkerExit:
         reason, message = self._end or ("crashed", f"{self.url}: the session ended")
-        return WorkerExit(
-            reason=reason,
-            message=message,
-            uptime_ms=(trio.current_time() - self.started_at) * 1000.0,
-            was_ready=self.ready_at is not None,
-            stderr_tail=self.stderr.tail(),
-        )
+        return self._exit(reason, message)
 
-    def _fail_all(self, ex: WorkerExit) -> None:
-        slots, self.slots = self.slots, {}
+    def _fail_calls(self, ex: WorkerExit) -> None:
+        """The session is over: every call still on it fails with why."""
         code = "protocol-error" if ex.reason == "protocol-error" else "worker-crashed"
-        for slot in slots.values():
-            if slot.finished:
-                continue
-            slot.finish()
-            if not slot.abandoned:
-                slot.call.ended(
-                    CallOutcome(
-                        ok=False,
-                        code=code,
-                        error=f"MCP server {self.sidecar} ended while running "
-                        f"{slot.call.tool}: {ex.message}",
-                    )
-                )
-        for waiter in self._waiters.values():
-            waiter[0].set()
-        self._waiters.clear()
-        self._idle.set()
+        sidecar = self.sidecar
+
+        def outcome(call: Call) -> CallOutcome:
+            return CallOutcome(
+                ok=False,
+                code=code,
+                error=f"MCP server {sidecar} ended while running {call.tool}: {ex.message}",
+            )
+
+        self.calls.fail_all(outcome)
 
     def kill(self, reason: ExitReason, message: str) -> None:
         if self._end is None:
@@ -160,7 +130,7 @@ class McpHttpWorker(McpSession):
         self._over.set()
 
     async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
-        await self._drain(reason, drain_s, bool(self.slots))
+        await self._drain(reason, drain_s)
         self.state = "stopping"
         self._over.set()
         if self._nursery is not None:
@@ -171,120 +141,63 @@ class McpHttpWorker(McpSession):
 
     def _lost(self, message: str) -> None:
         """The server cannot be reached: end the worker (the restart policy reconnects)."""
-        if self._alive:
+        if self.alive:
             reason: ExitReason = "crashed" if self.ready_at is not None else "start-failed"
             self.kill(reason, f"{self.url}: {message}")
 
     # calls -------------------------------------------------------------------------------
 
     def start(self, call: Call) -> None:
-        got = self._call_line(call)
-        if got is None:
-            return
-        rid, line = got
-        assert self._nursery is not None  # a ready session runs in its nursery
-        slot = CallSlot(rid, call)
-        self.slots[rid] = slot
-        call.slot = slot
-        self.calls_issued += 1
-        self.last_active = trio.current_time()
-        self._nursery.start_soon(self._exchange, line, rid)
-
-    def _answer(self, rid: int, response: proto.Response) -> None:
-        slot = self.slots.pop(rid, None)
-        if slot is None:
-            return
-        slot.finish()
-        self.last_active = trio.current_time()
-        if not self.slots:
-            self._idle.set()
-        if not slot.abandoned:
-            slot.call.ended(self._outcome(response))
-        self.hooks.on_capacity(self)
+        got = self.mcp.call_line(call)
+        if got is not None:
+            rid, line = got
+            self.calls.add(rid, call)
+            self.send(line, rid)
 
     def abandon(self, call: Call) -> None:
-        slot = call.slot
-        if not isinstance(slot, CallSlot) or slot.finished or slot.abandoned:
+        slot = self.calls.abandon(call)
+        if slot is None:
             return
-        slot.abandoned = True
-        line = self.conn.cancel(slot.id, "the host stopped waiting (deadline or tools.cancel)")
-        self.slots.pop(slot.id, None)
-        slot.finish()
-        if not self.slots:
-            self._idle.set()
-        if self._alive and self._nursery is not None:
+        line = self.mcp.cancel_line(slot.id)
+        if self.alive and self._nursery is not None:
             self._nursery.start_soon(self._cancel, slot.id, line)
-        self.hooks.on_capacity(self)
+        self.calls.release(slot)
 
     async def _cancel(self, rid: int, line: bytes) -> None:
         """Tell the server, then close the call's stream."""
         if line:
             await self._exchange(line, None)
-        scope = self._scopes.get(rid)
-        if scope is not None:
-            scope.cancel()
+        self.forget(rid)
 
-    def _forget(self, rid: int) -> None:
-        scope = self._scopes.get(rid)
-        if scope is not None:
-            scope.cancel()
+    async def ping(self, timeout_s: float) -> wire.Pong | None:
+        return await self.mcp.ping(timeout_s)
 
-    async def _wait_for(self, rid: int, line: bytes, timeout_s: float) -> proto.Response | None:
-        waiter: list[Any] = [trio.Event(), None]
-        self._waiters[rid] = waiter
-        assert self._nursery is not None
+    # the session's carrier ---------------------------------------------------------------
+
+    def send(self, line: bytes, rid: int | None) -> None:
+        assert self._nursery is not None  # a session runs in its nursery
         self._nursery.start_soon(self._exchange, line, rid)
-        try:
-            with trio.move_on_after(timeout_s):
-                await waiter[0].wait()
-        finally:
-            self._waiters.pop(rid, None)
-        response: proto.Response | None = waiter[1]
-        return response
 
-    # server -> host ----------------------------------------------------------------------
+    async def notify(self, line: bytes) -> None:
+        await self._exchange(line, None)
 
-    def _receive(self, line: bytes) -> None:
+    def forget(self, rid: int) -> None:
+        scope = self._scopes.get(rid)
+        if scope is not None:
+            scope.cancel()
+
+    def where(self) -> str:
+        return f"{self.url}: "
+
+    def start_soon(self, fn: Callable[[], Awaitable[object]]) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn)
+
+    def _receive(self, data: bytes) -> None:
         try:
-            events = self.conn.feed(line)
+            self.mcp.receive(data)
         except ProtocolError as exc:
-            for event in exc.accepted:
-                self._dispatch(event)
             self.kill("protocol-error", f"protocol error: {exc.message}")
-            return
-        for event in events:
-            self._dispatch(event)
-
-    def _dispatch(self, event: proto.Event) -> None:
-        if type(event) is proto.Response:
-            if event.method == "tools/call":
-                self._answer(event.id, event)
-            else:
-                waiter = self._waiters.get(event.id)
-                if waiter is not None:
-                    waiter[1] = event
-                    waiter[0].set()
-        elif type(event) is proto.Progress:
-            slot = self.slots.get(event.id)
-            if slot is not None and not slot.abandoned:
-                slot.call.progress(event.payload)
-        elif type(event) is proto.Reply:
-            if self._nursery is not None:
-                self._nursery.start_soon(self._exchange, event.data, None)
-        elif type(event) is proto.ToolsChanged:
-            if self.state == "ready" and self._nursery is not None:
-                self._nursery.start_soon(self._relist.run)
-        elif type(event) is proto.Log:
-            self.stderr.write(event.text.encode("utf-8", "replace") + b"\n")
-
-    def _unanswered(self, rid: int, message: str) -> None:
-        """Request ``rid`` got no JSON-RPC answer: end it with an internal error."""
-        method = self.conn.pending.get(rid)
-        if method is None:
-            return
-        self.conn.cancel(rid, message)
-        error = mcp_types.RpcErrorInfo(code=INTERNAL_ERROR, message=message)
-        self._dispatch(proto.Response(id=rid, method=method, error=error))
 
     # HTTP --------------------------------------------------------------------------------
 
@@ -298,7 +211,7 @@ class McpHttpWorker(McpSession):
             with scope:
                 problem = await self._http(line.rstrip(b"\n"), rid)
             if problem is not None and rid is not None:
-                self._unanswered(rid, problem)
+                self.mcp.unanswered(rid, problem)
             elif problem is not None:
                 self.stderr.write(f"[toolhost] {problem}\n".encode())
         except (Lost, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -309,8 +222,8 @@ class McpHttpWorker(McpSession):
         finally:
             if rid is not None:
                 self._scopes.pop(rid, None)
-                if self._alive and not scope.cancel_called:
-                    self._unanswered(rid, "the server ended the stream without an answer")
+                if self.alive and not scope.cancel_called:
+                    self.mcp.unanswered(rid, "the server ended the stream without an answer")
 
     async def _open(self) -> trio.abc.Stream:
         ep = self.endpoint

@@ -1,42 +1,44 @@
-"""Per-call workers: process-json oneshot (PROTOCOL 3.2) and simple-json (PROTOCOL 3.3).
+"""Per-call workers: a call site that runs one process per call (oneshot, simple-json, CLI tools).
 
 # Strategy: these protocols have no long-lived process, so their worker is a *call site*: a
 # virtual worker that is ready at once (simple-json: once its scripts passed or failed the
-# discovery probe) and spawns one process per call, in the caller's task, through ``spawn()``
-# (own session, death with the host, allow-listed environment). The pool bounds how many run at
-# once through the worker's ``concurrency`` (the sidecar's ``pool.max``). Each call drains the
-# child's stderr into a per-call ring (and the worker's shared one), reads stdout up to the
-# output cap, and on every exit path - answer, deadline, ``tools.cancel``, host stop - kills
-# the process group and reaps it, shielded. What the output means is decided by the sans-IO
-# parsers in ``supervisor.protocols``.
+# discovery probe) and runs one process per call in a task of its own nursery, through
+# ``Spawner.spawn`` (own session, death with the host, allow-listed environment). Each call is
+# a slot of the worker's :class:`~supervisor.workers.slots.SlotTable` with a cancel scope beside it
+# (deadline, ``tools.cancel`` and host stop cancel it); the pool bounds how many run at once
+# through the worker's ``concurrency`` (the sidecar's ``pool.max``). A kind says only what a call
+# runs and which parser reads its output (:class:`Invocation`); the rest is written once here:
+# run the process (:meth:`PerCallWorker.run_process`: stderr drained into a per-call ring and the
+# worker's shared one, stdout read up to the output cap, the process group killed and reaped,
+# shielded, on every exit path), then the tail every kind shares: the program could not run ->
+# the quota killed it -> its output was too large -> the parser's outcome, with the pid, and the
+# exit status and stderr tail of a failure. A traced call's ``TRACEPARENT`` is handed to its
+# process explicitly. What the output means is decided by the sans-IO parsers in
+# ``supervisor.protocols``.
 """
 
 from __future__ import annotations
 
-import contextvars
 import errno
-import os
 import signal
 from abc import abstractmethod
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
 
+from supervisor.calls.call import Call
 from supervisor.contracts import wire
-from supervisor.contracts.registry import TOOL_NAME_PATTERN
 from supervisor.processes.child import Child, StderrRing
 from supervisor.processes.limits import cpu_limit_of
-from supervisor.protocols import fractalic_yaml, oneshot, simple_json
-from supervisor.protocols.answer import Answer
+from supervisor.protocols import oneshot
 from supervisor.protocols.errors import LineTooLong
-from supervisor.protocols.fractalic_discovery import MULTI_SCHEMA_ARG, Discovery, FoundTool
-from supervisor.workers import discovery as fractalic_probe
+from supervisor.protocols.outcome import CallOutcome
 from supervisor.workers.base import (
     READ_CHUNK,
     STDERR_SETTLE_S,
-    Call,
-    CallOutcome,
+    STDERR_TAIL,
     ExitReason,
     LaunchSpec,
     ProcessView,
@@ -44,35 +46,45 @@ from supervisor.workers.base import (
     WorkerExit,
     WorkerHooks,
 )
+from supervisor.workers.slots import CallSlot
 
 ANSWERED_EXIT_GRACE_S = 0.5
 """How long a oneshot process may take to exit after its answer line before its group is killed."""
-PROBE_PARALLEL = 2
-"""Discovery probes run at once (each is timed from its own spawn)."""
-STDERR_TAIL = 4096
 
-_TRACE_ENV: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
-    "toolhost_trace_env", default=None
-)
-"""``TRACEPARENT`` (and ``TRACESTATE``) of the call the current task runs, when it is traced."""
+Parser = Callable[[str, bytes, int | None], CallOutcome]
+"""Reads a call's output: ``(tool, stdout, exit status) -> outcome``."""
 
 
-def _display(argv: list[str], cwd: str) -> str:
-    """The script of an argv, relative to the sidecar's cwd (for messages)."""
-    return os.path.relpath(argv[-1], cwd) if argv else "?"
+class Invocation(NamedTuple):
+    """What one call runs, and how its output is read."""
+
+    argv: list[str]
+    stdin: bytes | None
+    """Written to the process's stdin, which is then closed (None: no stdin)."""
+    first_line: bool
+    """The answer is the first stdout line (oneshot), not the whole of stdout."""
+    parse: Parser
 
 
 class ProcessRun(msgspec.Struct, kw_only=True):
     """What one short-lived process did."""
 
     pid: int
-    output: bytes | None
-    """The first stdout line (oneshot) or all of stdout (simple-json); None: nothing."""
+    output: bytes
+    """The first stdout line (oneshot) or all of stdout (simple-json); empty: nothing."""
     exit_code: int | None
     stderr: str
     too_large: bool = False
     exceeded: dict[str, Any] | None = None
     """Set when the accounting sampler killed the process for a quota (rule, limit, measured)."""
+
+
+class SpawnFailed(Exception):
+    """The program could not be executed."""
+
+    def __init__(self, argv0: str, exc: OSError) -> None:
+        super().__init__(f"cannot execute {argv0}: {exc.strerror or exc}")
+        self.errno = exc.errno
 
 
 class _LiveCall:
@@ -87,52 +99,33 @@ class _LiveCall:
         self.message = ""
 
 
-class _Run:
-    """One call's process run (its task and the scope that abandons it)."""
-
-    __slots__ = ("abandoned", "call", "scope")
-
-    def __init__(self, call: Call) -> None:
-        self.call = call
-        self.scope = trio.CancelScope()
-        self.abandoned = False
-
-
-class SpawnFailed(Exception):
-    """The program could not be executed."""
-
-    def __init__(self, argv0: str, exc: OSError) -> None:
-        super().__init__(f"cannot execute {argv0}: {exc.strerror or exc}")
-        self.errno = exc.errno
+def trace_env(call: Call) -> dict[str, str] | None:
+    """``TRACEPARENT`` (and ``TRACESTATE``) for the process of a traced call."""
+    ct = call.trace
+    if ct is None:
+        return None
+    env = {"TRACEPARENT": ct.traceparent}
+    if ct.tracestate:
+        env["TRACESTATE"] = ct.tracestate
+    return env
 
 
-class SpawnWorker(Worker):
-    """A call site that spawns one process per call."""
+class PerCallWorker(Worker):
+    """A call site that runs one process per call; kinds say what each call runs."""
 
     def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
-        self.spec = spec
-        self.sidecar = spec.sidecar
-        self.hooks = hooks
-        self.index = index
-        self.stderr = StderrRing()
+        super().__init__(spec, hooks, index)
         self.concurrency = max(1, spec.concurrency)
-        self._running: set[_Run] = set()
+        self._scopes: dict[int, trio.CancelScope] = {}
+        """The cancel scope of each call's run, by slot id."""
+        self._seq = 0
         self._nursery: trio.Nursery | None = None
         self._ended = trio.Event()
-        self._idle = trio.Event()
-        self._end = None
-        self._last_exit_code: int | None = None
         self._live: dict[int, _LiveCall] = {}
 
     @property
-    def inflight(self) -> int:
-        return len(self._running)
-
-    def sole_call(self) -> Call | None:
-        if len(self._running) != 1:
-            return None
-        run = next(iter(self._running))
-        return None if run.abandoned else run.call
+    def alive(self) -> bool:
+        return self._end is None
 
     def processes(self) -> list[ProcessView]:
         return [
@@ -145,13 +138,19 @@ class SpawnWorker(Worker):
             live.exceeded, live.message = details, message
             live.proc.kill()
 
-    # lifecycle ---------------------------------------------------------------------------
+    # what a kind supplies ----------------------------------------------------------------
 
     async def _startup(self) -> None:
         """Work before the call site is ready (simple-json probes its scripts)."""
 
+    @abstractmethod
+    def _invocation(self, tool: str, input_raw: msgspec.Raw) -> Invocation | CallOutcome:
+        """What a call of ``tool`` runs, or the outcome of a call that cannot run at all."""
+
+    # lifecycle ---------------------------------------------------------------------------
+
     async def run(self) -> WorkerExit:
-        self.started_at = self.last_active = trio.current_time()
+        self.started_at = self.calls.last_active = trio.current_time()
         # The nursery outlives _ended until every call's run has ended (kill cancels them all),
         # so each call is answered exactly once.
         async with trio.open_nursery() as nursery:
@@ -164,14 +163,7 @@ class SpawnWorker(Worker):
                 await self._ended.wait()
         self.state = "exited"
         reason, message = self._end or ("stopped", "worker stopped")
-        return WorkerExit(
-            reason=reason,
-            message=message,
-            exit_code=self._last_exit_code if reason == "start-failed" else None,
-            uptime_ms=(trio.current_time() - self.started_at) * 1000.0,
-            was_ready=self.ready_at is not None,
-            stderr_tail=self.stderr.tail(),
-        )
+        return self._exit(reason, message)
 
     def _finish(self, reason: ExitReason, message: str) -> None:
         if self._end is None:
@@ -182,11 +174,11 @@ class SpawnWorker(Worker):
 
     def kill(self, reason: ExitReason, message: str) -> None:
         self._finish(reason, message)
-        for run in list(self._running):
-            run.scope.cancel()
+        for scope in list(self._scopes.values()):
+            scope.cancel()
 
     async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
-        await self._drain(reason, drain_s, bool(self._running))
+        await self._drain(reason, drain_s)
         self.kill(reason, f"worker {reason}")
 
     async def ping(self, timeout_s: float) -> wire.Pong | None:
@@ -200,50 +192,63 @@ class SpawnWorker(Worker):
             why = self._end[1] if self._end else "not started"
             call.ended(CallOutcome(ok=False, code="worker-crashed", error=f"{self.sidecar}: {why}"))
             return
-        run = _Run(call)
-        call.slot = run
-        self._running.add(run)
-        self.calls_issued += 1
-        self.last_active = trio.current_time()
-        nursery.start_soon(self._run_call, run)
+        self._seq += 1
+        slot = self.calls.add(self._seq, call)
+        scope = self._scopes[slot.id] = trio.CancelScope()
+        nursery.start_soon(self._run_call, slot, scope)
 
     def abandon(self, call: Call) -> None:
-        run = call.slot
-        if isinstance(run, _Run) and run in self._running:
-            run.abandoned = True
-            run.scope.cancel()
+        slot = self.calls.abandon(call)
+        if slot is not None:
+            self._scopes[slot.id].cancel()
 
-    async def _run_call(self, run: _Run) -> None:
-        call = run.call
+    async def _run_call(self, slot: CallSlot, scope: trio.CancelScope) -> None:
+        call = slot.call
         outcome: CallOutcome | None = None
-        ct = call.trace
-        if ct is not None:  # this task's context only: the per-call process gets TRACEPARENT
-            trace_env = {"TRACEPARENT": ct.traceparent}
-            if ct.tracestate:
-                trace_env["TRACESTATE"] = ct.tracestate
-            _TRACE_ENV.set(trace_env)
         try:
-            with run.scope:
-                outcome = await self._call(call.tool, call.input_raw)
+            with scope:
+                outcome = await self._attempt(call)
         finally:
-            self._running.discard(run)
-            self.last_active = trio.current_time()
-            if not self._running:
-                self._idle.set()
-            if not run.abandoned:
-                if outcome is None:
-                    message = self._end[1] if self._end else "worker ended"
-                    outcome = CallOutcome(
-                        ok=False,
-                        code="worker-crashed",
-                        error=f"{self.sidecar} ended while running {call.tool}: {message}",
-                    )
-                call.ended(outcome)
-            self.hooks.on_capacity(self)
+            del self._scopes[slot.id]
+            if outcome is None:
+                message = self._end[1] if self._end else "worker ended"
+                outcome = CallOutcome(
+                    ok=False,
+                    code="worker-crashed",
+                    error=f"{self.sidecar} ended while running {call.tool}: {message}",
+                )
+            self.calls.answer(slot.id, outcome)
 
-    @abstractmethod
-    async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
-        """Spawn, exchange, judge."""
+    async def _attempt(self, call: Call) -> CallOutcome:
+        """Run one call's process and read what it did (the tail every kind shares)."""
+        tool = call.tool
+        how = self._invocation(tool, call.input_raw)
+        if isinstance(how, CallOutcome):
+            return how
+        try:
+            run = await self.run_process(
+                how.argv, how.stdin, first_line=how.first_line, tool=tool, env=trace_env(call)
+            )
+        except SpawnFailed as exc:
+            return self._spawn_failed(tool, exc)
+        over = self._over_quota(tool, run)
+        if over is not None:
+            return over
+        if run.too_large:
+            return CallOutcome(
+                ok=False,
+                code="output-too-large",
+                error=f"{tool}: output over the {self.spec.max_line}-byte cap; "
+                "the process was killed",
+                stderr=run.stderr or None,
+                pid=run.pid,
+            )
+        outcome = how.parse(tool, run.output, run.exit_code)
+        outcome.pid = run.pid
+        if not outcome.ok:
+            outcome.exit_code = run.exit_code
+            outcome.stderr = run.stderr or None
+        return outcome
 
     def _spawn_failed(self, tool: str, exc: SpawnFailed) -> CallOutcome:
         if exc.errno == errno.E2BIG:
@@ -256,43 +261,58 @@ class SpawnWorker(Worker):
         self._finish("start-failed", str(exc))
         return CallOutcome(ok=False, code="unavailable", error=f"{tool}: {exc}")
 
-    @staticmethod
-    def _outcome(answer: Answer, run: ProcessRun) -> CallOutcome:
-        failed = not answer.ok
+    def _over_quota(self, tool: str, run: ProcessRun) -> CallOutcome | None:
+        """``quota-exceeded`` when the sampler killed the process or it ran out of CPU time."""
+        details = run.exceeded
+        message = ""
+        if details is not None:
+            message = details.pop("message", "")
+        elif run.exit_code == -signal.SIGXCPU:
+            cpu = cpu_limit_of(self.spec.limits)
+            details = {"rule": "cpuSecondsPerCall", "limitSeconds": cpu, "enforcedBy": "rlimit"}
+            message = f"used its CPU time limit ({cpu} s): killed by SIGXCPU"
+        else:
+            return None
         return CallOutcome(
-            ok=answer.ok,
-            data=answer.data,
-            content=answer.content,
-            code=answer.code,
-            error=answer.error,
-            details=answer.details,
-            exit_code=run.exit_code if failed else None,
-            stderr=(run.stderr or None) if failed else None,
+            ok=False,
+            code="quota-exceeded",
+            error=f"{tool}: {message}",
+            details=details,
+            exit_code=run.exit_code,
+            stderr=run.stderr or None,
             pid=run.pid,
         )
 
-    async def _run_once(
+    # one process -------------------------------------------------------------------------
+
+    async def run_process(
         self,
         argv: list[str],
         stdin_data: bytes | None,
         *,
         first_line: bool,
         tool: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> ProcessRun:
         """Run ``argv`` to its end (or its first stdout line) and reap its process group.
+
+        Args:
+            argv: The command line.
+            stdin_data: Written to stdin, which is then closed (None: no stdin).
+            first_line: Read stdout up to its first line only (the rest is discarded).
+            tool: The call it runs for (the sampler may then watch and kill it); None for a
+                discovery run.
+            env: Added to the spec's environment (a traced call's ``TRACEPARENT``).
 
         Raises:
             SpawnFailed: The program could not be executed.
         """
-        env = self.spec.env
-        trace_env = _TRACE_ENV.get()
-        if trace_env is not None:
-            env = {**env, **trace_env}
+        full_env = self.spec.env if env is None else {**self.spec.env, **env}
         try:
             proc = self.spec.spawner.spawn(
                 argv,
                 cwd=self.spec.cwd,
-                env=env,
+                env=full_env,
                 limits=self.spec.limits,
                 stdin=stdin_data is not None,
             )
@@ -379,7 +399,7 @@ class SpawnWorker(Worker):
         exceeded = None
         if live is not None and live.exceeded is not None:
             exceeded = {**live.exceeded, "message": live.message}
-        output = first.finish() if first_line else (bytes(everything) or None)
+        output = (first.finish() or b"") if first_line else bytes(everything)
         return ProcessRun(
             pid=proc.pid,
             output=output,
@@ -388,274 +408,3 @@ class SpawnWorker(Worker):
             too_large=too_large,
             exceeded=exceeded,
         )
-
-    def _over_quota(self, tool: str, run: ProcessRun) -> CallOutcome | None:
-        """``quota-exceeded`` when the sampler killed the process or it ran out of CPU time."""
-        details = run.exceeded
-        message = ""
-        if details is not None:
-            message = details.pop("message", "")
-        elif run.exit_code == -signal.SIGXCPU:
-            cpu = cpu_limit_of(self.spec.limits)
-            details = {"rule": "cpuSecondsPerCall", "limitSeconds": cpu, "enforcedBy": "rlimit"}
-            message = f"used its CPU time limit ({cpu} s): killed by SIGXCPU"
-        else:
-            return None
-        return CallOutcome(
-            ok=False,
-            code="quota-exceeded",
-            error=f"{tool}: {message}",
-            details=details,
-            exit_code=run.exit_code,
-            stderr=run.stderr or None,
-            pid=run.pid,
-        )
-
-    def _too_large(self, tool: str, run: ProcessRun) -> CallOutcome:
-        return CallOutcome(
-            ok=False,
-            code="output-too-large",
-            error=f"{tool}: output over the {self.spec.max_line}-byte cap; the process was killed",
-            stderr=run.stderr or None,
-            pid=run.pid,
-        )
-
-
-class OneshotWorker(SpawnWorker):
-    """process-json ``mode: oneshot``: one request line in, the first stdout line out."""
-
-    async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
-        init = self.spec.init
-        line = oneshot.request_line(
-            tool,
-            input_raw,
-            config=init.config if init else {},
-            cwd=init.cwd if init else self.spec.cwd,
-            project_dir=init.projectDir if init else self.spec.cwd,
-            config_dir=init.configDir if init else self.spec.cwd,
-            host_private=init.hostPrivate if init else None,
-        )
-        try:
-            run = await self._run_once(self.spec.argv, line, first_line=True, tool=tool)
-        except SpawnFailed as exc:
-            return self._spawn_failed(tool, exc)
-        over = self._over_quota(tool, run)
-        if over is not None:
-            return over
-        if run.too_large:
-            return self._too_large(tool, run)
-        return self._outcome(oneshot.parse_answer(tool, run.output, run.exit_code), run)
-
-
-class SimpleJsonWorker(SpawnWorker):
-    """simple-json scripts: discovered at start (workers/discovery.py), then one run per
-    call with the input as argv (or as flags, for CLI tools)."""
-
-    def __init__(self, spec: LaunchSpec, hooks: WorkerHooks, index: int = 0) -> None:
-        super().__init__(spec, hooks, index)
-        self.found_routes: dict[str, fractalic_yaml.Route] = {}
-        """Tools discovery found (multi-schema, schema dump, --help) and how to call them."""
-        self.discoveries: dict[str, Discovery] = {}
-        """What discovery found for each script (by its path for messages), for the doctor."""
-        self.discovery_notes: list[str] = []
-        """Tools a multi-tool script published that another tool of the folder already had."""
-
-    async def _introspect(self, argv: list[str]) -> fractalic_probe.Ran | None:
-        """One discovery run within the probe deadline (None: timed out)."""
-        run: ProcessRun | None = None
-        try:
-            with trio.move_on_after(self.spec.probe_timeout_s):
-                run = await self._run_once(argv, None, first_line=False)
-        except SpawnFailed as exc:
-            raise fractalic_probe.CannotRun(str(exc)) from exc
-        if run is None:
-            return None
-        return fractalic_probe.Ran(
-            output=run.output or b"", exit_code=run.exit_code, stderr=run.stderr
-        )
-
-    async def _startup(self) -> None:
-        scripts = self.spec.scripts
-        ms = int(self.spec.probe_timeout_s * 1000)
-        found: dict[str, Discovery] = {}
-        helps: dict[str, FoundTool] = {}
-        limiter = trio.CapacityLimiter(PROBE_PARALLEL)
-
-        async def discover(key: str, name: str, argv: list[str]) -> None:
-            async with limiter:
-                found[key] = await fractalic_probe.discover(
-                    self._introspect,
-                    argv,
-                    name=name,
-                    where=_display(argv, self.spec.cwd),
-                    timeout_ms=ms,
-                    name_pattern=TOOL_NAME_PATTERN,
-                    multi=self.spec.announces,
-                )
-
-        async def read_help(name: str, argv: list[str]) -> None:
-            async with limiter:
-                got = await fractalic_probe.read_help(
-                    self._introspect,
-                    argv,
-                    name=name,
-                    where=_display(argv, self.spec.cwd),
-                    timeout_ms=ms,
-                )
-                if got is not None:
-                    helps[name] = got
-
-        unique: dict[str, tuple[str, list[str]]] = {}
-        for name, argv in scripts.items():
-            unique.setdefault("\0".join(argv), (name, argv))
-        async with trio.open_nursery() as nursery:
-            for key, (name, argv) in unique.items():
-                nursery.start_soon(discover, key, name, argv)
-            for name, route in self.spec.routes.items():
-                # A CLI manifest without ``parameters``: the schema comes from --help.
-                if route.kind == "cli" and route.parameters is None:
-                    nursery.start_soon(read_help, name, route.argv)
-        tools: dict[str, wire.ToolInfo] = {}
-        health: dict[str, wire.ToolHealth] = {}
-        for name, route in self.spec.routes.items():
-            helped = helps.get(name)
-            schema = route.parameters or (helped.schema if helped else dict(simple_json.ANY_OBJECT))
-            tools[name] = wire.ToolInfo(
-                name=name, description=route.description, inputSchema=schema
-            )
-            if route.kind == "unavailable":
-                health[name] = wire.ToolHealth(
-                    status="unavailable", code=route.code, reason=route.reason, hint=route.hint
-                )
-            else:
-                health[name] = wire.ToolHealth(status="healthy")
-        # Names a multi-tool script may not take (it may take its own: it is no tool itself).
-        taken = set(tools) | {
-            n for n, argv in scripts.items() if found["\0".join(argv)].route != "multi-schema"
-        }
-        for name, argv in scripts.items():
-            where = _display(argv, self.spec.cwd)
-            disc = found["\0".join(argv)]
-            self.discoveries[where] = disc
-            if disc.route == "multi-schema":
-                self._add_multi(where, disc, taken, tools, health)
-                continue
-            if disc.route != "none":
-                tool = disc.tools[0]
-                if tool.kind != "simple-json":  # simple-json: the script path of _call
-                    self.found_routes[name] = fractalic_yaml.Route(kind="cli", argv=list(tool.argv))
-                tools[name] = wire.ToolInfo(
-                    name=name, description=tool.description, inputSchema=tool.schema
-                )
-                health[name] = wire.ToolHealth(status="healthy")
-                continue
-            verdict = disc.verdict
-            tools[name] = simple_json.tool_info(name, None, f"simple-json script {where}")
-            health[name] = wire.ToolHealth(
-                status="unavailable",
-                code=verdict.code,
-                reason=f"{where}: {verdict.message}",
-                hint="make the script answer "
-                f"{simple_json.TEST_ARG} with JSON quickly, or raise the probe timeout "
-                "(autodiscover probeTimeoutMs / sidecars.<id>.probe.timeoutMs); "
-                "`toolhost doctor` shows every discovery step",
-            )
-        self.ready_msg = wire.Ready(
-            name=self.sidecar, concurrency=self.concurrency, tools=list(tools.values())
-        )
-        self.hooks.on_pong(self, wire.Pong(id="discovery", status="healthy", tools=health))
-
-    def _add_multi(
-        self,
-        where: str,
-        disc: Discovery,
-        taken: set[str],
-        tools: dict[str, wire.ToolInfo],
-        health: dict[str, wire.ToolHealth],
-    ) -> None:
-        """A multi-tool script's tools (each called with its name as the first argument)."""
-        for tool in disc.tools:
-            if tool.name in taken:
-                self.discovery_notes.append(
-                    f"{where}: {tool.name} is already a tool of this folder; not registered"
-                )
-                continue
-            taken.add(tool.name)
-            tools[tool.name] = wire.ToolInfo(
-                name=tool.name, description=tool.description, inputSchema=tool.schema
-            )
-            if tool.kind == "unavailable":
-                self.found_routes[tool.name] = fractalic_yaml.Route(
-                    kind="unavailable", argv=list(tool.argv), reason=tool.reason
-                )
-                health[tool.name] = wire.ToolHealth(
-                    status="unavailable",
-                    code="multi-schema-invalid",
-                    reason=tool.reason,
-                    hint=f"fix the entry in the script's {MULTI_SCHEMA_ARG} answer",
-                )
-                continue
-            kind: fractalic_yaml.RouteKind = "simple-json" if tool.kind == "simple-json" else "cli"
-            self.found_routes[tool.name] = fractalic_yaml.Route(kind=kind, argv=list(tool.argv))
-            health[tool.name] = wire.ToolHealth(status="healthy")
-
-    async def _call(self, tool: str, input_raw: msgspec.Raw) -> CallOutcome:
-        route = self.spec.routes.get(tool) or self.found_routes.get(tool)
-        if route is not None:
-            return await self._call_route(tool, route, input_raw)
-        argv = self.spec.scripts.get(tool)
-        if argv is None:
-            return CallOutcome(
-                ok=False, code="unsupported", error=f"{self.sidecar} has no script for {tool}"
-            )
-        try:
-            full = simple_json.call_argv(argv, bytes(input_raw))
-        except UnicodeDecodeError:
-            return CallOutcome(ok=False, code="invalid-input", error=f"{tool}: input is not UTF-8")
-        try:
-            run = await self._run_once(full, None, first_line=False, tool=tool)
-        except SpawnFailed as exc:
-            return self._spawn_failed(tool, exc)
-        over = self._over_quota(tool, run)
-        if over is not None:
-            return over
-        if run.too_large:
-            return self._too_large(tool, run)
-        return self._outcome(simple_json.parse_answer(tool, run.output or b"", run.exit_code), run)
-
-    async def _call_route(
-        self, tool: str, route: fractalic_yaml.Route, input_raw: msgspec.Raw
-    ) -> CallOutcome:
-        """A tool declared by a ``*.yaml`` manifest: simple-json or a CLI (input as flags)."""
-        if route.kind == "unavailable":
-            return CallOutcome(ok=False, code="unavailable", error=route.reason)
-        if route.kind == "simple-json":
-            try:
-                full = simple_json.call_argv(route.argv, bytes(input_raw))
-            except UnicodeDecodeError:
-                return CallOutcome(
-                    ok=False, code="invalid-input", error=f"{tool}: input is not UTF-8"
-                )
-        else:
-            try:
-                flags = fractalic_yaml.cli_args(msgspec.json.decode(bytes(input_raw)))
-            except msgspec.DecodeError:
-                flags = "the input is not JSON"
-            if isinstance(flags, str):
-                return CallOutcome(ok=False, code="invalid-input", error=f"{tool}: {flags}")
-            full = [*route.argv, *flags]
-        try:
-            run = await self._run_once(full, None, first_line=False, tool=tool)
-        except SpawnFailed as exc:
-            return self._spawn_failed(tool, exc)
-        over = self._over_quota(tool, run)
-        if over is not None:
-            return over
-        if run.too_large:
-            return self._too_large(tool, run)
-        output = run.output or b""
-        if route.kind == "simple-json":
-            answer = simple_json.parse_answer(tool, output, run.exit_code)
-        else:
-            answer = fractalic_yaml.parse_cli_answer(tool, output, run.exit_code)
-        return self._outcome(answer, run)

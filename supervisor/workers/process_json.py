@@ -1,20 +1,28 @@
-"""The persistent process-json worker (PROTOCOL 3.1) on the :class:`LineWorker` base."""
+"""The persistent process-json worker (PROTOCOL 3.1): a :class:`LineWorker` on the sans-IO
+:class:`~supervisor.protocols.process_json.ProcessJsonConnection`.
+
+# Strategy: the process life is :class:`LineWorker`'s; this module speaks the protocol. The
+# handshake writes ``init`` and waits for ``ready`` within ``startTimeoutMs`` (the worker's
+# announced concurrency becomes its capacity). A call is a ``call`` line on a slot keyed by the
+# connection's call id; its ``result`` becomes the call's outcome (the one conversion,
+# :func:`~supervisor.protocols.process_json.outcome`), ``progress`` goes to the call, ``pong``
+# answers the probe, ``log`` lines join stderr, and a host-service ``request`` (PROTOCOL 3.5) for
+# a call in flight goes to the pool's services (anything else is answered with an error, never
+# a protocol break). An abandoned call is sent ``cancel``; the worker must answer it in time.
+"""
 
 from __future__ import annotations
 
 import trio
 
+from supervisor.calls.call import Call
 from supervisor.contracts import wire
 from supervisor.protocols.errors import ProtocolError
-from supervisor.protocols.process_json import MalformedRequest, ProcessJsonConnection
-from supervisor.workers.base import (
-    Call,
-    CallOutcome,
-    CallSlot,
-    LaunchSpec,
-    LineWorker,
-    WorkerHooks,
-)
+from supervisor.protocols.outcome import CallOutcome
+from supervisor.protocols.process_json import MalformedRequest, ProcessJsonConnection, outcome
+from supervisor.workers.base import LaunchSpec, WorkerHooks
+from supervisor.workers.line import LineWorker
+from supervisor.workers.slots import CallSlot
 
 
 class ProcessWorker(LineWorker):
@@ -34,7 +42,7 @@ class ProcessWorker(LineWorker):
             ms = int(self.spec.start_timeout_s * 1000)
             self.kill("start-timeout", f"no ready message within startTimeoutMs={ms}")
             return
-        if self.conn.ready is None or not self._alive:
+        if self.conn.ready is None or not self.alive:
             return
         self.ready_msg = self.conn.ready
         self.concurrency = max(1, self.conn.ready.concurrency)
@@ -61,25 +69,15 @@ class ProcessWorker(LineWorker):
                 CallOutcome(ok=False, code="worker-crashed", error=exc.message, pid=self.pid)
             )
             return
-        self._begin(call_id, call, line)
-
-    def _outcome(self, result: wire.Result) -> CallOutcome:
-        return CallOutcome(
-            ok=result.ok,
-            data=result.data,
-            content=result.content,
-            code=result.code,
-            error=result.error,
-            details=result.details,
-            cpu_ms=result.cpuMs,
-            pid=self.pid,
-        )
+        self.calls.add(call_id, call)
+        self._write(line)
 
     async def ping(self, timeout_s: float) -> wire.Pong | None:
-        if not self._alive or self.conn.state != "ready":
+        if not self.alive or self.conn.state != "ready":
             return None
         ping_id, line = self.conn.ping()
-        pong: wire.Pong | None = await self._wait_for(ping_id, line, timeout_s)
+        self._write(line)
+        pong: wire.Pong | None = await self.calls.wait_for(ping_id, timeout_s)
         return pong
 
     def _receive(self, data: bytes) -> None:
@@ -95,11 +93,11 @@ class ProcessWorker(LineWorker):
 
     def _dispatch(self, msg: wire.WorkerMessage | MalformedRequest) -> None:
         if type(msg) is wire.Result:
-            self._answer(msg.id, msg)
+            self.calls.answer(msg.id, outcome(msg, self.pid))
         elif type(msg) is wire.Progress:
-            self._progress(msg.id, msg.data)
+            self.calls.progress(msg.id, msg.data)
         elif type(msg) is wire.Pong:
-            self._resolve(msg.id, msg)
+            self.calls.resolve(msg.id, msg)
         elif type(msg) is wire.Ready:
             self._ready_or_dead.set()
         elif type(msg) is wire.Log:
@@ -120,8 +118,8 @@ class ProcessWorker(LineWorker):
         """A host-service request (PROTOCOL 3.5): checked here, answered by the pool's
         services; a bad one gets an error response, never a protocol break (the connection
         turned one with missing or wrongly typed fields into a ``MalformedRequest``)."""
-        slot = self.slots.get(req.callId) if req.callId is not None else None
-        if slot is None or slot.abandoned:
+        call = self.calls.call_on(req.callId) if req.callId is not None else None
+        if call is None:
             self._respond(
                 wire.Response(
                     id=req.id,
@@ -132,8 +130,8 @@ class ProcessWorker(LineWorker):
                 )
             )
         else:
-            self.hooks.on_request(self, slot.call, req, self._respond)
+            self.hooks.on_request(self, call, req, self._respond)
 
     def _respond(self, response: wire.Response) -> None:
-        if self._alive:
+        if self.alive:
             self._write(self.conn.respond(response))

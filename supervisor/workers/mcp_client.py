@@ -1,0 +1,321 @@
+"""The MCP client session (PROTOCOL 3.4) both MCP workers run, over the transport they carry.
+
+# Strategy: :class:`McpClient` is the session on one sans-IO
+# :class:`~supervisor.protocols.mcp.McpConnection`: ``initialize`` then
+# ``notifications/initialized`` and every page of ``tools/list`` within ``startTimeoutMs`` (the
+# tools become the worker's ``ready`` message, so pools and the catalog treat an MCP server like
+# any sidecar), calls as ``tools/call`` on the worker's slots keyed by request id (also the
+# progress token), ``ping`` as the probe, the tool list re-read after ``tools/list_changed``,
+# requests the server sends answered. It is composed, not inherited: the stdio worker
+# (``mcp.py``, lines on a pipe) and the Streamable HTTP worker (``mcp_http.py``, a POST per
+# message) each own one and are its :class:`McpCarrier`, which says how a message leaves
+# (``send``, ``notify``) and how the worker ends (``kill``). Everything the server says comes back
+# through :meth:`McpClient.receive`, whatever carried it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import trio
+
+import supervisor
+from supervisor.calls.call import Call
+from supervisor.contracts import mcp as mcp_types
+from supervisor.contracts import wire
+from supervisor.processes.child import StderrRing
+from supervisor.protocols import mcp as proto
+from supervisor.protocols.errors import ProtocolError
+from supervisor.protocols.outcome import CallOutcome
+from supervisor.workers.base import ExitReason, LaunchSpec, WorkerState
+from supervisor.workers.slots import SlotTable
+
+MAX_TOOL_PAGES = 100
+"""A server that keeps answering ``nextCursor`` past this many pages is broken."""
+INTERNAL_ERROR = -32603
+CANCELLED = "the host stopped waiting (deadline or tools.cancel)"
+
+
+Request = Callable[[int, bytes], Awaitable["proto.Response | None"]]
+
+
+async def list_tools(conn: proto.McpConnection, request: Request) -> list[wire.ToolInfo] | None:
+    """Every page of ``tools/list`` through ``request`` (None if the worker ended meanwhile).
+
+    Raises:
+        RequestFailed: The server answered ``tools/list`` with an error.
+        ProtocolError: A page is malformed or pagination does not end.
+    """
+    server = conn.server
+    if server is not None and server.capabilities.tools is None:
+        return []  # the server offers no tools: ready, serving nothing
+    tools: list[wire.ToolInfo] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        response = await request(*conn.list_tools(cursor))
+        if response is None:
+            return None
+        page, cursor = proto.tools_page(response)
+        tools.extend(page)
+        if cursor is None:
+            return tools
+    raise ProtocolError(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
+
+
+class Relister:
+    """Re-reads an MCP server's tool list after ``tools/list_changed``, coalescing bursts (one
+    run at a time; a change during a run makes it read once more).
+    """
+
+    def __init__(
+        self,
+        list_all: Callable[[], Awaitable[list[wire.ToolInfo] | None]],
+        timeout_s: float,
+        *,
+        on_tools: Callable[[list[wire.ToolInfo]], None],
+        on_broken: Callable[[str], None],
+        log: Callable[[bytes], object],
+    ) -> None:
+        self._list_all = list_all
+        self._timeout_s = timeout_s
+        self._on_tools = on_tools
+        self._on_broken = on_broken
+        self._log = log
+        self._running = False
+        self._again = False
+
+    async def run(self) -> None:
+        if self._running:
+            self._again = True
+            return
+        self._running = True
+        try:
+            while True:
+                self._again = False
+                tools: list[wire.ToolInfo] | None = None
+                try:
+                    with trio.move_on_after(self._timeout_s):
+                        tools = await self._list_all()
+                except proto.RequestFailed as exc:
+                    self._log(f"[toolhost] tools/list after list_changed: {exc}\n".encode())
+                except ProtocolError as exc:
+                    self._on_broken(exc.message)
+                    return
+                if tools is not None:
+                    self._on_tools(tools)
+                if not self._again:
+                    return
+        finally:
+            self._running = False
+
+
+class McpCarrier(Protocol):
+    """What the session needs of the worker that carries it."""
+
+    TRANSPORT: str
+    """``network.transport`` of the MCP client spans (``pipe``, ``tcp``)."""
+    session: str | None
+    """The transport's session id (Streamable HTTP), for the MCP client spans."""
+    sidecar: str
+    pid: int | None
+    state: WorkerState
+    concurrency: int
+    stderr: StderrRing
+    calls: SlotTable
+
+    @property
+    def alive(self) -> bool: ...
+
+    def kill(self, reason: ExitReason, message: str) -> None: ...
+
+    def tools_changed(self, tools: list[wire.ToolInfo]) -> None: ...
+
+    def send(self, line: bytes, rid: int | None) -> None:
+        """Send a message now; the answer to request ``rid`` (if any) comes back through
+        :meth:`McpClient.receive`."""
+
+    async def notify(self, line: bytes) -> None:
+        """Send a notification and return once it is delivered."""
+
+    def forget(self, rid: int) -> None:
+        """Request ``rid`` will not be waited for any more (a ping that timed out)."""
+
+    def where(self) -> str:
+        """What start failures are prefixed with (the server's URL for a remote one)."""
+
+    def start_soon(self, fn: Callable[[], Awaitable[object]]) -> None:
+        """Run ``fn`` in the worker's nursery (nothing once it has none)."""
+
+
+class McpClient:
+    """One MCP client session carried by ``carrier``.
+
+    Args:
+        carrier: The worker that owns the session and moves its messages.
+        spec: The worker's launch spec (line limit, start timeout).
+        channel: Where server messages come from, for protocol errors (``on stdout``).
+    """
+
+    def __init__(self, carrier: McpCarrier, spec: LaunchSpec, channel: str) -> None:
+        self.carrier = carrier
+        self.calls = carrier.calls
+        self.conn = proto.McpConnection(
+            max_line=spec.max_line,
+            client_name="toolhost",
+            client_version=supervisor.__version__,
+            channel=channel,
+        )
+        self.start_timeout_s = spec.start_timeout_s
+        self.relist = Relister(
+            self.list_tools,
+            spec.start_timeout_s,
+            on_tools=carrier.tools_changed,
+            on_broken=self._broke,
+            log=carrier.stderr.write,
+        )
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def handshake(self) -> wire.Ready | None:
+        """Open the session within the start timeout: the server's ``ready``, or None when the
+        worker ended (it was killed with why, if that was the session's doing)."""
+        carrier = self.carrier
+        timeout = self.start_timeout_s
+        tools: list[wire.ToolInfo] | None = None
+        failure: str | None = None
+        with trio.move_on_after(timeout):
+            try:
+                response = await self.request(*self.conn.initialize())
+                if response is None:
+                    return None
+                await carrier.notify(self.conn.initialized(response))
+                tools = await self.list_tools()
+            except proto.RequestFailed as exc:
+                failure = str(exc)
+            except ProtocolError as exc:
+                self._broke(exc.message)
+                return None
+        if failure is not None:
+            carrier.kill("start-failed", f"{carrier.where()}{failure}")
+            return None
+        if tools is None:
+            if carrier.alive:
+                ms = int(timeout * 1000)
+                carrier.kill(
+                    "start-timeout",
+                    f"{carrier.where()}no answer to initialize and tools/list within "
+                    f"startTimeoutMs={ms}",
+                )
+            return None
+        server = self.conn.server
+        info = server.serverInfo if server is not None else None
+        return wire.Ready(
+            name=info.name if info else "",
+            version=info.version if info else "",
+            concurrency=carrier.concurrency,
+            tools=tools,
+        )
+
+    async def request(self, rid: int, line: bytes) -> proto.Response | None:
+        """Send a request and wait for its response (None if the worker ended first)."""
+        self.carrier.send(line, rid)
+        response: proto.Response | None = await self.calls.wait_for(rid, float("inf"))
+        return response
+
+    async def list_tools(self) -> list[wire.ToolInfo] | None:
+        return await list_tools(self.conn, self.request)
+
+    def _broke(self, message: str) -> None:
+        self.carrier.kill("protocol-error", f"protocol error: {message}")
+
+    # calls -------------------------------------------------------------------------------
+
+    def call_line(self, call: Call) -> tuple[int, bytes] | None:
+        """The ``tools/call`` request of ``call``; None (and the call failed) when the session
+        is not ready."""
+        carrier = self.carrier
+        if not carrier.alive or self.conn.state != "ready":
+            call.ended(
+                CallOutcome(
+                    ok=False,
+                    code="worker-crashed",
+                    error=f"MCP server {carrier.sidecar} is not ready ({self.conn.state})",
+                    pid=carrier.pid,
+                )
+            )
+            return None
+        traceparent = None
+        if call.trace is not None:  # an MCP CLIENT span; its traceparent goes in _meta
+            traceparent = call.trace.mcp_client(call, carrier.TRANSPORT, carrier.session)
+        return self.conn.call_tool(
+            call.tool,
+            call.input_raw,
+            progress=call.on_progress is not None,
+            traceparent=traceparent,
+        )
+
+    def cancel_line(self, rid: int) -> bytes:
+        """``notifications/cancelled`` for an abandoned call (its answer will be dropped)."""
+        return self.conn.cancel(rid, CANCELLED)
+
+    async def ping(self, timeout_s: float) -> wire.Pong | None:
+        carrier = self.carrier
+        if not carrier.alive or self.conn.state != "ready":
+            return None
+        rid, line = self.conn.ping()
+        carrier.send(line, rid)
+        response = await self.calls.wait_for(rid, timeout_s)
+        if response is None:
+            self.conn.cancel(rid, "ping timed out")
+            carrier.forget(rid)
+            return None
+        # An error answer still proves the server is alive and reading.
+        return wire.Pong(id=str(rid), status="healthy")
+
+    # server -> host ----------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> None:
+        """Handle bytes the server sent (a chunk of stdout, an HTTP body, an SSE event).
+
+        Raises:
+            ProtocolError: The server broke the protocol (what came before it was handled).
+        """
+        dispatch = self.dispatch
+        try:
+            events = self.conn.feed(data)
+        except ProtocolError as exc:
+            for event in exc.accepted:
+                dispatch(event)
+            raise
+        for event in events:
+            dispatch(event)
+
+    def dispatch(self, event: proto.Event) -> None:
+        carrier = self.carrier
+        if type(event) is proto.Response:
+            if event.method == "tools/call":
+                outcome = proto.call_answer(event)
+                outcome.pid = carrier.pid
+                self.calls.answer(event.id, outcome)
+            else:
+                self.calls.resolve(event.id, event)
+        elif type(event) is proto.Progress:
+            self.calls.progress(event.id, event.payload)
+        elif type(event) is proto.Reply:
+            carrier.send(event.data, None)
+        elif type(event) is proto.ToolsChanged:
+            if carrier.state == "ready":
+                carrier.start_soon(self.relist.run)
+        elif type(event) is proto.Log:
+            carrier.stderr.write(event.text.encode("utf-8", "replace") + b"\n")
+
+    def unanswered(self, rid: int, message: str) -> None:
+        """Request ``rid`` got no JSON-RPC answer (its HTTP exchange ended without one): it
+        ends with an internal error."""
+        method = self.conn.pending.get(rid)
+        if method is None:
+            return
+        self.conn.cancel(rid, message)
+        error = mcp_types.RpcErrorInfo(code=INTERNAL_ERROR, message=message)
+        self.dispatch(proto.Response(id=rid, method=method, error=error))
