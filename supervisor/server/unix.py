@@ -12,8 +12,8 @@ from functools import partial
 
 import trio
 
-from supervisor.host.host import Host
 from supervisor.server.admission import refuse_stream, serve_listeners
+from supervisor.server.backend import Backend
 from supervisor.server.listen import ListenError, unix_error
 from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name
 
@@ -87,7 +87,7 @@ async def bind_unix(path: str, setting: str = "host.socket") -> trio.SocketListe
 
 
 async def serve_unix(
-    host: Host,
+    backend: Backend,
     path: str,
     *,
     limits: ConnectionLimits | None = None,
@@ -107,7 +107,7 @@ async def serve_unix(
             await refuse_stream(stream, count.cap)
             return
         try:
-            conn = StreamConnection(host, stream, limits=limits, name=peer_name(stream, "unix"))
+            conn = StreamConnection(backend, stream, limits=limits, name=peer_name(stream, "unix"))
             await conn.run()
         finally:
             count.leave()
