@@ -64,7 +64,7 @@ async def serve(app: Sidecar, reader: LineReader) -> None:
                 except msgspec.DecodeError as exc:
                     app._log("error", f"bad message from host: {exc}")
                     continue
-                if isinstance(msg, wire.Call):
+                if isinstance(msg, wire.CallMessage):
                     flag = threading.Event()
                     with app._answered_lock:
                         app._pending[msg.id] = flag
@@ -92,7 +92,7 @@ async def serve(app: Sidecar, reader: LineReader) -> None:
 
 async def _async_call(
     app: Sidecar,
-    call: wire.Call,
+    call: wire.CallMessage,
     flag: threading.Event,
     scope: trio.CancelScope,
     nursery: trio.Nursery,
@@ -124,7 +124,7 @@ async def _async_call(
 
 
 async def _sync_call(
-    app: Sidecar, call: wire.Call, flag: threading.Event, limiter: trio.CapacityLimiter
+    app: Sidecar, call: wire.CallMessage, flag: threading.Event, limiter: trio.CapacityLimiter
 ) -> None:
     # A cancel answers at once and sets ``flag``; the thread finishes on its own. At shutdown
     # the loop does not wait for it.

@@ -422,7 +422,7 @@ class Sidecar:
                 except msgspec.DecodeError as exc:
                     self._log("error", f"bad message from host: {exc}")
                     continue
-                if isinstance(msg, wire.Call):
+                if isinstance(msg, wire.CallMessage):
                     flag = threading.Event()
                     with self._answered_lock:
                         self._pending[msg.id] = flag
@@ -470,7 +470,7 @@ class Sidecar:
             scope.cancel()
         self._send(wire.Result(id=call_id, ok=False, code="cancelled", error="call cancelled"))
 
-    def _run_call(self, call: wire.Call, cancelled: threading.Event) -> None:
+    def _run_call(self, call: wire.CallMessage, cancelled: threading.Event) -> None:
         if cancelled.is_set():
             return
         t0 = time.thread_time()
