@@ -146,7 +146,7 @@ async def test_tools_listed_called_with_headers_and_progress(app, tmp_path):
             # Calls run at once, each on its own stream.
             async with trio.open_nursery() as n:
                 for _ in range(4):
-                    n.start_soon(host.invoke, "slow", raw({"seconds": 0.3}))
+                    n.start_soon(host.invoker.invoke, InvokeRequest("slow", raw({"seconds": 0.3})))
             assert host.pools["remote"].restart_state.total == 0
 
 
