@@ -219,7 +219,7 @@ class Upgrades:
             op=record.op,
             fromVersion=record.fromVersion,
             toVersion=record.toVersion,
-            upgrade=self.views.catalog.upgrade_of(pid) or "idle",
+            upgrade=self.views.upgrade_of(pid) or "idle",
             verified=verdict == "ready",
             message=left.message if left is not None else message,
         )
@@ -248,7 +248,7 @@ class Upgrades:
     async def _judge(self, pid: str) -> tuple[Verdict, str]:
         """Watch the sidecar's facts until its start has a verdict (bounded by its deadlines)."""
         views = self.views
-        sp = views.loaded.plan.sidecars.get(pid)
+        sp = views.planned(pid)
         if sp is None:
             return "failed", f"the registry has no sidecar {pid}"
         cfg = sp.config
@@ -257,14 +257,12 @@ class Upgrades:
         limit_ms = cfg.probe.start_timeout_ms + cfg.probe.timeout_ms
         with trio.move_on_after(limit_ms / 1000.0 + JUDGE_GRACE_S):
             while True:
-                sp = views.loaded.plan.sidecars.get(pid) or sp
-                pool = views.pools.get(pid)
-                if pool is None and sp.runnable:
+                sp = views.planned(pid) or sp
+                facts = views.facts(pid)
+                if facts is None and sp.runnable:
                     why = views.catalog_reason(pid) or "the host did not start it"
                     return "failed", why
-                verdict, message = judge_start(
-                    pool.facts() if pool else None, runnable=sp.runnable, problem=sp.problem
-                )
+                verdict, message = judge_start(facts, runnable=sp.runnable, problem=sp.problem)
                 if verdict != "pending":
                     return verdict, message
                 await self.feed.wait_change()

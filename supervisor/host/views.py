@@ -19,12 +19,13 @@ import trio
 from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.registry import HostConfig, SidecarConfig
 from supervisor.contracts.rpc import Catalog, HealthCounts, HealthResult, RegistryStatus
-from supervisor.contracts.snapshot import Descriptor, SidecarStatus, ZygoteStatus
+from supervisor.contracts.snapshot import Descriptor, SidecarStatus, UpgradeField, ZygoteStatus
 from supervisor.contracts.stats import StatsResult
 from supervisor.host.loading import Loaded
 from supervisor.host.usage import Usage
 from supervisor.pools.pool import Pool
-from supervisor.registry.catalog import CatalogState
+from supervisor.registry.catalog import CatalogState, SidecarFacts
+from supervisor.registry.plan import SidecarPlan
 
 
 class HostViews:
@@ -186,13 +187,26 @@ class HostViews:
         pool = self.pools.get(sidecar)
         return pool.stderr_tail(max_bytes) if pool is not None else None
 
-    def load(self, sidecar: str) -> tuple[int, list[int]] | None:
+    def workload(self, sidecar: str) -> tuple[int, list[int]] | None:
         """A running sidecar's calls running or queued and its workers' pids (None: not
         running)."""
         pool = self.pools.get(sidecar)
         if pool is None:
             return None
         return pool.inflight, [w.pid for w in pool.workers if w.pid is not None]
+
+    def planned(self, sidecar: str) -> SidecarPlan | None:
+        """The plan's entry of ``sidecar`` now."""
+        return self.loaded.plan.sidecars.get(sidecar)
+
+    def facts(self, sidecar: str) -> SidecarFacts | None:
+        """What the pool of ``sidecar`` knows of it now (None: not running)."""
+        pool = self.pools.get(sidecar)
+        return pool.facts() if pool is not None else None
+
+    def upgrade_of(self, sidecar: str) -> UpgradeField | None:
+        """The package manager's ``upgrade`` state the catalog shows for ``sidecar``."""
+        return self.catalog.upgrade_of(sidecar)
 
     def running_config(self, sidecar: str) -> SidecarConfig | None:
         """The configuration a sidecar runs with (its pool's, else the plan's)."""

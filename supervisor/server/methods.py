@@ -272,10 +272,10 @@ def tools_invoke(c: RequestContext, raw: msgspec.Raw) -> None:
 
 async def sidecar_restart(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, RestartParams)
-    load = c.backend.views.load(p.sidecar)
-    if load is None:
+    workload = c.backend.views.workload(p.sidecar)
+    if workload is None:
         raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
-    inflight, replaced = load
+    inflight, replaced = workload
     if inflight and not p.force:
         raise RpcFailure(
             "invalid-params",
