@@ -1,5 +1,13 @@
-"""The byte-stream transport (the Unix socket): NDJSON frames, switchable to length-prefixed
-MessagePack after ``server.hello``."""
+"""The byte-stream transport (the Unix socket): NDJSON, or MessagePack after ``server.hello``.
+
+# Strategy: one task per connection reads chunks, splits them into frames (NDJSON lines, or
+# length-prefixed MessagePack once ``server.hello`` switched the encoding) and hands each to
+# the session on the same tick; answers are written through on the answering task
+# (``processes/direct_write.py``), corked per read chunk so a burst costs one write. While
+# answers pile up for a client past ``pause_bytes`` its frames are not read; EOF after frames
+# still gets every answer; a hang-up makes the session decide what runs on
+# (``server/transport.py``).
+"""
 
 from __future__ import annotations
 

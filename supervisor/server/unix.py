@@ -1,4 +1,11 @@
-"""The Unix domain socket transport: a private socket (0600 inside a 0700 folder)."""
+"""The Unix domain socket transport: a private socket (0600 inside a 0700 folder).
+
+# Strategy: the socket is bound with the umask that makes it 0600 from its first instant, in a
+# folder tightened to 0700 when it is a dedicated one; a stale socket is removed, a live one
+# (another host answers) refuses the start with one line. Every accepted connection takes a
+# place in the host-wide count (``server/admission.py``) before it gets a
+# :class:`~supervisor.server.stream.StreamConnection`; the socket file goes when serving ends.
+"""
 
 from __future__ import annotations
 

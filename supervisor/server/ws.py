@@ -1,12 +1,13 @@
 """The WebSocket gateway: ``ws://<host.ws.listen>/ws``, the same methods and events.
 
-Text frames carry JSON and binary frames MessagePack; each answer uses the encoding of the frame
-that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared in constant
-time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600), generated on
-first start when absent, read at start and at reload only (``private_files.py``). A browser,
-which cannot set that header, offers the token as the subprotocol ``toolhost.bearer.<token>``
-instead, and its ``Origin`` must be the gateway's own (``server/console.py``, which also serves
-the web console at ``/``).
+# Strategy: text frames carry JSON and binary frames MessagePack; each answer uses the encoding
+# of the frame that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared
+# in constant time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600),
+# generated on first start when absent, read at start and at reload only
+# (``private_files.py``). A browser, which cannot set that header, offers the token as the
+# subprotocol ``toolhost.bearer.<token>`` instead, and its ``Origin`` must be the gateway's own
+# (``server/console.py``, which also serves the web console at ``/``). ``/healthz`` and
+# ``/readyz`` share the port (``server/health.py``).
 """
 
 from __future__ import annotations
