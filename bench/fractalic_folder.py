@@ -9,7 +9,7 @@ Two ratios, each against a baseline measured in the same process run:
   same flags (``subprocess.run`` from plain Python, interleaved call by call with the hosted
   runs so both see the same machine load); target: toolhost at most 1.2x at p50.
 
-toolhost runs in-process here (``Host.invoke``, the same call path the kernel socket ends in,
+toolhost runs in-process here (``Invoker.invoke``, the same call path the kernel socket ends in,
 without the socket hop); the flags and the folder are written to a temporary app root.
 """
 
@@ -69,9 +69,11 @@ async def _hosted(
     root: Path, calls: int, cli_calls: int, direct_argv: list[str]
 ) -> tuple[list[float], list[float], list[float]]:
     """Hosted calls; the direct CLI runs are interleaved with the hosted ones (same load)."""
-    from supervisor.host.host import Host, HostOptions
+    from supervisor.calls.call import InvokeRequest
+    from supervisor.host.host import build_host
+    from supervisor.host.loading import HostOptions
 
-    host = Host(HostOptions(app_root=str(root), use_global=False, manifest_dirs=[]))
+    host = await build_host(HostOptions(app_root=str(root), use_global=False, manifest_dirs=[]))
     raw = msgspec.Raw(b'{"a": 1, "b": 2}')
     py: list[float] = []
     cli: list[float] = []
@@ -83,17 +85,17 @@ async def _hosted(
                 (d := host.catalog.get(t)) is not None and d.stability.effective == "available"
                 for t in ("add_py", "add_cli")
             ):
-                await host.wait_change()
+                await host.feed.wait_change()
         for i in range(calls + 20):
             t0 = time.perf_counter()
-            env = await host.invoke("add_py", raw)
+            env = await host.invoker.invoke(InvokeRequest("add_py", raw))
             if i >= 20:
                 py.append(time.perf_counter() - t0)
             assert env.status == "success", env
         for _ in range(cli_calls):
             direct.append(_direct(direct_argv))  # blocks the loop: the host is idle meanwhile
             t0 = time.perf_counter()
-            env = await host.invoke("add_cli", raw)
+            env = await host.invoker.invoke(InvokeRequest("add_cli", raw))
             cli.append(time.perf_counter() - t0)
             assert env.status == "success", env
         host.stop()

@@ -46,10 +46,11 @@ def _write_app(root: Path, scripts: int) -> list[str]:
 
 
 async def _rounds(root: Path, names: list[str], rounds: int) -> tuple[list[float], list[float]]:
-    from supervisor.host.host import Host, HostOptions
+    from supervisor.host.host import build_host
+    from supervisor.host.loading import HostOptions
     from supervisor.workers import discovery as fractalic_probe
 
-    host = Host(HostOptions(app_root=str(root), use_global=False, manifest_dirs=[]))
+    host = await build_host(HostOptions(app_root=str(root), use_global=False, manifest_dirs=[]))
     sid = "auto:tools"
 
     async def settled(old_pool: object) -> None:
@@ -61,7 +62,7 @@ async def _rounds(root: Path, names: list[str], rounds: int) -> tuple[list[float
                     for t in names
                 )
             ):
-                await host.wait_change()
+                await host.feed.wait_change()
 
     cached: list[float] = []
     baseline: list[float] = []

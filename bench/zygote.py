@@ -27,7 +27,9 @@ from typing import Any
 import msgspec
 import trio
 
-from supervisor.host.host import Host, HostOptions
+from supervisor.calls.call import InvokeRequest
+from supervisor.host.host import Host, build_host
+from supervisor.host.loading import HostOptions
 
 ECHO = ["-m", "bench.sidecars.echo"]
 UTILITY = ["-m", "sidecars.utility"]
@@ -55,20 +57,26 @@ def _write(root: Path, sidecars: dict[str, Any], **host: Any) -> None:
 
 class _Running:
     def __init__(self, root: Path) -> None:
-        self.host = Host(
-            HostOptions(app_root=str(root), use_global=False, manifest_dirs=[], audit=False)
+        self.options = HostOptions(
+            app_root=str(root), use_global=False, manifest_dirs=[], audit=False
         )
+        self.host: Host
+
+    async def start(self, nursery: trio.Nursery) -> Host:
+        self.host = await build_host(self.options)
+        await nursery.start(self.host.run)
+        return self.host
 
     async def wait(self, pred: Any, limit_s: float = 120) -> None:
         with trio.fail_after(limit_s):
             while not pred():
-                await self.host.wait_change()
+                await self.host.feed.wait_change()
 
 
 async def _with_host(root: Path, body: Any) -> Any:
     run = _Running(root)
     async with trio.open_nursery() as nursery:
-        await nursery.start(run.host.run)
+        await run.start(nursery)
         try:
             return await body(run)
         finally:
@@ -79,7 +87,7 @@ async def _with_host(root: Path, body: Any) -> Any:
 
 
 def _workers(host: Host, sid: str) -> list[Any]:
-    return next(s for s in host.catalog_snapshot().sidecars if s.id == sid).workers
+    return next(s for s in host.views.snapshot().sidecars if s.id == sid).workers
 
 
 async def spawn_to_ready(root: Path, spawn: str, starts: int) -> list[float]:
@@ -138,10 +146,9 @@ async def many_sidecars(root: Path, spawn: str, n: int) -> dict[str, Any]:
     )
     t0 = time.perf_counter()
     run = _Running(root)
-    host = run.host
     result: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
-        await nursery.start(host.run)
+        host = await run.start(nursery)
         tools = [f"bench.e{i}" for i in range(n)]
 
         def available() -> bool:
@@ -154,8 +161,8 @@ async def many_sidecars(root: Path, spawn: str, n: int) -> dict[str, Any]:
         await run.wait(available, limit_s=300)
         result["allAvailableS"] = time.perf_counter() - t0
         await trio.sleep(1.0)  # let the workers go idle before measuring memory
-        pids = [w.pid for s in host.catalog_snapshot().sidecars for w in s.workers]
-        by = [w.startedBy for s in host.catalog_snapshot().sidecars for w in s.workers]
+        pids = [w.pid for s in host.views.snapshot().sidecars for w in s.workers]
+        by = [w.startedBy for s in host.views.snapshot().sidecars for w in s.workers]
         worker_pss = [pss_kb(p) for p in pids]
         zpid = host.zygote.pid if host.zygote is not None else None
         result.update(
@@ -210,10 +217,10 @@ async def _one_replacement(run: _Running) -> dict[str, float]:
     first: list[float] = []
 
     async def call() -> None:
-        await host.invoke("bench.echo", payload, timeout_ms=10_000)
+        await host.invoker.invoke(InvokeRequest("bench.echo", payload, timeout_ms=10_000))
 
     async def after() -> None:
-        env = await host.invoke("bench.echo", payload, timeout_ms=10_000)
+        env = await host.invoker.invoke(InvokeRequest("bench.echo", payload, timeout_ms=10_000))
         if env.status == "success" and env.meta.pid != victim:
             first.append(trio.current_time())
 

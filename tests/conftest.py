@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "sidecars"
 
@@ -92,11 +94,12 @@ async def running_host(
     **top: Any,
 ) -> AsyncIterator[Any]:
     """Write the registry (when given) and run a Host on it for the block."""
-    from supervisor.host.host import Host, HostOptions
+    from supervisor.host.host import build_host
+    from supervisor.host.loading import HostOptions
 
     if sidecars is not None:
         write_registry(root, sidecars, **top)
-    host = Host(
+    host = await build_host(
         HostOptions(
             app_root=str(root),
             use_global=False,
@@ -124,7 +127,7 @@ async def wait_for(host: Any, pred: Callable[[], Any], timeout: float = 15, what
             value = pred()
             if value:
                 return value
-            await host.wait_change()
+            await host.feed.wait_change()
 
 
 def effective(host: Any, tool: str) -> str | None:
@@ -169,7 +172,7 @@ async def bystander(host):
 
     async def loop():
         while not stop.is_set():
-            env = await host.invoke("echo.say", raw({"text": "ok"}))
+            env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "ok"})))
             outcomes.append(env.status)
             await trio.sleep(0.005)
 

@@ -157,6 +157,7 @@ async def served(
 ) -> AsyncIterator[Served]:
     """Serve ``host`` on a Unix socket and a WebSocket (random loopback port) for the block."""
     from supervisor.private_files import read_token
+    from supervisor.server.backend import Backend
     from supervisor.server.stream import ConnectionLimits
     from supervisor.server.unix import serve_unix
     from supervisor.server.ws import serve_ws
@@ -169,13 +170,16 @@ async def served(
     )
     sock = root / ".toolhost" / "t.sock"
     token = read_token(str(root / ".toolhost" / "ws.token"))
+    backend = Backend.of(host)
     async with trio.open_nursery() as nursery:
         await nursery.start(
-            lambda task_status: serve_unix(host, str(sock), limits=limits, task_status=task_status)
+            lambda task_status: serve_unix(
+                backend, str(sock), limits=limits, task_status=task_status
+            )
         )
         port = await nursery.start(
             lambda task_status: serve_ws(
-                host, "127.0.0.1:0", token, limits=limits, task_status=task_status
+                backend, "127.0.0.1:0", token, limits=limits, task_status=task_status
             )
         )
         try:

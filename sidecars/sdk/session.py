@@ -30,7 +30,7 @@ _decode = wire.host_decoder.decode
 class Driver(Protocol):
     """What a driver does with the host's messages (the session keeps the books)."""
 
-    def call(self, call: wire.Call, cancelled: threading.Event) -> None:
+    def call(self, call: wire.CallMessage, cancelled: threading.Event) -> None:
         """Start ``call``; ``cancelled`` is set when the host cancels it or the session closes."""
 
     def ping(self, ping_id: str) -> None:
@@ -76,7 +76,7 @@ class Session:
         except msgspec.DecodeError as exc:
             self._log("error", f"bad message from host: {exc}")
             return True
-        if isinstance(msg, wire.Call):
+        if isinstance(msg, wire.CallMessage):
             flag = threading.Event()
             with self._calls_lock:
                 self._calls[msg.id] = flag

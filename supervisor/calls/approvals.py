@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.calls.timers import Timer, Timers
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.rpc import Approval
@@ -88,10 +89,10 @@ class Approvals:
     def __init__(self, timers: Timers, clock: Callable[[], float]) -> None:
         self.timers = timers
         self.clock = clock
-        self.source: Callable[[], str] = lambda: "kernel"
-        """``host.approvalSource`` now (the host installs the real one)."""
-        self.token_file: Callable[[], str] = lambda: ""
-        """Where the operator token is (the host installs the real one)."""
+        self.source = "kernel"
+        """``host.approvalSource`` (:meth:`configure`)."""
+        self.token_file = ""
+        """Where the operator token is: next to the socket (:meth:`configure`)."""
         self.token: TokenFile | None = None
         """The operator token as read at start or at the last reload (:meth:`load_token`)."""
         self._held: dict[str, _Held] = {}
@@ -99,9 +100,15 @@ class Approvals:
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)
 
+    def configure(self, source: str, socket_path: str) -> None:
+        """Apply ``host.approvalSource`` and the socket the token lives next to (the host calls
+        this at start and at every reload, before it reads the token)."""
+        self.source = source
+        self.token_file = token_path(socket_path)
+
     def operator_decides(self, policy: str) -> bool:
         """Whether a call under ``policy`` must wait for an operator."""
-        return policy == "approval-required" and self.source() == "operator"
+        return policy == "approval-required" and self.source == "operator"
 
     def pending(self) -> list[PendingApproval]:
         """Every call waiting now, oldest first."""
@@ -123,7 +130,7 @@ class Approvals:
             OSError, ValueError: It cannot be read (a symlink, another user's, empty); the token
                 read before, if any, stays in force.
         """
-        path = self.token_file()
+        path = self.token_file
         if self.token is not None and self.token.path == path:
             return self.token.load()
         fresh = TokenFile(path)
@@ -140,16 +147,15 @@ class Approvals:
 
     def hold(
         self,
+        request: InvokeRequest,
         *,
-        tool: str,
         sidecar: str | None,
-        input_raw: msgspec.Raw,
         timeout_ms: int,
-        key: Any,
         resume: Callable[[Approval], None],
         refuse: Callable[[Envelope], None],
     ) -> str:
-        """Park a call until an operator decides or ``timeout_ms`` passes; returns its id.
+        """Park the call ``request`` asks for until an operator decides or ``timeout_ms``
+        passes; returns its id.
 
         ``resume`` gets the operator's approval (start the call then); ``refuse`` gets the
         envelope of a denial, a deadline or a cancel. Exactly one of them is called, once.
@@ -157,7 +163,8 @@ class Approvals:
         if self.token is None:
             log.error("no operator token was read (see the start-up error): nobody can approve")
         call_id = f"{self._prefix}-{next(self._ids)}"
-        data = bytes(input_raw)
+        tool, key = request.tool, request.key
+        data = bytes(request.input)
         info = PendingApproval(
             callId=call_id,
             tool=tool,

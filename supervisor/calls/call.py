@@ -11,7 +11,10 @@
 # :class:`~supervisor.calls.timers.Timers` heap. Cancellation, deadline, a worker's answer or
 # death, retry, refusal and shutdown are transitions of the machine, and :meth:`Call._finish` is
 # the only place a call ends: it releases the quota, hands the envelope to the engine's
-# ``record`` (accounting and audit) and to the caller's ``on_done``, exactly once.
+# ``record`` (accounting and audit) and to the caller's ``on_done``, exactly once. What the
+# caller asked (tool, input, deadline override, approval, who, session, cancel key) arrives as
+# one :class:`InvokeRequest`, built once by the server (or a worker's ``tools.invoke``) and
+# handed whole to the invoker and from it to the Call.
 #
 # Nothing here imports trio or reads a clock: the engine is given ``clock`` and the timers, the
 # workers are anything with ``start(call)`` / ``abandon(call)``, so tests/unit drives every
@@ -27,6 +30,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from supervisor.calls.timers import Timer, Timers
+from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.rpc import Approval
@@ -70,6 +74,9 @@ class CallEvents(Protocol):
     def call_ended(self, call: Call, env: Envelope) -> None: ...
 
 
+Redact = Callable[[Envelope], Envelope]
+
+
 class CallEngine:
     """The narrow parts every call needs at its start and at its one finish.
 
@@ -78,6 +85,7 @@ class CallEngine:
         timers: The host's timer heap (deadlines, backoff).
         release: Gives back a call's quota ticket.
         record: Accounting and audit of a finished call (called once per call).
+        redact: Masks secrets in an envelope; applied only after :meth:`mask_secrets`.
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class CallEngine:
         *,
         release: Callable[[tuple[str, ...]], None],
         record: Callable[[Call, Envelope], None],
+        redact: Redact | None = None,
     ) -> None:
         self.clock = clock
         self.timers = timers
@@ -97,14 +106,24 @@ class CallEngine:
         self.backoff: set[Call] = set()
         """Calls waiting to be tried again (the only calls no pool holds)."""
         self.seq = 0
-        self.redact: Callable[[Envelope], Envelope] | None = None
-        """Set once a secret was handed to a sidecar: every envelope passes through it."""
+        self.masker = redact
+        self.redact: Redact | None = None
+        """:attr:`masker` once a secret was handed to a sidecar (None costs nothing)."""
         self.events: CallEvents | None = None
         """Set only while someone subscribes to ``calls`` events (None costs nothing)."""
         self.live: set[Call] = set()
         """Calls begun and not yet finished (the host's shutdown drain waits for them)."""
         self.on_idle: Callable[[], None] | None = None
         """Called when the last live call finishes (set only while someone waits for that)."""
+
+    def mask_secrets(self) -> None:
+        """A secret was handed to a sidecar: from now on every envelope passes ``redact``."""
+        self.redact = self.masker
+
+    def watch(self, events: CallEvents | None) -> None:
+        """Hook ``events`` into every call's start and end (None: unhook; the operator event
+        bus does this while it has ``calls`` subscribers)."""
+        self.events = events
 
     def begin(self, call: Call) -> None:
         """Start the machine: arm the deadline and give the call to its pool."""
@@ -135,6 +154,29 @@ class CallEngine:
         for call in calls:
             call.cancel(message)
         return len(calls)
+
+
+class InvokeRequest(msgspec.Struct):
+    """What a caller asks of one tool call: built once (by the server, a worker's
+    ``tools.invoke``, an in-process caller) and handed whole to the invoker and the Call."""
+
+    tool: str
+    input: msgspec.Raw = wire.EMPTY_OBJECT
+    """The input object as raw JSON (copied to the sidecar, never decoded)."""
+    timeout_ms: int | None = None
+    """Deadline override (else the manifest's, else the sidecar's)."""
+    approval: Approval | None = None
+    """The kernel's approval for approval-required tools."""
+    client: str = ""
+    """Who asked (for the audit log)."""
+    session: str | None = None
+    """The kernel's session: the scope of ``session`` state (PROTOCOL 3.5)."""
+    key: Any = None
+    """Key under which ``Invoker.cancel`` finds the call (None: it cannot be cancelled)."""
+    trace: Any = None
+    """The OpenTelemetry context the call's span joins (the kernel request's span)."""
+    parent: Call | None = None
+    """The call whose worker asked for this one (``tools.invoke``, PROTOCOL 3.5)."""
 
 
 class Call:
@@ -179,21 +221,15 @@ class Call:
         self,
         engine: CallEngine,
         dispatch: Dispatch,
-        tool: str,
-        input_raw: msgspec.Raw,
+        request: InvokeRequest,
+        on_done: EnvelopeSink,
+        on_progress: ProgressSink | None = None,
         *,
         t0: float,
         timeout_ms: int,
         manifest: ToolManifest | None,
         max_output: int,
         ticket: tuple[str, ...],
-        on_done: EnvelopeSink,
-        on_progress: ProgressSink | None = None,
-        approval: Approval | None = None,
-        client: str = "",
-        key: Any = None,
-        parent: Call | None = None,
-        session: str | None = None,
     ) -> None:
         engine.seq += 1
         self.id = engine.seq
@@ -201,8 +237,8 @@ class Call:
         self.engine = engine
         self.dispatch = dispatch
         self.sidecar = dispatch.sidecar
-        self.tool = tool
-        self.input_raw = input_raw
+        self.tool = request.tool
+        self.input_raw = request.input
         self.t0 = t0
         self.timeout_ms = timeout_ms
         self.deadline = t0 + timeout_ms / 1000.0
@@ -211,9 +247,9 @@ class Call:
         self.ticket = ticket
         self.on_done = on_done
         self.on_progress = on_progress
-        self.approval = approval
-        self.client = client
-        self.key = key
+        self.approval = request.approval
+        self.client = request.client
+        self.key = request.key
         self.state: CallState = "queued"
         self.attempts = 0
         self.worker: CallWorker | None = None
@@ -223,8 +259,8 @@ class Call:
         self.last: CallOutcome | None = None
         self._timer: Timer | None = None
         self._backoff: Timer | None = None
-        self.parent = parent
-        self.session = session
+        self.parent = request.parent
+        self.session = request.session
         self.children: list[Call] | None = None
         """Child calls this call's worker made through ``tools.invoke`` (PROTOCOL 3.5)."""
         self.child_names: list[str] | None = None

@@ -1,38 +1,60 @@
 """The invoke path: the gate, then one :class:`~supervisor.calls.call.Call` per call.
 
-# Strategy: :meth:`Invoker.start` answers at once what needs no worker (unknown tool, invisible,
-# policy, approval, quota), then builds a Call and hands it to the sidecar's pool; the caller's
-# ``on_done`` gets the one envelope, from whichever tick ends the call (the worker's answer, the
-# deadline timer, a cancel, a refusal). No task is spawned or woken per call: a call crosses two
-# scheduler ticks (the client's frame, the sidecar's answer) when a worker has room, and waits as
-# a queue entry when none has. The invoker is built from the narrow parts it needs (catalog,
-# pools, quotas, accounting, audit), not from the host.
+# Strategy: :meth:`Invoker.start` takes one :class:`~supervisor.calls.call.InvokeRequest` and
+# answers at once what needs no worker (unknown tool, invisible, policy, approval, quota), then
+# builds a Call from the request and hands it to the sidecar's pool; ``on_done`` gets the one
+# envelope, from whichever tick ends the call (the worker's answer, the deadline timer, a
+# cancel, a refusal). No task is spawned or woken per call: a call crosses two scheduler ticks
+# (the client's frame, the sidecar's answer) when a worker has room, and waits as a queue entry
+# when none has. A call an operator must approve is held with its request and resumed with the
+# same request. The invoker is built from the narrow parts it needs (catalog, the pools as
+# :class:`CallPool`, quotas, accounting, audit, telemetry), all handed in at construction; it
+# never sees the host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 import trio
 
 from supervisor.calls.approvals import OPERATOR_PENDING, Approvals
 from supervisor.calls.audit import AuditApproval, AuditLinks, AuditLog
-from supervisor.calls.call import Call, CallEngine, EnvelopeSink, ProgressSink
+from supervisor.calls.call import (
+    Call,
+    CallEngine,
+    Dispatch,
+    EnvelopeSink,
+    InvokeRequest,
+    ProgressSink,
+    Redact,
+)
 from supervisor.calls.quotas import Quotas, refusal_envelope
 from supervisor.calls.timers import Timers
 from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.registry import SidecarConfig
 from supervisor.contracts.rpc import Approval
 from supervisor.policy import gate, results
-from supervisor.pools.pool import Pool
 from supervisor.processes import limits
-from supervisor.registry.catalog import Catalog
+from supervisor.registry.catalog import CatalogState
 
 if TYPE_CHECKING:
     from supervisor.telemetry.tracing import Tracing
 
 Account = Callable[[str, msgspec.Raw, Envelope], None]
+
+
+class CallPool(Protocol):
+    """What the invoker needs of a running sidecar's pool: its configuration (deadlines, output
+    limits) and the queue its calls go to."""
+
+    @property
+    def config(self) -> SidecarConfig: ...
+
+    @property
+    def dispatch(self) -> Dispatch: ...
 
 
 class Invoker:
@@ -43,15 +65,26 @@ class Invoker:
         pools: The host's running pools by sidecar id (the live mapping).
         quotas: Call quotas (admit before a pool, release at the finish).
         account: Accounting of one envelope.
+        timers: The host's timer heap (deadlines, backoff, approval waits).
+        approvals: Calls waiting for an operator (``host.approvalSource: "operator"``).
+        audit: The audit log (None: off).
+        telemetry: Spans and metrics (None: off; then no hook runs).
+        redact: Masks secrets in envelopes once one was handed out.
         clock: Seconds (``trio.current_time`` in the host).
     """
 
     def __init__(
         self,
-        catalog: Catalog,
-        pools: Mapping[str, Pool],
+        catalog: CatalogState,
+        pools: Mapping[str, CallPool],
         quotas: Quotas,
         account: Account,
+        *,
+        timers: Timers,
+        approvals: Approvals,
+        audit: AuditLog | None = None,
+        telemetry: Tracing | None = None,
+        redact: Redact | None = None,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self.catalog = catalog
@@ -59,46 +92,41 @@ class Invoker:
         self.quotas = quotas
         self.account = account
         self.clock = clock
-        self.audit: AuditLog | None = None
-        self.timers = Timers()
-        self.engine = CallEngine(clock, self.timers, release=quotas.release, record=self._finished)
-        self.approvals = Approvals(self.timers, clock)
-        """Calls waiting for an operator (``host.approvalSource: "operator"``)."""
-        self.telemetry: Tracing | None = None
-        """Spans and metrics (``supervisor.telemetry``); None when off: then no hook runs."""
+        self.audit = audit
+        self.timers = timers
+        self.engine = CallEngine(
+            clock, timers, release=quotas.release, record=self._finished, redact=redact
+        )
+        self.approvals = approvals
+        self.telemetry = telemetry
 
     # starting ------------------------------------------------------------------------------
 
     def start(
         self,
-        tool: str,
-        input_raw: msgspec.Raw,
-        *,
+        request: InvokeRequest,
         on_done: EnvelopeSink,
-        timeout_ms: int | None = None,
-        approval: Approval | None = None,
         on_progress: ProgressSink | None = None,
-        call_key: Any = None,
-        client: str = "",
-        session: str | None = None,
-        parent: Call | None = None,
+        *,
         operator_approved: bool = False,
-        trace: Any = None,
     ) -> Call | None:
         """Start one call; ``on_done`` gets its envelope, exactly once (maybe before this
-        returns). Returns the call when it reached a pool (None: refused at the gate).
+        returns), ``on_progress`` its progress payloads (raw JSON). Returns the call when it
+        reached a pool (None: refused at the gate, or held for an operator).
 
-        A child call (``parent`` set: a worker's ``tools.invoke``, PROTOCOL 3.5) passes the same
-        gates; its deadline never outlives its parent's, and it is cancelled when its parent
-        ends. ``trace`` is the OpenTelemetry context the call's span joins (the kernel
-        request's span); a child's span joins its parent's.
+        A child call (``request.parent`` set: a worker's ``tools.invoke``, PROTOCOL 3.5) passes
+        the same gates; its deadline never outlives its parent's, and it is cancelled when its
+        parent ends. ``request.trace`` is the OpenTelemetry context the call's span joins (the
+        kernel request's span); a child's span joins its parent's. ``operator_approved``: an
+        operator granted the call (:class:`~supervisor.calls.approvals.Approvals` resumes it).
         """
         t0 = self.clock()
         catalog = self.catalog
+        tool = request.tool
         desc = catalog.get(tool)
         if desc is None:
             env = results.unavailable(tool, "unknown-tool", f"no tool named {tool!r} is known")
-            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            self._refused(request, env, on_done)
             return None
         tp = catalog.tool_plan(tool)
         sidecar = desc.sidecar
@@ -109,79 +137,55 @@ class Invoker:
         refusal = gate.refuse(
             desc,
             policy,
-            OPERATOR_PENDING if hold else approval,
+            OPERATOR_PENDING if hold else request.approval,
             lambda: self.quotas.blocking(sidecar, tool),
         )
         if refusal is not None:
-            self._refused(client, tool, input_raw, refusal, approval, on_done, parent)
+            self._refused(request, refusal, on_done)
             return None
         pool = self.pools.get(sidecar or "")
         if pool is None:
             env = results.unavailable(
                 tool, "unavailable", f"{tool}: sidecar {sidecar} is not running"
             )
-            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            self._refused(request, env, on_done)
             return None
+        parent = request.parent
         if hold:
-            wait_ms = timeout_ms or desc.annotations.timeoutMs or pool.config.timeout_ms
+            wait_ms = request.timeout_ms or desc.annotations.timeoutMs or pool.config.timeout_ms
             if parent is not None:
                 wait_ms = min(wait_ms, parent.remaining_ms(t0))
 
             def resume(granted: Approval) -> None:
-                self.start(
-                    tool,
-                    input_raw,
-                    on_done=on_done,
-                    timeout_ms=timeout_ms,
-                    approval=granted,
-                    on_progress=on_progress,
-                    call_key=call_key,
-                    client=client,
-                    session=session,
-                    parent=parent,
-                    operator_approved=True,
-                    trace=trace,
-                )
+                granted_request = msgspec.structs.replace(request, approval=granted)
+                self.start(granted_request, on_done, on_progress, operator_approved=True)
 
             def refuse(env: Envelope) -> None:
-                self._refused(client, tool, input_raw, env, approval, on_done, parent)
+                self._refused(request, env, on_done)
 
             self.approvals.hold(
-                tool=tool,
-                sidecar=sidecar,
-                input_raw=input_raw,
-                timeout_ms=wait_ms,
-                key=call_key,
-                resume=resume,
-                refuse=refuse,
+                request, sidecar=sidecar, timeout_ms=wait_ms, resume=resume, refuse=refuse
             )
             return None
         ticket = self.quotas.admit(sidecar, tool)
         if not isinstance(ticket, tuple):
-            env = refusal_envelope(tool, sidecar, ticket)
-            self._refused(client, tool, input_raw, env, approval, on_done, parent)
+            self._refused(request, refusal_envelope(tool, sidecar, ticket), on_done)
             return None
         config = pool.config
-        timeout = timeout_ms or desc.annotations.timeoutMs or config.timeout_ms
+        timeout = request.timeout_ms or desc.annotations.timeoutMs or config.timeout_ms
         if parent is not None:
             timeout = min(timeout, parent.remaining_ms(t0))
         call = Call(
             self.engine,
             pool.dispatch,
-            tool,
-            input_raw,
+            request,
+            on_done,
+            on_progress,
             t0=t0,
             timeout_ms=timeout,
             manifest=tp.manifest if tp is not None else None,
             max_output=limits.output_limit(config, tool, desc.annotations.resultLimit),
             ticket=ticket,
-            on_done=on_done,
-            on_progress=on_progress,
-            approval=approval,
-            client=client,
-            key=call_key,
-            parent=parent,
-            session=session,
         )
         if parent is not None:
             if parent.children is None:
@@ -190,9 +194,31 @@ class Invoker:
             _adopt(parent, f"{tool}#{call.id}")
         tel = self.telemetry
         if tel is not None:
-            tel.call_started(call, trace)
+            call.trace = tel.call_started(call, request.trace)
         self.engine.begin(call)
         return call
+
+    async def invoke(
+        self, request: InvokeRequest, on_progress: ProgressSink | None = None
+    ) -> Envelope:
+        """Run one call to exactly one envelope (in-process callers; the server uses
+        :meth:`start`). Cancelling the caller cancels the call."""
+        done = trio.Event()
+        box: list[Envelope] = []
+
+        def on_done(env: Envelope) -> None:
+            box.append(env)
+            done.set()
+
+        if request.key is None:
+            request = msgspec.structs.replace(request, key=object())
+        self.start(request, on_done, on_progress)
+        try:
+            await done.wait()
+        except trio.Cancelled:
+            self.cancel(request.key, "client disconnected")
+            raise
+        return box[0]
 
     def cancel(self, call_key: Any, message: str = "") -> bool:
         """Cancel the call registered under ``call_key``; False when there is none."""
@@ -238,23 +264,15 @@ class Invoker:
 
     # the end of every call -----------------------------------------------------------------
 
-    def _refused(
-        self,
-        client: str,
-        tool: str,
-        input_raw: msgspec.Raw,
-        env: Envelope,
-        approval: Approval | None,
-        on_done: EnvelopeSink,
-        parent: Call | None = None,
-    ) -> None:
+    def _refused(self, request: InvokeRequest, env: Envelope, on_done: EnvelopeSink) -> None:
         links = None
+        parent = request.parent
         if parent is not None:
             engine = self.engine
             engine.seq += 1
             links = AuditLinks(call_id=engine.seq, via=f"{parent.tool}#{parent.id}")
-            _adopt(parent, f"{tool}#{engine.seq}")
-        self.record(client, tool, input_raw, env, approval, links)
+            _adopt(parent, f"{request.tool}#{engine.seq}")
+        self.record(request.client, request.tool, request.input, env, request.approval, links)
         on_done(env)
 
     def _finished(self, call: Call, env: Envelope) -> None:

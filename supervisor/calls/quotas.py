@@ -29,7 +29,7 @@ from supervisor.contracts.snapshot import Descriptor
 from supervisor.policy import results
 from supervisor.policy.quota import Ledger, Limits, Refusal, refusal_details, refusal_message
 from supervisor.private_files import open_private
-from supervisor.registry.catalog import Catalog
+from supervisor.registry.catalog import CatalogState
 from supervisor.registry.plan import Plan
 
 log = logging.getLogger("toolhost.quota")
@@ -86,13 +86,16 @@ class Quotas:
         catalog: The catalog whose ``sandbox`` fields show ``quota-limited``.
         changed: Receives the descriptors that changed (the host publishes them).
         state_path: The ``callsPerDay`` state file (None: counts live in memory only).
+        latency_hint: The ``retryAfterMs`` of a ``maxConcurrent`` refusal for a tool (its
+            median latency).
     """
 
     def __init__(
         self,
-        catalog: Catalog,
+        catalog: CatalogState,
         changed: Callable[[list[Descriptor]], None],
         state_path: str | None = None,
+        latency_hint: Callable[[str], float] = lambda tool: 100.0,
     ) -> None:
         self.ledger = Ledger()
         self.catalog = catalog
@@ -104,8 +107,7 @@ class Quotas:
         self._due: list[tuple[float, str]] = []
         self._wake = trio.Event()
         self._save = trio.Event()
-        self.latency_hint: Callable[[str], float] = lambda tool: 100.0
-        """The ``retryAfterMs`` of a ``maxConcurrent`` refusal for a tool (its median latency)."""
+        self.latency_hint = latency_hint
 
     # configuration -----------------------------------------------------------------------
 

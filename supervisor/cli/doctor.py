@@ -18,7 +18,8 @@ from supervisor.cli import doctor_folders
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
 from supervisor.cli.render import zygote_text
 from supervisor.contracts.snapshot import Descriptor
-from supervisor.host.host import Host, HostOptions
+from supervisor.host.host import Host, build_host
+from supervisor.host.loading import HostOptions
 from supervisor.processes import zygote
 from supervisor.processes.warden import process_warden
 
@@ -60,7 +61,7 @@ def _settled(host: Host) -> bool:
 
 async def examine(options: HostOptions, timeout_s: float) -> Report:
     """Run a host until every sidecar is ready or has failed once; return the findings."""
-    host = Host(options)
+    host = await build_host(options)
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
         limit = timeout_s
@@ -69,7 +70,7 @@ async def examine(options: HostOptions, timeout_s: float) -> Report:
                 limit = max(limit, sp.config.probe.start_timeout_ms / 1000.0 + 2.0)
         with trio.move_on_after(limit):
             while not _settled(host):
-                await host.wait_change()
+                await host.feed.wait_change()
         report = _report(host)
         host.stop()
         with trio.move_on_after(10):

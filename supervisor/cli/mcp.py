@@ -23,7 +23,8 @@ import trio
 from supervisor import telemetry
 from supervisor.cli.common import EXIT_FAILED, EXIT_USAGE, app_root, die, socket_path
 from supervisor.client import open_client
-from supervisor.host.host import Host, HostOptions, HostStartError
+from supervisor.host.host import Host, HostStartError, build_host
+from supervisor.host.loading import HostOptions
 from supervisor.mcp_face.face import Connect, embedded_connector, unix_connector
 from supervisor.mcp_face.http import HealthHook, HttpLimits
 from supervisor.mcp_face.profiles import Profile, from_patterns, named
@@ -75,11 +76,10 @@ async def _main(args: argparse.Namespace) -> int:
             if tracing is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await trio.to_thread.run_sync(tracing.shutdown, abandon_on_cancel=True)
-    host = Host(
-        HostOptions(
-            app_root=app_root(args), registry_path=args.registry, use_global=not args.no_global
-        )
+    options = HostOptions(
+        app_root=app_root(args), registry_path=args.registry, use_global=not args.no_global
     )
+    host = await build_host(options)
     async with trio.open_nursery() as nursery:
         try:
             await nursery.start(host.run)
@@ -125,12 +125,12 @@ def cli_profile(args: argparse.Namespace, reg: Registry) -> Profile | None:
 async def _settled(host: Host) -> None:
     """Until no tool is ``runtime: starting`` (a front-end often lists tools only once)."""
     while any(d.stability.runtime == "starting" for d in host.catalog.tools()):
-        await host.wait_change()
+        await host.feed.wait_change()
 
 
 def _host_health(host: Host) -> HealthHook:
     async def answer(path: str) -> tuple[int, bytes]:
-        return http_answer(path, host.health())
+        return http_answer(path, host.views.health())
 
     return answer
 

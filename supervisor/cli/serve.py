@@ -12,10 +12,13 @@ import sys
 import trio
 
 from supervisor.cli.common import EXIT_USAGE, app_root, die, remove_serving, write_serving
-from supervisor.host.host import Host, HostOptions, HostStartError
+from supervisor.host.host import Host, HostStartError, build_host
+from supervisor.host.loading import HostOptions
+from supervisor.policy.redact import Redactor
 from supervisor.private_files import TokenFile
 from supervisor.processes.warden import process_warden
 from supervisor.registry.load import Registry, load_registry
+from supervisor.server.backend import Backend
 from supervisor.server.listen import ListenError, first_listen_error, open_tcp
 from supervisor.server.stream import ConnectionLimits
 from supervisor.server.systemd import Notifier
@@ -51,11 +54,11 @@ async def _serve(args: argparse.Namespace) -> int:
         log_format=getattr(args, "log_format", None),
         socket=args.socket,
     )
-    host = Host(options)
+    redactor = Redactor()
     reg = load_registry(
         options.app_root, registry_path=args.registry, use_global=options.use_global
     )
-    logs.configure(options.log_format or reg.host.log_format, host.services.redactor.text)
+    logs.configure(options.log_format or reg.host.log_format, redactor.text)
     if reg.missing:
         return die(f"registry {reg.missing} does not exist (named by --registry)", EXIT_USAGE)
     path = args.socket or reg.path(reg.host.socket)
@@ -65,10 +68,12 @@ async def _serve(args: argparse.Namespace) -> int:
         path, "--socket" if args.socket else "host.socket", reg
     )
     async with trio.open_nursery() as nursery:
+        host = await build_host(options, redactor=redactor)
         try:
             await nursery.start(host.run)
         except HostStartError as exc:
             return die(str(exc), 1)
+        backend = Backend.of(host)
         reg = host.registry
         limits = ConnectionLimits(
             max_frame=reg.host.max_frame_bytes, max_connections=reg.host.max_connections
@@ -79,7 +84,7 @@ async def _serve(args: argparse.Namespace) -> int:
         async def serve(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
             with server_scope:
                 await serve_unix(
-                    host, path, limits=limits, listener=unix_listener, task_status=task_status
+                    backend, path, limits=limits, listener=unix_listener, task_status=task_status
                 )
 
         await nursery.start(serve)
@@ -89,7 +94,7 @@ async def _serve(args: argparse.Namespace) -> int:
             token = TokenFile(reg.path(ws.token_file))  # read now and at reload only
             try:
                 token.load()
-                host.tokens["gateway"] = token
+                host.tokens.add("gateway", token)
             except (OSError, ValueError) as exc:
                 log.error("WebSocket gateway disabled: %s", exc)
             else:
@@ -99,7 +104,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 ) -> None:
                     with gateway_scope:
                         await serve_ws(
-                            host,
+                            backend,
                             ws.listen,
                             token,
                             limits=limits,
@@ -132,7 +137,9 @@ async def _serve(args: argparse.Namespace) -> int:
         await nursery.start(_watch_signals, host, nursery.cancel_scope, notifier)
         notifier.ready(_status_line(host))
         nursery.start_soon(notifier.watchdog)
-        nursery.start_soon(notifier.follow_status, lambda: _status_line(host), host.wait_change)
+        nursery.start_soon(
+            notifier.follow_status, lambda: _status_line(host), host.feed.wait_change
+        )
         # host.run returns once every pool has drained and stopped; then close the socket.
         try:
             await host.wait_stopped()
@@ -170,7 +177,7 @@ async def _listen(
 
 def _status_line(host: Host) -> str:
     """systemd's STATUS=: how many tools are available (and whether the host is ready)."""
-    health = host.health()
+    health = host.views.health()
     ready = "" if health.ready else "; not ready (a critical sidecar is down)"
     return f"{health.tools.available} tools available{ready}"
 

@@ -38,7 +38,9 @@ class Init(_Msg, tag="init", kw_only=True):
     them in every path check."""
 
 
-class Call(_Msg, tag="call", kw_only=True):
+# The ``call`` line: run one tool call (named for what it is on the wire; the host's own state
+# machine of a call is ``supervisor.calls.call.Call``).
+class CallMessage(_Msg, tag="call", kw_only=True):
     id: int
     tool: str
     input: Raw = msgspec.field(default_factory=lambda: EMPTY_OBJECT)
@@ -77,7 +79,7 @@ class Response(_Msg, tag="response", kw_only=True):
     error: ServiceError | None = None
 
 
-HostMessage = Init | Call | Cancel | Ping | Shutdown | Response
+HostMessage = Init | CallMessage | Cancel | Ping | Shutdown | Response
 
 
 # worker -> host

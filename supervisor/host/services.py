@@ -8,16 +8,17 @@
 # asks pays nothing; one that floods is bounded per call (``too-many-requests``).
 #
 # - ``tools.invoke``: a child :class:`~supervisor.calls.call.Call` through the same gates as a
-#   kernel's call (``Invoker.start``). The parent's approval covers the child only when the child
-#   tool is in the parent tool's manifest ``requires``. Depth 1 (``nesting-refused``). A child of
-#   the parent's own sidecar runs when a slot is free now and is refused ``would-deadlock``
-#   otherwise (waiting could hold the parent's slot forever). Children end with their parent.
+#   kernel's call (one :class:`~supervisor.calls.call.InvokeRequest` to ``Invoker.start``).
+#   The parent's approval covers the child only when the child tool is in the parent tool's
+#   manifest ``requires``. Depth 1 (``nesting-refused``). A child of the parent's own sidecar
+#   runs when a slot is free now and is refused ``would-deadlock`` otherwise (waiting could
+#   hold the parent's slot forever). Children end with their parent.
 # - ``state.*``: names and key prefixes the sidecar entry or the tool's manifest declares;
 #   ``session`` scope keys on the kernel's ``session`` (``session-required`` without one).
 #   Compare-and-set through ``ifValue``/``ifAbsent`` on ``state.set`` (``conflict``).
 # - ``vault.get``: keys the sidecar entry declares; every value handed out is added to the
-#   redactor, and from then on masked from every envelope, stderr tail and log line the host
-#   writes.
+#   host's redactor, and from then on masked from every envelope (``on_secret`` turns the call
+#   path's masking on), stderr tail and log line the host writes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import msgspec
 import trio
 
-from supervisor.calls.call import Call
+from supervisor.calls.call import Call, InvokeRequest
 from supervisor.calls.invoke import Invoker
 from supervisor.contracts import wire
 from supervisor.contracts.manifest import ToolManifest
@@ -96,6 +97,9 @@ class HostServices:
     Args:
         invoker: Runs child calls.
         app_root: Where ``.toolhost/state.db`` and ``.toolhost/vault.json`` live.
+        redactor: The host's redactor: every vault value handed out is added to it.
+        on_secret: Called after a vault value was handed out (the call path masks envelopes
+            from then on).
         sidecar_config: The running configuration of a sidecar (its declarations).
         manifest: A tool's manifest (``requires``, ``state``), if any.
         count_request: Accounting of one request of a sidecar's worker.
@@ -106,6 +110,8 @@ class HostServices:
         invoker: Invoker,
         app_root: str,
         *,
+        redactor: Redactor,
+        on_secret: Callable[[], None] = lambda: None,
         sidecar_config: Callable[[str], SidecarConfig | None],
         manifest: Callable[[str], ToolManifest | None],
         count_request: Callable[[str], None] = lambda sidecar: None,
@@ -117,7 +123,8 @@ class HostServices:
         self.manifest = manifest
         self.count_request = count_request
         self.state_max_bytes = state_max_bytes
-        self.redactor = Redactor()
+        self.redactor = redactor
+        self.on_secret = on_secret
         self.vault = Vault(vault_path(app_root))
         self._store: StateStore | None = None
         self._writes: deque[tuple[Write, Call, Reply, Any]] = deque()
@@ -224,16 +231,16 @@ class HostServices:
         def done(env: Any) -> None:
             self._answer(parent, reply, _ok(rid, env))
 
-        inv.start(
+        child = InvokeRequest(
             p.tool,
             p.input,
-            on_done=done,
             timeout_ms=p.timeoutMs,
             approval=approval,
             client=parent.client,
             session=parent.session,
             parent=parent,
         )
+        inv.start(child, done)
 
     # state ----------------------------------------------------------------------------------
 
@@ -340,7 +347,5 @@ class HostServices:
                 "not-found", f"the vault has no {p.key!r}: `toolhost vault set {p.key}`"
             )
         self.redactor.add(value)
-        engine = self.invoker.engine
-        if engine.redact is None:
-            engine.redact = self.redactor.envelope
+        self.on_secret()
         self._answer(call, reply, _ok(req.id, {"value": value}))

@@ -5,11 +5,12 @@ versions, and keep the snapshot's ``upgrade`` field equal to the package manager
 # thread; this service puts the live host around it. An apply or rollback is: mark the tools
 # ``applying`` (hidden), drain and stop only that sidecar, run the journaled transaction, reload
 # the registry (which starts only that sidecar again, on the new version), then watch the new
-# pool's facts through ``Host.wait_change`` until :func:`judge_start` gives a verdict, and record
-# it (idle, or ``rollback-required``/``failed``, with ``autoRollback`` restoring the previous
-# version). Operations run as tasks of the service's own nursery, so a client that disconnects
-# half-way does not cancel a transaction; one operation runs at a time (a trio lock in the host,
-# the manager's file lock against other processes).
+# pool's facts through ``CatalogFeed.wait_change`` until :func:`judge_start` gives a verdict, and
+# record it (idle, or ``rollback-required``/``failed``, with ``autoRollback`` restoring the
+# previous version). Operations run as tasks of the service's own nursery, so a client that
+# disconnects half-way does not cancel a transaction; one operation runs at a time (a trio lock
+# in the host, the manager's file lock against other processes). A transaction a crash
+# interrupted is finished or undone by :func:`recover` before the host reads its registry.
 """
 
 from __future__ import annotations
@@ -18,51 +19,33 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import trio
 
 from supervisor.contracts.packages import ApplyResult, PackagesStatus, StageResult
 from supervisor.contracts.snapshot import Reason
+from supervisor.host.catalog_feed import CatalogFeed
+from supervisor.host.views import HostViews
 from supervisor.packages.errors import PackageError
 from supervisor.packages.journal import Journal, UpgradeRecord
 from supervisor.packages.manager import PackageManager, Transaction
 from supervisor.packages.states import Verdict, judge_start
-
-if TYPE_CHECKING:
-    from supervisor.pools.pool import Pool
-    from supervisor.registry.catalog import Catalog
-    from supervisor.registry.plan import Plan
 
 
 class Summary(Protocol):
     def summary(self) -> str: ...
 
 
-class LiveHost(Protocol):
-    """What the upgrade service needs of the host that owns it (no import of the host)."""
-
-    app_root: str
-    version: str
-    catalog: Catalog
-    plan: Plan
-    pools: dict[str, Pool]
-
-    @property
-    def registry_path(self) -> str | None: ...
-
-    def set_upgrade(self, sidecar: str, state: Any, reason: Reason | None = None) -> None: ...
+class SidecarControl(Protocol):
+    """What the upgrade service asks of the host that owns it (no import of the host)."""
 
     async def stop_sidecar(self, sidecar: str) -> bool: ...
 
     async def start_sidecar(self, sidecar: str) -> bool: ...
 
     async def reload(self) -> Summary: ...
-
-    async def wait_change(self) -> None: ...
-
-    def catalog_reason(self, sidecar: str) -> str | None: ...
 
 
 log = logging.getLogger("toolhost.packages")
@@ -73,36 +56,53 @@ LOCK_POLL_S = 0.05
 JUDGE_GRACE_S = 5.0
 
 
-class Upgrades:
-    """Package operations and upgrade state for one host."""
+async def recover(manager: PackageManager) -> list[str]:
+    """Finish or undo a transaction a crash interrupted (before the host reads its registry);
+    what was done, one line each."""
+    if not manager.exists():
+        return []
+    try:
+        async with file_lock(manager):
+            done = await trio.to_thread.run_sync(manager.recover)
+    except PackageError as exc:
+        log.error("packages: recovery failed: %s", exc)
+        return []
+    for line in done:
+        log.warning("packages: %s", line)
+    return done
 
-    def __init__(self, host: LiveHost) -> None:
+
+class Upgrades:
+    """Package operations and upgrade state for one host.
+
+    Args:
+        manager: The package manager of the host's app root.
+        recovered: What :func:`recover` did at start (``packages.status`` shows it).
+        host: Stops, starts and reloads sidecars.
+        feed: Publishes the ``upgrade`` state; its pulses drive the verdicts.
+        views: The plan, the pools' facts, the catalog's reasons.
+    """
+
+    def __init__(
+        self,
+        manager: PackageManager,
+        recovered: list[str],
+        *,
+        host: SidecarControl,
+        feed: CatalogFeed,
+        views: HostViews,
+    ) -> None:
+        self.manager = manager
+        self.recovered = recovered
         self.host = host
-        self.manager = PackageManager(
-            host.app_root, registry_path=host.registry_path, host_version=host.version
-        )
-        self.recovered: list[str] = []
+        self.feed = feed
+        self.views = views
         self._op_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._overlaid: set[str] = set()
         self._busy: set[str] = set()
 
     # life cycle ----------------------------------------------------------------------------
-
-    async def recover(self) -> list[str]:
-        """Finish or undo a transaction a crash interrupted (the host calls this at start)."""
-        if not self.manager.exists():
-            return []
-        try:
-            async with self._op_lock, self._file_lock():
-                done = await trio.to_thread.run_sync(self.manager.recover)
-        except PackageError as exc:
-            log.error("packages: recovery failed: %s", exc)
-            return []
-        for line in done:
-            log.warning("packages: %s", line)
-        self.recovered = done
-        return done
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the operations' tasks; verify versions a previous run left unverified."""
@@ -127,10 +127,10 @@ class Upgrades:
             log.error("packages: cannot read the package state: %s", exc)
             return
         for sid in self._overlaid - set(overlays) - self._busy:
-            self.host.set_upgrade(sid, None)
+            self.feed.set_upgrade(sid, None)
         for sid, (state, reason) in overlays.items():
             if sid not in self._busy:
-                self.host.set_upgrade(sid, state, reason)
+                self.feed.set_upgrade(sid, state, reason)
         self._overlaid = set(overlays) | self._busy
 
     # operations ----------------------------------------------------------------------------
@@ -150,14 +150,14 @@ class Upgrades:
     async def _stage(self, source: str) -> StageResult:
         if not self.manager.exists():  # a refused first package must not leave the lock file
             await trio.to_thread.run_sync(self.manager.check_stage, source)
-        async with self._op_lock, self._file_lock():
+        async with self._op_lock, file_lock(self.manager):
             await trio.to_thread.run_sync(partial(self.manager.recover, refresh_next=False))
             result = await trio.to_thread.run_sync(self.manager.stage, source)
         self.refresh()
         return result
 
     async def _apply(self, pid: str, auto_rollback: bool) -> ApplyResult:
-        async with self._op_lock, self._file_lock():
+        async with self._op_lock, file_lock(self.manager):
             await trio.to_thread.run_sync(partial(self.manager.recover, refresh_next=False))
             txn = await trio.to_thread.run_sync(
                 lambda: self.manager.prepare_apply(pid, auto_rollback=auto_rollback)
@@ -165,13 +165,13 @@ class Upgrades:
             return await self._transact(txn)
 
     async def _rollback(self, pid: str) -> ApplyResult:
-        async with self._op_lock, self._file_lock():
+        async with self._op_lock, file_lock(self.manager):
             await trio.to_thread.run_sync(partial(self.manager.recover, refresh_next=False))
             txn = await trio.to_thread.run_sync(self.manager.prepare_rollback, pid)
             return await self._transact(txn)
 
     async def _verify_pending(self, pid: str) -> None:
-        async with self._op_lock, self._file_lock():
+        async with self._op_lock, file_lock(self.manager):
             record = await trio.to_thread.run_sync(self.manager.record, pid)
             if record is None or record.state != "verifying":
                 return
@@ -187,7 +187,7 @@ class Upgrades:
         host = self.host
         self._busy.add(pid)
         try:
-            host.set_upgrade(pid, "applying", _applying_reason(j))
+            self.feed.set_upgrade(pid, "applying", _applying_reason(j))
             await host.stop_sidecar(pid)
             try:
                 await trio.to_thread.run_sync(self.manager.execute, txn)
@@ -219,7 +219,7 @@ class Upgrades:
             op=record.op,
             fromVersion=record.fromVersion,
             toVersion=record.toVersion,
-            upgrade=self.host.catalog.upgrade_of(pid) or "idle",
+            upgrade=self.views.upgrade_of(pid) or "idle",
             verified=verdict == "ready",
             message=left.message if left is not None else message,
         )
@@ -247,8 +247,8 @@ class Upgrades:
 
     async def _judge(self, pid: str) -> tuple[Verdict, str]:
         """Watch the sidecar's facts until its start has a verdict (bounded by its deadlines)."""
-        host = self.host
-        sp = host.plan.sidecars.get(pid)
+        views = self.views
+        sp = views.planned(pid)
         if sp is None:
             return "failed", f"the registry has no sidecar {pid}"
         cfg = sp.config
@@ -257,39 +257,18 @@ class Upgrades:
         limit_ms = cfg.probe.start_timeout_ms + cfg.probe.timeout_ms
         with trio.move_on_after(limit_ms / 1000.0 + JUDGE_GRACE_S):
             while True:
-                sp = host.plan.sidecars.get(pid) or sp
-                pool = host.pools.get(pid)
-                if pool is None and sp.runnable:
-                    why = host.catalog_reason(pid) or "the host did not start it"
+                sp = views.planned(pid) or sp
+                facts = views.facts(pid)
+                if facts is None and sp.runnable:
+                    why = views.catalog_reason(pid) or "the host did not start it"
                     return "failed", why
-                verdict, message = judge_start(
-                    pool.facts() if pool else None, runnable=sp.runnable, problem=sp.problem
-                )
+                verdict, message = judge_start(facts, runnable=sp.runnable, problem=sp.problem)
                 if verdict != "pending":
                     return verdict, message
-                await host.wait_change()
+                await self.feed.wait_change()
         return "failed", f"not ready within {limit_ms} ms"
 
     # plumbing ------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _file_lock(self) -> AsyncIterator[None]:
-        """The manager's cross-process lock, waited for without blocking the event loop."""
-        lock = self.manager.lock
-        # Another process holds it (a `toolhost pkg` command without a host): no event crosses
-        # processes, so retry for a bounded time.
-        for _ in range(int(LOCK_WAIT_S / LOCK_POLL_S)):
-            if await trio.to_thread.run_sync(lock.try_acquire):
-                break
-            await trio.sleep(LOCK_POLL_S)
-        if not lock.held:
-            raise PackageError(
-                "busy", f"another package operation is in progress (pid {lock.holder()})"
-            )
-        try:
-            yield
-        finally:
-            lock.release()
 
     async def _owned(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``fn`` as a task of the service, so the caller leaving does not cancel it."""
@@ -315,6 +294,26 @@ class Upgrades:
                 "io-failed", "the host stopped during the operation; its next start recovers it"
             )
         return box["value"]
+
+
+@asynccontextmanager
+async def file_lock(manager: PackageManager) -> AsyncIterator[None]:
+    """The manager's cross-process lock, waited for without blocking the event loop."""
+    lock = manager.lock
+    # Another process holds it (a `toolhost pkg` command without a host): no event crosses
+    # processes, so retry for a bounded time.
+    for _ in range(int(LOCK_WAIT_S / LOCK_POLL_S)):
+        if await trio.to_thread.run_sync(lock.try_acquire):
+            break
+        await trio.sleep(LOCK_POLL_S)
+    if not lock.held:
+        raise PackageError(
+            "busy", f"another package operation is in progress (pid {lock.holder()})"
+        )
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _applying_reason(j: Journal) -> Reason:

@@ -58,14 +58,16 @@ def unix_connector(path: str) -> Connect:
 def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
     """Kernel connections into an in-process host: a socketpair whose far end is served by the
     same :class:`~supervisor.server.stream.StreamConnection` the Unix socket uses."""
+    from supervisor.server.backend import Backend
     from supervisor.server.stream import ConnectionLimits, StreamConnection
 
     limits = ConnectionLimits(max_frame=host.registry.host.max_frame_bytes)
+    backend = Backend.of(host)
 
     async def connect() -> trio.SocketStream:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         server = StreamConnection(
-            host,
+            backend,
             trio.SocketStream(trio.socket.from_stdlib_socket(theirs)),
             limits=limits,
             name="mcp-embedded",

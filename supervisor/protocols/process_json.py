@@ -163,7 +163,7 @@ class ProcessJsonConnection:
         self._next_id += 1
         self.inflight.add(call_id)
         return call_id, _encode(
-            wire.Call(
+            wire.CallMessage(
                 id=call_id,
                 tool=tool,
                 input=input_raw,

@@ -4,7 +4,7 @@
 # :class:`SidecarFacts` whenever a pool learns something; every update recomputes the affected
 # descriptors, compares them with the previous ones, and bumps ``revision`` only when one really
 # changed. The changed descriptors are returned, and the names that left are kept for
-# :meth:`Catalog.take_removed`, so the server can publish ``catalog.changed``.
+# :meth:`CatalogState.take_removed`, so the server can publish ``catalog.changed``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from supervisor.registry.load import is_builtin
 from supervisor.registry.plan import Plan, ToolPlan, sandbox_for
 
 STATIC_FIELDS = ("discovery", "manifest", "path", "version", "upgrade")
-__all__ = ["NOT_STARTED", "Catalog", "SidecarFacts", "ToolProbe", "ToolRuntime"]
+__all__ = ["NOT_STARTED", "CatalogState", "SidecarFacts", "ToolProbe", "ToolRuntime"]
 
 
-class Catalog:
+class CatalogState:
     """Descriptors for every tool the host knows of."""
 
     def __init__(self, *, allow_degraded: bool = False) -> None:

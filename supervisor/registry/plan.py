@@ -3,7 +3,7 @@
 # Strategy: everything the host can know before starting a process is decided here, once per
 # (re)load: which sidecar owns which tool name, whether its entry is valid, enabled, resolvable,
 # version-compatible, what its sandbox policy is. The runtime adds probe and runtime facts later
-# through :class:`supervisor.registry.catalog.Catalog`.
+# through :class:`supervisor.registry.catalog.CatalogState`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 """Per-connection encodings of the kernel protocol: JSON lines or length-prefixed MessagePack.
 
-Results may hold :class:`msgspec.Raw` JSON (envelope ``data``, progress payloads): JSON connections
-copy those bytes through untouched; MessagePack connections get them decoded once, at encode time.
+# Strategy: one :class:`Codec` per connection and encoding, its encoders and decoders built
+# once. Results may hold :class:`msgspec.Raw` JSON (envelope ``data``, progress payloads): JSON
+# connections copy those bytes through untouched; MessagePack connections get them decoded
+# once, at encode time. A frame that does not decode is a :class:`BadFrame` (answered
+# ``invalid-request`` with the id when it can be recovered), params that do not fit their
+# method's Struct a :class:`BadParams` (``invalid-params``): never a traceback on the socket.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """``tools.list`` formats: native descriptors, OpenAI, Anthropic and MCP tool shapes.
 
-Names are made provider-safe by :func:`supervisor.policy.naming.provider_name`.
+# Strategy: a pure function of the model-visible descriptors and the format asked for; names
+# are made provider-safe by :func:`supervisor.policy.naming.provider_name` (the catalog feed
+# maps them back when a kernel calls a tool by that name).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Liveness and readiness for process supervisors (systemd, Kubernetes probes).
 
-- live: the host answers ``system.health`` (its event loop runs).
-- ready: live, the registry is loaded (a running host has always read it), and every sidecar
-  whose entry says ``critical: true`` is ``available``.
-
-The same answer backs ``toolhost health --live|--ready`` (exit code and one JSON line) and the
-HTTP ``/healthz`` and ``/readyz`` endpoints on the gateway port (and on ``toolhost mcp --http``).
+# Strategy: one pure function of a ``system.health`` answer (or of its absence) backs
+# ``toolhost health --live|--ready`` (exit code and one JSON line) and the HTTP ``/healthz`` and
+# ``/readyz`` endpoints on the gateway port (and on ``toolhost mcp --http``):
+#
+# - live: the host answers ``system.health`` (its event loop runs).
+# - ready: live, the registry is loaded (a running host has always read it), and every sidecar
+#   whose entry says ``critical: true`` is ``available``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
-"""Opening listeners with errors an operator can act on: one line naming the address, the
-setting it came from, the cause and the fix (never an exception group or a traceback)."""
+"""Opening listeners with errors an operator can act on: address, setting, cause and fix.
+
+# Strategy: every failure to listen becomes one :class:`ListenError` whose message names the
+# address, the setting it came from, the cause and the fix; callers find it inside trio's
+# exception groups (:func:`first_listen_error`) and print that one line, never a group or a
+# traceback.
+"""
 
 from __future__ import annotations
 

@@ -1,21 +1,26 @@
-"""The kernel protocol's method table (PROTOCOL 6, plus the documented extensions).
+"""The kernel protocol's one method table (PROTOCOL 6, plus the documented extensions).
 
-Each method is a function of a :class:`Call` (the session, the codec of the frame that carried
-the request, and the request id) and the raw params. Quick methods answer synchronously;
-``tools.invoke`` starts its call and answers from the tick that ends it; other slow methods
-(operator actions) are awaited by one of the session's invoker tasks. A handler
-signals a protocol error by raising :class:`RpcFailure`; bad params raise ``BadParams``.
+# Strategy: every method is a function of a :class:`RequestContext` (the session, the codec of
+# the frame that carried the request, the request id, and the :class:`Backend` of host parts it
+# may talk to) and the raw params, and has one row in :data:`METHODS` that says how the session
+# runs it and whether it must run to its end once read. ``quick`` methods answer synchronously;
+# ``started`` ones (``tools.invoke``) start their work and answer from the tick that ends it,
+# with no task waiting; ``awaited`` ones (operator actions) are run by one of the session's
+# runner tasks. A handler signals a protocol error by raising :class:`RpcFailure`; bad params
+# raise ``BadParams``. Handlers talk to the invoker, the approvals and the views; none reaches
+# into the host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 import msgspec
 import trio
 
 import supervisor
+from supervisor.calls.call import InvokeRequest
 from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.events import SubscribeParams
 from supervisor.contracts.packages import ApplyParams, RollbackParams, StageParams
@@ -30,8 +35,8 @@ from supervisor.contracts.rpc import (
     RestartParams,
     ServerInfo,
 )
-from supervisor.host.host import Host
 from supervisor.packages.errors import PackageError
+from supervisor.server.backend import Backend
 from supervisor.server.codec import BadParams, Codec
 from supervisor.server.formats import render
 
@@ -49,7 +54,7 @@ class RpcFailure(Exception):
 class SessionLike(Protocol):
     """What a method sees of its client session."""
 
-    host: Host
+    backend: Backend
     client_name: str
 
     def send(self, frame: bytes, codec: Codec) -> None: ...
@@ -65,19 +70,16 @@ class SessionLike(Protocol):
     def call_done(self, request_id: RequestId) -> None: ...
 
 
-class Call:
-    """One request being answered."""
+class RequestContext:
+    """One request being answered: who asked, in which encoding, under which id."""
 
-    __slots__ = ("codec", "rid", "session")
+    __slots__ = ("backend", "codec", "rid", "session")
 
     def __init__(self, session: SessionLike, codec: Codec, rid: RequestId) -> None:
         self.session = session
         self.codec = codec
         self.rid = rid
-
-    @property
-    def host(self) -> Host:
-        return self.session.host
+        self.backend = session.backend
 
     def params(self, raw: msgspec.Raw, tp: type[Any]) -> Any:
         return self.codec.params(raw, tp)
@@ -85,9 +87,6 @@ class Call:
     def event(self, name: str, data: Any) -> None:
         self.session.send(self.codec.event(name, data, self.rid), self.codec)
 
-
-SyncMethod = Callable[[Call, msgspec.Raw], Any]
-AsyncMethod = Callable[[Call, msgspec.Raw], Awaitable[Any]]
 
 CAPABILITIES = {
     "encodings": ["json", "msgpack"],
@@ -108,15 +107,15 @@ class _AlreadySent:
 ALREADY_SENT = _AlreadySent()
 
 
-def hello(c: Call, raw: msgspec.Raw) -> Any:
+def hello(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, HelloParams)
     if p.client is not None and p.client.name:
         c.session.client_name = f"{p.client.name}@{c.session.client_name}"
     result = {
         "protocol": PROTOCOL_NAME,
         "server": ServerInfo(name="toolhost", version=supervisor.__version__),
-        "capabilities": {**CAPABILITIES, "endpoints": dict(c.host.endpoints)},
-        "kits": c.host.catalog_snapshot(),
+        "capabilities": {**CAPABILITIES, "endpoints": dict(c.backend.endpoints)},
+        "kits": c.backend.views.snapshot(),
     }
     if p.encoding is not None and p.encoding != c.codec.encoding:
         # The response goes out in the old encoding; everything after it in the new one.
@@ -126,18 +125,18 @@ def hello(c: Call, raw: msgspec.Raw) -> Any:
     return result
 
 
-def catalog_get(c: Call, raw: msgspec.Raw) -> Any:
+def catalog_get(c: RequestContext, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
-    return c.host.catalog_snapshot()
+    return c.backend.views.snapshot()
 
 
-def catalog_subscribe(c: Call, raw: msgspec.Raw) -> Any:
+def catalog_subscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
     c.session.start_subscription(c.codec)
-    return {"revision": c.host.catalog.revision}
+    return {"revision": c.backend.views.revision}
 
 
-def events_subscribe(c: Call, raw: msgspec.Raw) -> Any:
+def events_subscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
     """``events.subscribe``: operator events of the topics asked for (a later call on the same
     connection replaces the earlier subscription)."""
     p = c.params(raw, SubscribeParams)
@@ -147,24 +146,24 @@ def events_subscribe(c: Call, raw: msgspec.Raw) -> Any:
     return {}
 
 
-def tools_list(c: Call, raw: msgspec.Raw) -> Any:
+def tools_list(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, ListParams)
-    return {"tools": render(c.host.catalog.visible(), p.format)}
+    return {"tools": render(c.backend.views.visible(), p.format)}
 
 
-def tools_cancel(c: Call, raw: msgspec.Raw) -> Any:
+def tools_cancel(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, CancelParams)
-    return {"cancelled": c.host.cancel(c.session.call_key(p.id))}
+    return {"cancelled": c.backend.invoker.cancel(c.session.call_key(p.id))}
 
 
-def system_health(c: Call, raw: msgspec.Raw) -> Any:
+def system_health(c: RequestContext, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
-    return c.host.health()
+    return c.backend.views.health()
 
 
-def system_stats(c: Call, raw: msgspec.Raw) -> Any:
+def system_stats(c: RequestContext, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
-    return c.host.stats()
+    return c.backend.views.stats()
 
 
 class LogsParams(msgspec.Struct, kw_only=True):
@@ -172,13 +171,13 @@ class LogsParams(msgspec.Struct, kw_only=True):
     bytes: int = 64 * 1024
 
 
-def sidecar_logs(c: Call, raw: msgspec.Raw) -> Any:
+def sidecar_logs(c: RequestContext, raw: msgspec.Raw) -> Any:
     """Extension: the stderr tail of a sidecar (live worker, else the last exited one)."""
     p = c.params(raw, LogsParams)
-    pool = c.host.pools.get(p.sidecar)
-    if pool is None:
+    tail = c.backend.views.stderr_tail(p.sidecar, max(1, min(p.bytes, 64 * 1024)))
+    if tail is None:
         raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
-    return {"sidecar": p.sidecar, "stderr": pool.stderr_tail(max(1, min(p.bytes, 64 * 1024)))}
+    return {"sidecar": p.sidecar, "stderr": tail}
 
 
 class DecideParams(msgspec.Struct, kw_only=True):
@@ -188,19 +187,20 @@ class DecideParams(msgspec.Struct, kw_only=True):
     granted: bool = True
 
 
-def approvals_list(c: Call, raw: msgspec.Raw) -> Any:
+def approvals_list(c: RequestContext, raw: msgspec.Raw) -> Any:
     """Extension (docs/security.md): calls waiting for an operator's approval."""
     c.params(raw, EmptyParams)
+    backend = c.backend
     return {
-        "approvalSource": c.host.registry.host.approval_source,
-        "pending": c.host.invoker.approvals.pending(),
+        "approvalSource": backend.views.host_config().approval_source,
+        "pending": backend.approvals.pending(),
     }
 
 
-def approvals_decide(c: Call, raw: msgspec.Raw) -> Any:
+def approvals_decide(c: RequestContext, raw: msgspec.Raw) -> Any:
     """Extension (docs/security.md): an operator grants or denies a waiting call."""
     p = c.params(raw, DecideParams)
-    approvals = c.host.invoker.approvals
+    approvals = c.backend.approvals
     if not p.by.strip():
         raise BadParams("params.by: name who decides")
     if not approvals.check_token(p.token):
@@ -213,7 +213,7 @@ def approvals_decide(c: Call, raw: msgspec.Raw) -> Any:
     return {"callId": p.callId, "granted": p.granted}
 
 
-def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
+def tools_invoke(c: RequestContext, raw: msgspec.Raw) -> None:
     """Start ``tools.invoke``: no task waits for it; the response is sent from whichever tick
     ends the call (``tool.start`` and ``tool.progress`` events first when ``stream`` is set)."""
     p = c.params(raw, InvokeParams)
@@ -223,8 +223,8 @@ def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
         input_raw = c.codec.to_json(p.input)
     except (msgspec.DecodeError, TypeError) as exc:
         raise RpcFailure("invalid-params", f"params.input: {exc}") from exc
-    host = c.host
-    tool = host.resolve_name(p.tool)
+    backend = c.backend
+    tool = backend.feed.resolve_name(p.tool)
     session, codec, rid = c.session, c.codec, c.rid
     on_progress = None
     if p.stream:
@@ -234,7 +234,7 @@ def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
             c.event("tool.progress", data)
 
     trace = None
-    tel = host.telemetry
+    tel = backend.telemetry
     if tel is not None:  # the kernel request is a SERVER span around the call's span
         t = p.trace
         server, trace = tel.request_span(
@@ -257,42 +257,41 @@ def tools_invoke(c: Call, raw: msgspec.Raw) -> None:
             session.call_done(rid)
             session.send(codec.response(rid, env), codec)
 
-    host.start_invoke(
+    request = InvokeRequest(
         tool,
         input_raw,
         timeout_ms=p.timeoutMs,
         approval=p.approval,
-        on_progress=on_progress,
-        call_key=session.call_key(rid),
         client=session.client_name,
-        on_done=done,
         session=p.session,
+        key=session.call_key(rid),
         trace=trace,
     )
+    backend.invoker.start(request, done, on_progress)
 
 
-async def sidecar_restart(c: Call, raw: msgspec.Raw) -> Any:
+async def sidecar_restart(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, RestartParams)
-    pool = c.host.pools.get(p.sidecar)
-    if pool is None:
+    workload = c.backend.views.workload(p.sidecar)
+    if workload is None:
         raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
-    if pool.inflight and not p.force:
+    inflight, replaced = workload
+    if inflight and not p.force:
         raise RpcFailure(
             "invalid-params",
-            f"params.force: {p.sidecar} has {pool.inflight} call(s) running or queued; "
+            f"params.force: {p.sidecar} has {inflight} call(s) running or queued; "
             "restarting fails them, so it is an operator decision: send force: true",
-            {"inflight": pool.inflight},
+            {"inflight": inflight},
         )
-    replaced = [w.pid for w in pool.workers if w.pid is not None]
     with trio.move_on_after(30):
-        await c.host.restart_sidecar(p.sidecar)
+        await c.backend.control.restart_sidecar(p.sidecar)
     return {"restarted": True, "replaced": replaced}
 
 
-async def registry_reload(c: Call, raw: msgspec.Raw) -> Any:
+async def registry_reload(c: RequestContext, raw: msgspec.Raw) -> Any:
     """Extension: re-read the registry (same as SIGHUP)."""
     c.params(raw, EmptyParams)
-    return await c.host.reload()
+    return await c.backend.control.reload()
 
 
 # packages.* (docs/packages.md): operator actions on the package manager of the running host.
@@ -309,31 +308,31 @@ def _package_failure(exc: PackageError) -> RpcFailure:
     )
 
 
-async def packages_status(c: Call, raw: msgspec.Raw) -> Any:
+async def packages_status(c: RequestContext, raw: msgspec.Raw) -> Any:
     c.params(raw, EmptyParams)
     try:
-        return await c.host.upgrades.status()
+        return await c.backend.upgrades.status()
     except PackageError as exc:
         raise _package_failure(exc) from exc
 
 
-async def packages_stage(c: Call, raw: msgspec.Raw) -> Any:
+async def packages_stage(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, StageParams)
     try:
-        return await c.host.upgrades.stage(p.source)
+        return await c.backend.upgrades.stage(p.source)
     except PackageError as exc:
         raise _package_failure(exc) from exc
 
 
-async def packages_apply(c: Call, raw: msgspec.Raw) -> Any:
+async def packages_apply(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, ApplyParams)
     try:
-        return await c.host.upgrades.apply(p.id, auto_rollback=p.autoRollback)
+        return await c.backend.upgrades.apply(p.id, auto_rollback=p.autoRollback)
     except PackageError as exc:
         raise _package_failure(exc) from exc
 
 
-async def packages_rollback(c: Call, raw: msgspec.Raw) -> Any:
+async def packages_rollback(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, RollbackParams)
     if p.confirm is not True:
         raise RpcFailure(
@@ -341,63 +340,76 @@ async def packages_rollback(c: Call, raw: msgspec.Raw) -> Any:
             "params.confirm: packages.rollback is an operator decision; send confirm: true",
         )
     try:
-        return await c.host.upgrades.rollback(p.id)
+        return await c.backend.upgrades.rollback(p.id)
     except PackageError as exc:
         raise _package_failure(exc) from exc
 
 
-STATE_CHANGING_METHODS = frozenset(
-    {"sidecar.restart", "registry.reload", "packages.stage", "packages.apply", "packages.rollback"}
-)
-"""Methods that change the host's state: once their frame is read, they run to their end even
-when the client leaves first (``tools.invoke`` of a tool not marked read-only too)."""
-
-
-def changes_state(c: Call, method: str, raw: msgspec.Raw) -> bool:
-    """Whether a request must run to its end although its client has left.
-
-    ``tools.invoke`` changes state unless its tool's manifest says ``readOnly`` (a tool the host
-    does not know, or params that do not decode, would only be refused: nothing to keep).
-    """
-    if method in STATE_CHANGING_METHODS:
-        return True
-    if method != "tools.invoke":
-        return False
+def invoke_changes_state(c: RequestContext, raw: msgspec.Raw) -> bool:
+    """``tools.invoke`` changes state unless its tool's manifest says ``readOnly`` (a tool the
+    host does not know, or params that do not decode, would only be refused: nothing to keep)."""
     try:
         p = c.params(raw, InvokeParams)
     except BadParams:
         return False
-    d = c.host.catalog.get(c.host.resolve_name(p.tool))
+    backend = c.backend
+    d = backend.views.descriptor(backend.feed.resolve_name(p.tool))
     return d is not None and not d.annotations.readOnly
 
 
-SYNC_METHODS: dict[str, SyncMethod] = {
-    "server.hello": hello,
-    "capability.catalog.get": catalog_get,
-    "capability.catalog.subscribe": catalog_subscribe,
-    "events.subscribe": events_subscribe,
-    "tools.list": tools_list,
-    "tools.cancel": tools_cancel,
-    "system.health": system_health,
-    "system.stats": system_stats,
-    "sidecar.logs": sidecar_logs,
-    "approvals.list": approvals_list,
-    "approvals.decide": approvals_decide,
-}
+def _always(c: RequestContext, raw: msgspec.Raw) -> bool:
+    return True
 
-StartedMethod = Callable[[Call, msgspec.Raw], None]
 
-STARTED_METHODS: dict[str, StartedMethod] = {
-    "tools.invoke": tools_invoke,
-}
-"""Methods that start work and answer later through ``session.call_done`` and ``send``, with
-no task waiting: they count as in flight for the request-id checks."""
+def _never(c: RequestContext, raw: msgspec.Raw) -> bool:
+    return False
 
-ASYNC_METHODS: dict[str, AsyncMethod] = {
-    "sidecar.restart": sidecar_restart,
-    "registry.reload": registry_reload,
-    "packages.status": packages_status,
-    "packages.stage": packages_stage,
-    "packages.apply": packages_apply,
-    "packages.rollback": packages_rollback,
+
+Handler = Callable[[RequestContext, msgspec.Raw], Any]
+Kind = Literal["quick", "started", "awaited"]
+
+
+class Method(msgspec.Struct, frozen=True):
+    """One row of the method table.
+
+    Attributes:
+        run: The handler.
+        kind: ``quick``: answered now from its return value; ``started``: starts work that
+            answers later through ``session.call_done`` and ``send``, with no task waiting (it
+            counts as in flight); ``awaited``: a coroutine run by one of the session's runners.
+        changes_state: Whether a request, once its frame was read, must run to its end even
+            when its client leaves first (``Session.leave``).
+    """
+
+    run: Handler
+    kind: Kind
+    changes_state: Callable[[RequestContext, msgspec.Raw], bool] = _never
+
+
+METHODS: dict[str, Method] = {
+    "server.hello": Method(hello, "quick"),
+    "capability.catalog.get": Method(catalog_get, "quick"),
+    "capability.catalog.subscribe": Method(catalog_subscribe, "quick"),
+    "events.subscribe": Method(events_subscribe, "quick"),
+    "tools.list": Method(tools_list, "quick"),
+    "tools.cancel": Method(tools_cancel, "quick"),
+    "system.health": Method(system_health, "quick"),
+    "system.stats": Method(system_stats, "quick"),
+    "sidecar.logs": Method(sidecar_logs, "quick"),
+    "approvals.list": Method(approvals_list, "quick"),
+    "approvals.decide": Method(approvals_decide, "quick"),
+    "tools.invoke": Method(tools_invoke, "started", invoke_changes_state),
+    "sidecar.restart": Method(sidecar_restart, "awaited", _always),
+    "registry.reload": Method(registry_reload, "awaited", _always),
+    "packages.status": Method(packages_status, "awaited"),
+    "packages.stage": Method(packages_stage, "awaited", _always),
+    "packages.apply": Method(packages_apply, "awaited", _always),
+    "packages.rollback": Method(packages_rollback, "awaited", _always),
 }
+"""Every method of the kernel protocol, by name."""
+
+
+def changes_state(c: RequestContext, method: str, raw: msgspec.Raw) -> bool:
+    """Whether a request must run to its end although its client has left."""
+    m = METHODS.get(method)
+    return m is not None and m.changes_state(c, raw)

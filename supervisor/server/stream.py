@@ -1,5 +1,13 @@
-"""The byte-stream transport (the Unix socket): NDJSON frames, switchable to length-prefixed
-MessagePack after ``server.hello``."""
+"""The byte-stream transport (the Unix socket): NDJSON, or MessagePack after ``server.hello``.
+
+# Strategy: one task per connection reads chunks, splits them into frames (NDJSON lines, or
+# length-prefixed MessagePack once ``server.hello`` switched the encoding) and hands each to
+# the session on the same tick; answers are written through on the answering task
+# (``processes/direct_write.py``), corked per read chunk so a burst costs one write. While
+# answers pile up for a client past ``pause_bytes`` its frames are not read; EOF after frames
+# still gets every answer; a hang-up makes the session decide what runs on
+# (``server/transport.py``).
+"""
 
 from __future__ import annotations
 
@@ -10,13 +18,13 @@ import struct
 import msgspec
 import trio
 
-from supervisor.host.host import Host
 from supervisor.processes.direct_write import DirectWriter, cork, read_ready, uncork
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 from supervisor.server.admission import ConnectionCount
+from supervisor.server.backend import Backend
 from supervisor.server.codec import Codec, Encoding
-from supervisor.server.session import QueuedTransport
+from supervisor.server.transport import QueuedTransport
 
 log = logging.getLogger("toolhost.server")
 
@@ -58,7 +66,7 @@ class StreamConnection(QueuedTransport):
 
     def __init__(
         self,
-        host: Host,
+        backend: Backend,
         stream: trio.SocketStream,
         *,
         limits: ConnectionLimits | None = None,
@@ -66,7 +74,7 @@ class StreamConnection(QueuedTransport):
     ) -> None:
         self.stream = stream
         self.limits = limits or ConnectionLimits()
-        super().__init__(host, name, self.limits.max_queue_bytes)
+        super().__init__(backend, name, self.limits.max_queue_bytes)
         self.codec = Codec("json")
         self._lines: LineSplitter | None = LineSplitter(self.limits.max_frame)
         self._frames: LengthPrefixSplitter | None = None

@@ -1,9 +1,9 @@
 """systemd's ``sd_notify`` protocol, in a few lines over a Unix datagram socket (no libsystemd).
 
-``toolhost serve`` under ``Type=notify`` sends ``READY=1`` once the registry is loaded and the
-socket listens, ``STATUS=`` with the count of available tools (again whenever it changes),
-``WATCHDOG=1`` every half ``WATCHDOG_USEC`` while the event loop runs, and ``STOPPING=1`` when
-it starts to drain. Without ``NOTIFY_SOCKET`` every call is a no-op.
+# Strategy: ``toolhost serve`` under ``Type=notify`` sends ``READY=1`` once the registry is
+# loaded and the socket listens, ``STATUS=`` with the count of available tools (again whenever
+# it changes), ``WATCHDOG=1`` every half ``WATCHDOG_USEC`` while the event loop runs, and
+# ``STOPPING=1`` when it starts to drain. Without ``NOTIFY_SOCKET`` every call is a no-op.
 """
 
 from __future__ import annotations

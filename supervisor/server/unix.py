@@ -1,4 +1,11 @@
-"""The Unix domain socket transport: a private socket (0600 inside a 0700 folder)."""
+"""The Unix domain socket transport: a private socket (0600 inside a 0700 folder).
+
+# Strategy: the socket is bound with the umask that makes it 0600 from its first instant, in a
+# folder tightened to 0700 when it is a dedicated one; a stale socket is removed, a live one
+# (another host answers) refuses the start with one line. Every accepted connection takes a
+# place in the host-wide count (``server/admission.py``) before it gets a
+# :class:`~supervisor.server.stream.StreamConnection`; the socket file goes when serving ends.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +19,8 @@ from functools import partial
 
 import trio
 
-from supervisor.host.host import Host
 from supervisor.server.admission import refuse_stream, serve_listeners
+from supervisor.server.backend import Backend
 from supervisor.server.listen import ListenError, unix_error
 from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name
 
@@ -87,7 +94,7 @@ async def bind_unix(path: str, setting: str = "host.socket") -> trio.SocketListe
 
 
 async def serve_unix(
-    host: Host,
+    backend: Backend,
     path: str,
     *,
     limits: ConnectionLimits | None = None,
@@ -107,7 +114,7 @@ async def serve_unix(
             await refuse_stream(stream, count.cap)
             return
         try:
-            conn = StreamConnection(host, stream, limits=limits, name=peer_name(stream, "unix"))
+            conn = StreamConnection(backend, stream, limits=limits, name=peer_name(stream, "unix"))
             await conn.run()
         finally:
             count.leave()

@@ -1,12 +1,13 @@
 """The WebSocket gateway: ``ws://<host.ws.listen>/ws``, the same methods and events.
 
-Text frames carry JSON and binary frames MessagePack; each answer uses the encoding of the frame
-that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared in constant
-time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600), generated on
-first start when absent, read at start and at reload only (``private_files.py``). A browser,
-which cannot set that header, offers the token as the subprotocol ``toolhost.bearer.<token>``
-instead, and its ``Origin`` must be the gateway's own (``server/console.py``, which also serves
-the web console at ``/``).
+# Strategy: text frames carry JSON and binary frames MessagePack; each answer uses the encoding
+# of the frame that asked. Clients authenticate with ``Authorization: Bearer <token>`` (compared
+# in constant time) during the handshake; the token lives in ``host.ws.tokenFile`` (mode 0600),
+# generated on first start when absent, read at start and at reload only
+# (``private_files.py``). A browser, which cannot set that header, offers the token as the
+# subprotocol ``toolhost.bearer.<token>`` instead, and its ``Origin`` must be the gateway's own
+# (``server/console.py``, which also serves the web console at ``/``). ``/healthz`` and
+# ``/readyz`` share the port (``server/health.py``).
 """
 
 from __future__ import annotations
@@ -23,16 +24,16 @@ from wsproto.connection import ConnectionState
 from wsproto.events import BytesMessage, TextMessage
 from wsproto.utilities import LocalProtocolError
 
-from supervisor.host.host import Host
 from supervisor.private_files import TokenFile
 from supervisor.server import console
 from supervisor.server.admission import overloaded_line, serve_listeners
+from supervisor.server.backend import Backend
 from supervisor.server.codec import Codec
 from supervisor.server.gateway_http import Page, ReplayStream, Route, connection_handler
 from supervisor.server.health import http_answer
 from supervisor.server.listen import open_tcp
-from supervisor.server.session import QueuedTransport
 from supervisor.server.stream import ConnectionLimits
+from supervisor.server.transport import QueuedTransport
 
 log = logging.getLogger("toolhost.server")
 
@@ -94,13 +95,13 @@ class WsConnection(QueuedTransport):
 
     def __init__(
         self,
-        host: Host,
+        backend: Backend,
         ws: WebSocketConnection,
         limits: ConnectionLimits,
         name: str,
         stream: ReplayStream | None = None,
     ):
-        super().__init__(host, name, limits.max_queue_bytes)
+        super().__init__(backend, name, limits.max_queue_bytes)
         self.limits = limits
         self.ws = ws
         self.stream = stream
@@ -277,7 +278,7 @@ async def send_batch(ws: WebSocketConnection, frames: list[tuple[bytes, bool]]) 
 
 
 async def serve_ws(
-    host: Host,
+    backend: Backend,
     listen: str,
     token: str | TokenFile,
     *,
@@ -334,19 +335,19 @@ async def serve_ws(
         try:
             # A browser (the console) offered the token as a subprotocol: answer the plain one.
             ws = await request.accept(subprotocol=console.SUBPROTOCOL if by_subprotocol else None)
-            await WsConnection(host, ws, limits, remote, stream).run()
+            await WsConnection(backend, ws, limits, remote, stream).run()
         finally:
             count.leave()
 
     async def health_route(path: str) -> tuple[int, bytes]:
-        return http_answer(path, host.health())
+        return http_answer(path, backend.views.health())
 
     # Plain HTTP routes share the port with the WebSocket handshake (docs/deploy.md).
     routes: dict[str, Route] = {"/healthz": health_route, "/readyz": health_route}
 
     def pages(method: str, path: str, head: bytes) -> Page | None:
         # The web console (docs/console.md), read at each request so a reload can turn it off.
-        if not host.registry.host.console:
+        if not backend.views.host_config().console:
             return console.console_off(path)
         return console.serve_page(method, path, head, loopback=loopback)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,7 +40,13 @@ def installed() -> bool:
     return True
 
 
-def start(enabled: bool, *, capture_content: bool = False) -> Tracing | None:
+def start(
+    enabled: bool,
+    *,
+    capture_content: bool = False,
+    redact: Callable[[str], str] = lambda text: text,
+    queue_depth: Callable[[], Iterable[tuple[str, int]]] = lambda: (),
+) -> Tracing | None:
     """Start tracing and metrics when ``host.telemetry.enabled`` asks for them.
 
     Returns None (and the call path does nothing) when telemetry is off, disabled by
@@ -49,6 +56,8 @@ def start(enabled: bool, *, capture_content: bool = False) -> Tracing | None:
         enabled: ``host.telemetry.enabled``.
         capture_content: ``host.telemetry.captureContent``: inputs and outputs as span
             attributes (vault values redacted).
+        redact: Masks vault values out of captured content (the host's redactor).
+        queue_depth: ``(sidecar, calls queued)`` of every pool, for the queue-depth gauge.
     """
     if not enabled:
         return None
@@ -67,7 +76,9 @@ def start(enabled: bool, *, capture_content: bool = False) -> Tracing | None:
     if exporter_log.level == logging.NOTSET:
         # A collector that is down: one error line per failed batch, not a warning per retry.
         exporter_log.setLevel(logging.ERROR)
-    tracing = Tracing.from_env(capture_content=capture_content)
+    tracing = Tracing.from_env(
+        capture_content=capture_content, redact=redact, queue_depth=queue_depth
+    )
     log.info("telemetry: exporting traces and metrics over OTLP/HTTP (%s)", tracing.endpoint)
     return tracing
 

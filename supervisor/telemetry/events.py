@@ -2,8 +2,9 @@
 
 # Strategy: the bus keeps, per topic (``workers``, ``calls``, ``logs``), the list of current
 # subscriptions. Every source checks that list first and does nothing when it is empty, so the
-# bus costs nothing while nobody watches: the call path is not even called (the bus installs
-# itself as the call engine's ``events`` only while someone subscribes to ``calls``), a pool's
+# bus costs nothing while nobody watches: the call path is not even called (the bus hooks
+# itself into the call engine, through the ``on_calls`` it is built with, only while someone
+# subscribes to ``calls``), a pool's
 # state change is one empty-list check, and a stderr chunk is one more. With subscribers, an
 # event is a small Struct appended to each subscription's own bounded deque (no task, no
 # channel, no copy per subscriber); a subscription over its bound counts what it loses instead
@@ -14,13 +15,15 @@
 # changes (``Pool._publish``: workers are diffed against what was last told, so every start,
 # ready, exit and published state change is one ``worker.changed``), and the stderr ring of
 # every worker (cut into lines, secrets masked by the pool's redactor, lines cut at 2 KiB).
+# The bus sits below the call path and the workers and imports neither: it reads a call as an
+# :class:`EventCall`, a worker as an :class:`EventWorker`, a pool as a :class:`PoolView`.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Literal, Protocol
 
 import trio
 
@@ -36,9 +39,46 @@ from supervisor.contracts.events import (
 )
 from supervisor.contracts.snapshot import WorkerStatus
 
-if TYPE_CHECKING:
-    from supervisor.calls.call import Call
-    from supervisor.workers.base import Worker
+
+class EventCall(Protocol):
+    """What the bus reads of a call (``supervisor.calls.call.Call``)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def key(self) -> Any: ...
+
+    @property
+    def tool(self) -> str: ...
+
+    @property
+    def sidecar(self) -> str: ...
+
+
+class EventWorker(Protocol):
+    """What the bus reads of a worker (``supervisor.workers.base.Worker``)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def inflight(self) -> int: ...
+
+    @property
+    def calls_issued(self) -> int: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+    @property
+    def ready_at(self) -> float | None: ...
+
+    @property
+    def started_by(self) -> Literal["zygote", "exec"]: ...
 
 
 class PoolView(Protocol):
@@ -48,7 +88,7 @@ class PoolView(Protocol):
     def sidecar(self) -> str: ...
 
     @property
-    def workers(self) -> Sequence[Worker]: ...
+    def workers(self) -> Sequence[EventWorker]: ...
 
     @property
     def redact(self) -> Callable[[str], str] | None: ...
@@ -137,14 +177,19 @@ class EventBus:
 
     Args:
         pools: The host's running pools now (to know the workers a new subscriber starts from).
+        on_calls: Hooks the bus into the call path (None: unhooks it); called when the first
+            ``calls`` subscriber comes and when the last one leaves (``CallEngine.watch``).
     """
 
-    def __init__(self, pools: Callable[[], Iterable[PoolView]] = lambda: ()) -> None:
+    def __init__(
+        self,
+        pools: Callable[[], Iterable[PoolView]] = lambda: (),
+        on_calls: Callable[[EventBus | None], None] = lambda bus: None,
+    ) -> None:
         self._pools = pools
         self._subs: dict[Topic, list[Subscription]] = {t: [] for t in TOPICS}
         self._seen: dict[str, dict[int, tuple[int | None, str]]] = {}
-        self.on_calls: Callable[[EventBus | None], None] = lambda bus: None
-        """Installs (the bus) or removes (None) the call path's hook (set by the host)."""
+        self.on_calls = on_calls
 
     def subscribers(self, topic: Topic) -> int:
         return len(self._subs[topic])
@@ -179,7 +224,7 @@ class EventBus:
 
     # calls ---------------------------------------------------------------------------------
 
-    def call_started(self, call: Call) -> None:
+    def call_started(self, call: EventCall) -> None:
         """A call went to its pool (``CallEngine.begin``)."""
         key = call.key
         rid = key[1] if isinstance(key, tuple) and len(key) == 2 else None
@@ -195,7 +240,7 @@ class EventBus:
             ),
         )
 
-    def call_ended(self, call: Call, env: Envelope) -> None:
+    def call_ended(self, call: EventCall, env: Envelope) -> None:
         """A call's one envelope was made (``Call._finish``)."""
         err = env.error
         self._emit(
@@ -253,7 +298,7 @@ class EventBus:
 
     # logs ----------------------------------------------------------------------------------
 
-    def stderr_tap(self, pool: PoolView, worker: Worker) -> Callable[[bytes], None]:
+    def stderr_tap(self, pool: PoolView, worker: EventWorker) -> Callable[[bytes], None]:
         """What a worker's stderr ring hands every chunk to: cut into ``log.line`` events."""
         subs = self._subs["logs"]
         buf = bytearray()
@@ -300,7 +345,7 @@ def chain_taps(
     return both
 
 
-def worker_status(w: Worker, now: float) -> WorkerStatus:
+def worker_status(w: EventWorker, now: float) -> WorkerStatus:
     """A worker's row (PROTOCOL 6), as ``capability.catalog.get`` shows it."""
     return WorkerStatus(
         pid=w.pid or 0,

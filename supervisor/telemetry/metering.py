@@ -146,15 +146,24 @@ class _WithCallDurations(MetricExporter):
         self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
+QueueDepth = Callable[[], Iterable[tuple[str, int]]]
+
+
 class Metering:
     """The instruments of one host.
 
     Args:
         provider: The host's own meter provider.
         durations: The call duration histogram its exporter adds.
+        queue_depth: ``(sidecar, calls queued)`` of every pool, read at each export.
     """
 
-    def __init__(self, provider: MeterProvider, durations: CallDurations | None = None) -> None:
+    def __init__(
+        self,
+        provider: MeterProvider,
+        durations: CallDurations | None = None,
+        queue_depth: QueueDepth = lambda: (),
+    ) -> None:
         self.provider = provider
         self.durations = durations or CallDurations()
         meter = provider.get_meter("toolhost", supervisor.__version__)
@@ -177,8 +186,7 @@ class Metering:
             description="Health probe round trip (ping to pong)",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
-        self.queue_depth: Callable[[], Iterable[tuple[str, int]]] = lambda: ()
-        """``(sidecar, calls queued)`` of every pool (the host sets it)."""
+        self.queue_depth = queue_depth
         meter.create_observable_gauge(
             "toolhost.pool.queue_depth",
             callbacks=[self._observe_queues],
@@ -187,12 +195,12 @@ class Metering:
         )
 
     @classmethod
-    def from_env(cls, resource: Resource) -> Metering:
+    def from_env(cls, resource: Resource, queue_depth: QueueDepth = lambda: ()) -> Metering:
         """Periodic OTLP/HTTP export configured by the ``OTEL_*`` variables."""
         durations = CallDurations()
         reader = PeriodicExportingMetricReader(_WithCallDurations(OTLPMetricExporter(), durations))
         provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
-        return cls(provider, durations)
+        return cls(provider, durations, queue_depth)
 
     def _observe_queues(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, {"toolhost.sidecar": sid}) for sid, n in self.queue_depth()]

@@ -3,11 +3,13 @@
 # Strategy: one :class:`Tracing` per host owns its own ``TracerProvider`` (never the global one,
 # so several hosts in one process, as in the tests, keep their own settings) with a batch span
 # processor and the OTLP/HTTP exporter, both configured by the standard ``OTEL_*`` variables.
-# A call's span lives in a :class:`CallTrace` on ``call.trace``: the call path only calls its
-# methods (queued, sent, retry, progress, cancel, finished), and workers read its W3C
-# ``traceparent`` for the ``call`` message, ``params._meta`` (MCP) or ``TRACEPARENT`` (oneshot,
-# simple-json). Span names and attributes follow the OpenTelemetry GenAI and MCP semantic
-# conventions (docs/telemetry.md lists them).
+# A call's span lives in a :class:`CallTrace` the invoker keeps on ``call.trace``: the call path
+# only calls its methods (queued, sent, retry, progress, cancel, finished), and workers read its
+# W3C ``traceparent`` for the ``call`` message, ``params._meta`` (MCP) or ``TRACEPARENT``
+# (oneshot, simple-json). Span names and attributes follow the OpenTelemetry GenAI and MCP
+# semantic conventions (docs/telemetry.md lists them). This module sees a call only as a
+# :class:`TracedCall` (and an attempt's outcome as an :class:`AttemptOutcome`): telemetry sits
+# below the call path and imports none of it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import msgspec
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -29,16 +32,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 import supervisor
 from supervisor.contracts.envelope import Envelope
-from supervisor.telemetry.metering import Metering
+from supervisor.telemetry.metering import Metering, QueueDepth
 from supervisor.telemetry.sampling import (
     Sampling,
     new_trace_id,
     parse_traceparent,
     unsampled_traceparent,
 )
-
-if TYPE_CHECKING:
-    from supervisor.calls.call import Call, CallOutcome
 
 log = logging.getLogger("toolhost.telemetry")
 
@@ -78,6 +78,44 @@ class Unsampled:
 
 Parent = Context | Unsampled
 """Where a new span goes: under a sampled span (an OpenTelemetry context), or dropped."""
+
+
+class AttemptOutcome(Protocol):
+    """What a span reads of one attempt's outcome (``supervisor.calls.call.CallOutcome``)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def code(self) -> str | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+class TracedCall(Protocol):
+    """What a span reads of a call (``supervisor.calls.call.Call``)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def tool(self) -> str: ...
+
+    @property
+    def sidecar(self) -> str: ...
+
+    @property
+    def t0(self) -> float: ...
+
+    @property
+    def input_raw(self) -> msgspec.Raw: ...
+
+    @property
+    def parent(self) -> TracedCall | None: ...
+
+    @property
+    def trace(self) -> CallTrace | None: ...
 
 
 class CallTrace:
@@ -143,7 +181,7 @@ class CallTrace:
             return Unsampled(self.trace_id, self.tracestate)
         return trace.set_span_in_context(self.span)
 
-    def mcp_client(self, call: Call, transport: str, session_id: str | None = None) -> str:
+    def mcp_client(self, call: TracedCall, transport: str, session_id: str | None = None) -> str:
         """Open the MCP CLIENT span of this attempt; its ``traceparent`` (for ``_meta``)."""
         return self.owner.mcp_client_span(call, transport, session_id)
 
@@ -185,7 +223,7 @@ class CallTrace:
         if live is not None:
             live.add_event("cancel", {"toolhost.cancel.reason": message or "cancelled"})
 
-    def attempt_ended(self, outcome: CallOutcome | None) -> None:
+    def attempt_ended(self, outcome: AttemptOutcome | None) -> None:
         """End the attempt's MCP client span, if any (``outcome`` None: abandoned)."""
         client = self.client
         if client is None:
@@ -209,6 +247,7 @@ class Tracing:
         sampling: The sampling rule (decided here when it is a standard one).
         capture_content: Record inputs and outputs as span attributes (opt-in).
         endpoint: Where OTLP goes (for the log line).
+        redact: Masks vault values out of captured content (the host's redactor).
     """
 
     def __init__(
@@ -219,6 +258,7 @@ class Tracing:
         *,
         capture_content: bool = False,
         endpoint: str = "",
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE, supervisor.__version__)
@@ -226,13 +266,19 @@ class Tracing:
         self.sampling = sampling
         self.capture_content = capture_content
         self.endpoint = endpoint
-        self.redact: Callable[[str], str] = lambda text: text
-        """Vault values out of captured content (the host's redactor)."""
+        self.redact = redact
 
     @classmethod
-    def from_env(cls, *, capture_content: bool = False) -> Tracing:
+    def from_env(
+        cls,
+        *,
+        capture_content: bool = False,
+        redact: Callable[[str], str] = lambda text: text,
+        queue_depth: QueueDepth = lambda: (),
+    ) -> Tracing:
         """A provider, batch processor and OTLP/HTTP exporter set by the ``OTEL_*`` variables
-        (``OTEL_SERVICE_NAME`` defaults to ``toolhost``; the sampler to parent-based on)."""
+        (``OTEL_SERVICE_NAME`` defaults to ``toolhost``; the sampler to parent-based on).
+        ``redact`` masks captured content; ``queue_depth`` feeds the queue-depth gauge."""
         attrs: dict[str, Any] = {"service.version": supervisor.__version__}
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attrs["service.name"] = "toolhost"
@@ -249,10 +295,11 @@ class Tracing:
         )
         return cls(
             provider,
-            Metering.from_env(resource),
+            Metering.from_env(resource, queue_depth),
             sampling,
             capture_content=capture_content,
             endpoint=endpoint,
+            redact=redact,
         )
 
     def _open(
@@ -345,20 +392,19 @@ class Tracing:
 
     # calls ------------------------------------------------------------------------------------
 
-    def call_started(self, call: Call, parent: Parent | None) -> None:
-        """Open the call's ``execute_tool`` span (under ``parent``, else its parent call's)."""
+    def call_started(self, call: TracedCall, parent: Parent | None) -> CallTrace:
+        """Open the call's ``execute_tool`` span (under ``parent``, else its parent call's);
+        the returned trace is the call's ``trace`` from now on."""
         tool = call.tool
         self.metering.inflight(1, tool)
         if parent is None and call.parent is not None and call.parent.trace is not None:
             parent = call.parent.trace.as_parent()
         if isinstance(parent, Unsampled):
-            call.trace = CallTrace(self, None, call.t0, parent.trace_id, parent.tracestate)
-            return
+            return CallTrace(self, None, call.t0, parent.trace_id, parent.tracestate)
         if parent is None and self.sampling.fast:
             trace_id = new_trace_id()
             if not self.sampling.decide(trace_id, None):
-                call.trace = CallTrace(self, None, call.t0, trace_id)
-                return
+                return CallTrace(self, None, call.t0, trace_id)
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -375,9 +421,9 @@ class Tracing:
             span.set_attribute(
                 "gen_ai.tool.call.arguments", self.redact(bytes(call.input_raw).decode())
             )
-        call.trace = CallTrace(self, span, call.t0)
+        return CallTrace(self, span, call.t0)
 
-    def call_finished(self, call: Call, env: Envelope) -> None:
+    def call_finished(self, call: TracedCall, env: Envelope) -> None:
         """Close the call's span with its outcome (the one finish step calls this)."""
         ct = call.trace
         if ct is None:
@@ -407,7 +453,9 @@ class Tracing:
             span.set_attribute("gen_ai.tool.call.result", self.redact(env.content))
         span.end()
 
-    def mcp_client_span(self, call: Call, transport: str, session_id: str | None = None) -> str:
+    def mcp_client_span(
+        self, call: TracedCall, transport: str, session_id: str | None = None
+    ) -> str:
         """Open the MCP CLIENT span of a call's ``tools/call`` attempt; returns its
         ``traceparent`` for ``params._meta`` (the span ends with the attempt)."""
         ct = call.trace
@@ -425,7 +473,7 @@ class Tracing:
             attrs["mcp.session.id"] = session_id
         span = self.tracer.start_span(
             f"tools/call {call.tool}",
-            context=ct.as_parent(),
+            context=trace.set_span_in_context(ct.span),  # sampled: under the call's span
             kind=SpanKind.CLIENT,
             attributes=attrs,
         )

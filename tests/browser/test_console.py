@@ -21,6 +21,7 @@ from trio_websocket import HandshakeError, open_websocket_url
 
 from sidecars.browser_cdp.cdp import Connection, browser_socket_url, http_get_json
 from supervisor.calls.approvals import token_path
+from supervisor.calls.call import InvokeRequest
 from supervisor.private_files import read_token
 from tests.conftest import REPO, echo, ready_pids, running_host, wait_available, wait_for
 from tests.kernel import served
@@ -233,7 +234,7 @@ async def test_console_shows_the_host_live_and_acts(app, chromium):
 
         # Calls show in the latency chart (from call.ended events).
         for i in range(3):
-            env = await host.invoke("echo.say", _raw({"text": f"hi {i}"}))
+            env = await host.invoker.invoke(InvokeRequest("echo.say", _raw({"text": f"hi {i}"})))
             assert env.status == "success"
         await tab.wait(
             "(document.querySelector('tr[data-tool=\"echo.say\"] svg') || {}).getAttribute"
@@ -281,8 +282,8 @@ async def test_console_shows_the_host_live_and_acts(app, chromium):
         answer: dict[str, Any] = {}
 
         async def call() -> None:
-            answer["env"] = await host.invoke(
-                "echo.sleep", _raw({"seconds": 0.01}), timeout_ms=60000
+            answer["env"] = await host.invoker.invoke(
+                InvokeRequest("echo.sleep", _raw({"seconds": 0.01}), timeout_ms=60000)
             )
 
         async with trio.open_nursery() as nursery:

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.cli.init import XDO_KEYBOARD, XDO_MOUSE
 from supervisor.contracts.rpc import Approval
 from tests.computer.conftest import Display, pixel
@@ -44,7 +45,11 @@ async def test_screenshot_pixels_show_the_window(app: Path, xdisplay: Display) -
     reg = {"computer.native": computer(xdisplay.name)}
     async with running_host(app, reg, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, "screen.screenshot")
-        shot = data(await host.invoke("screen.screenshot", raw({"path": "shots/full.png"})))
+        shot = data(
+            await host.invoker.invoke(
+                InvokeRequest("screen.screenshot", raw({"path": "shots/full.png"}))
+            )
+        )
         assert shot["path"] == "shots/full.png" and shot["command"] == "import"
         assert (shot["width"], shot["height"]) == (1024, 768)
         png = app / "workspace" / "shots" / "full.png"
@@ -57,12 +62,16 @@ async def test_screenshot_pixels_show_the_window(app: Path, xdisplay: Display) -
         ]  # no temp left
 
         region = {"x": win.x, "y": win.y, "width": win.width, "height": win.height}
-        shot = data(await host.invoke("screen.screenshot", raw({"region": region})))
+        shot = data(
+            await host.invoker.invoke(InvokeRequest("screen.screenshot", raw({"region": region})))
+        )
         assert (shot["width"], shot["height"]) == (win.width, win.height)
         assert shot["path"].startswith("screenshots/")
         assert pixel(app / "workspace" / shot["path"], 5, 5) == COLOUR
 
-        env = await host.invoke("screen.screenshot", raw({"path": "../out.png"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("screen.screenshot", raw({"path": "../out.png"}))
+        )
         assert env.status == "failed" and env.error.details["reason"] == "parent-traversal"
 
 
@@ -71,7 +80,9 @@ async def test_window_list_geometry_and_focus(app: Path, xdisplay: Display) -> N
     reg = {"computer.native": computer(xdisplay.name)}
     async with running_host(app, reg, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, "computer.window")
-        listed = data(await host.invoke("computer.window", raw({"action": "list"})))
+        listed = data(
+            await host.invoker.invoke(InvokeRequest("computer.window", raw({"action": "list"})))
+        )
         [mine] = [w for w in listed["windows"] if w["name"] == "toolhost-test-window"]
         assert mine["id"] == win.id and listed["command"] == "xdotool"
         assert (mine["x"], mine["y"], mine["width"], mine["height"]) == (
@@ -81,25 +92,33 @@ async def test_window_list_geometry_and_focus(app: Path, xdisplay: Display) -> N
             win.height,
         )
         focused = data(
-            await host.invoke(
-                "computer.window", raw({"action": "focus", "window": "toolhost-test"})
+            await host.invoker.invoke(
+                InvokeRequest(
+                    "computer.window", raw({"action": "focus", "window": "toolhost-test"})
+                )
             )
         )
         assert focused["id"] == win.id and focused["focused"] is True
         focus = int(xdisplay.xdotool("getwindowfocus"))
         assert focus in {win.id, win.frame}, (focus, win)
         geo = data(
-            await host.invoke("computer.window", raw({"action": "geometry", "window": hex(win.id)}))
+            await host.invoker.invoke(
+                InvokeRequest("computer.window", raw({"action": "geometry", "window": hex(win.id)}))
+            )
         )
         assert geo["name"] == "toolhost-test-window" and geo["width"] == win.width
         # What list answers, focus and geometry accept as it came (a number).
         assert isinstance(mine["id"], int)
         for action in ("focus", "geometry"):
             got = data(
-                await host.invoke("computer.window", raw({"action": action, "window": mine["id"]}))
+                await host.invoker.invoke(
+                    InvokeRequest("computer.window", raw({"action": action, "window": mine["id"]}))
+                )
             )
             assert got["id"] == mine["id"] and got["name"] == "toolhost-test-window"
-        env = await host.invoke("computer.window", raw({"action": "focus", "window": "nope"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("computer.window", raw({"action": "focus", "window": "nope"}))
+        )
         assert env.status == "failed" and env.error.details["reason"] == "unknown-window"
 
 
@@ -111,30 +130,46 @@ async def test_mouse_and_keyboard_reach_the_window(app: Path, xdisplay: Display)
         await wait_available(host, *TOOLS)
         click = {"action": "click", "x": cx, "y": cy}
         # Control tools default to approval-required: without it nothing happens.
-        env = await host.invoke("computer.mouse", raw(click))
+        env = await host.invoker.invoke(InvokeRequest("computer.mouse", raw(click)))
         assert env.status == "unavailable" and env.error.code == "approval-required"
         assert win.events() == []
 
-        got = data(await host.invoke("computer.mouse", raw(click), approval=APPROVED))
+        got = data(
+            await host.invoker.invoke(
+                InvokeRequest("computer.mouse", raw(click), approval=APPROVED)
+            )
+        )
         assert got["delegate"].startswith("python")
         assert win.wait_event("click") == [f"click {cx} {cy} 1"]
         loc = xdisplay.xdotool("getmouselocation", "--shell")
         assert f"X={cx}\n" in loc and f"Y={cy}\n" in loc
 
         data(
-            await host.invoke(
-                "computer.mouse", raw({"action": "move", "x": 10, "y": 20}), approval=APPROVED
+            await host.invoker.invoke(
+                InvokeRequest(
+                    "computer.mouse", raw({"action": "move", "x": 10, "y": 20}), approval=APPROVED
+                )
             )
         )
         loc = xdisplay.xdotool("getmouselocation", "--shell")
         assert "X=10\n" in loc and "Y=20\n" in loc
 
-        data(await host.invoke("computer.window", raw({"action": "focus", "window": str(win.id)})))
-        typed = {"action": "type", "text": "hi -x"}
-        data(await host.invoke("computer.keyboard", raw(typed), approval=APPROVED))
         data(
-            await host.invoke(
-                "computer.keyboard", raw({"action": "key", "keys": "Return"}), approval=APPROVED
+            await host.invoker.invoke(
+                InvokeRequest("computer.window", raw({"action": "focus", "window": str(win.id)}))
+            )
+        )
+        typed = {"action": "type", "text": "hi -x"}
+        data(
+            await host.invoker.invoke(
+                InvokeRequest("computer.keyboard", raw(typed), approval=APPROVED)
+            )
+        )
+        data(
+            await host.invoker.invoke(
+                InvokeRequest(
+                    "computer.keyboard", raw({"action": "key", "keys": "Return"}), approval=APPROVED
+                )
             )
         )
         assert win.wait_event("key Return")
@@ -157,8 +192,10 @@ async def test_control_tools_unavailable_without_delegates(app: Path, xdisplay: 
         reasons = host.catalog.get("computer.mouse").stability.reasons
         assert any("config.mouseCommand is not set" in r.message for r in reasons), reasons
         assert any("init --add computer" in r.message for r in reasons), reasons
-        env = await host.invoke(
-            "computer.mouse", raw({"action": "click", "x": 1, "y": 1}), approval=APPROVED
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "computer.mouse", raw({"action": "click", "x": 1, "y": 1}), approval=APPROVED
+            )
         )
         assert env.status == "unavailable"
         assert xdisplay.window.events() == []
@@ -182,9 +219,13 @@ async def test_window_list_on_an_empty_desktop_is_empty(app: Path, empty_display
     reg = {"computer.native": computer(empty_display)}
     async with running_host(app, reg, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, "computer.window")
-        listed = data(await host.invoke("computer.window", raw({"action": "list"})))
+        listed = data(
+            await host.invoker.invoke(InvokeRequest("computer.window", raw({"action": "list"})))
+        )
         assert listed == {"windows": [], "command": "xdotool"}
-        env = await host.invoke("computer.window", raw({"action": "focus", "window": "any"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("computer.window", raw({"action": "focus", "window": "any"}))
+        )
         assert env.status == "failed" and env.error.details["reason"] == "unknown-window", env
 
 
@@ -195,5 +236,5 @@ async def test_default_screenshot_path_works_when_project_dir_is_the_app_root(
     reg = {"computer.native": computer(xdisplay.name)}
     async with running_host(app, reg, manifest_dirs=MANIFESTS, host={"projectDir": "."}) as host:
         await wait_available(host, "screen.screenshot")
-        shot = data(await host.invoke("screen.screenshot", raw({})))
+        shot = data(await host.invoker.invoke(InvokeRequest("screen.screenshot", raw({}))))
         assert (app / shot["path"]).is_file()

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.cli.init import XDO_KEYBOARD, XDO_MOUSE
 from supervisor.contracts.rpc import Approval
 from tests.computer.conftest import Display, pixel
@@ -120,7 +121,7 @@ async def test_without_approval_the_first_control_step_refuses(
                 {"action": "type", "text": "never"},
             ]
         }
-        env = await host.invoke("computer.use", raw(seq))
+        env = await host.invoker.invoke(InvokeRequest("computer.use", raw(seq)))
         # The facade answers with the blocking atomic tool's status and code, naming both.
         assert env.status == "unavailable" and env.error.code == "approval-required", env
         assert env.error.details["tool"] == "computer.mouse" and env.error.details["step"] == 1
@@ -140,7 +141,9 @@ async def test_without_approval_the_first_control_step_refuses(
         write_registry(app, registry(xdisplay.name), host={"auditLog": AUDIT})
         await host.reload()
         await wait_available(host, "computer.use", *TOOLS)
-        env = await host.invoke("computer.use", raw({"action": "screenshot"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("computer.use", raw({"action": "screenshot"}))
+        )
         assert env.status == "unavailable" and env.error.code == "approval-required"
 
 
@@ -163,7 +166,9 @@ async def test_a_click_where_the_pointer_is_does_not_wait_for_the_delegate_timeo
             ]
         }
         # A small deadline: before the fix the click step failed with it (delegate-timeout).
-        env = await host.invoke("computer.use", raw(seq), timeout_ms=4000, approval=APPROVED)
+        env = await host.invoker.invoke(
+            InvokeRequest("computer.use", raw(seq), timeout_ms=4000, approval=APPROVED)
+        )
         assert env.status == "success", env
         steps = msgspec.json.decode(env.data)["steps"]
         assert steps[1]["coordinate"] == here and steps[2]["from"] == here
@@ -176,7 +181,7 @@ async def test_a_quota_limited_step_gives_the_facade_its_code(app: Path, xdispla
     async with running_host(app, reg, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, "computer.use", *TOOLS)
         seq = {"actions": [{"action": "screenshot"}, {"action": "screenshot"}]}
-        env = await host.invoke("computer.use", raw(seq))
+        env = await host.invoker.invoke(InvokeRequest("computer.use", raw(seq)))
         assert env.status == "unavailable" and env.error.code == "quota-limited", env
         details = env.error.details
         assert details["tool"] == "screen.screenshot" and details["step"] == 1
@@ -195,13 +200,19 @@ async def test_bad_input_gets_structured_errors(app: Path, xdisplay: Display) ->
             ({"actions": [{"action": "wait", "duration": 0}] * 17}, "too-many-actions"),
         ]
         for payload, reason in cases:
-            env = await host.invoke("computer.use", raw(payload), approval=APPROVED)
+            env = await host.invoker.invoke(
+                InvokeRequest("computer.use", raw(payload), approval=APPROVED)
+            )
             assert env.status == "failed" and env.error.code == "invalid-input", env
             assert env.error.details["reason"] == reason
-        env = await host.invoke("computer.use", raw({"action": "fly"}), approval=APPROVED)
+        env = await host.invoker.invoke(
+            InvokeRequest("computer.use", raw({"action": "fly"}), approval=APPROVED)
+        )
         assert env.status == "failed" and env.error.code == "invalid-input"
-        env = await host.invoke(
-            "computer.use", raw({"action": "wait", "duration": 0.05}), approval=APPROVED
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "computer.use", raw({"action": "wait", "duration": 0.05}), approval=APPROVED
+            )
         )
         assert env.status == "success"
 
@@ -219,5 +230,7 @@ async def test_removing_a_delegate_hides_the_facade(app: Path, xdisplay: Display
         d = await wait_for(host, hidden)
         [reason] = [r for r in d.stability.reasons if r.code == "dependency-unavailable"]
         assert "computer.keyboard" in reason.message
-        env = await host.invoke("computer.use", raw({"action": "screenshot"}), approval=APPROVED)
+        env = await host.invoker.invoke(
+            InvokeRequest("computer.use", raw({"action": "screenshot"}), approval=APPROVED)
+        )
         assert env.status == "unavailable"

@@ -5,6 +5,7 @@ import json
 
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import FIXTURES, echo, running_host, script, wait_available, wait_for
 from tests.kernel import served
 
@@ -68,11 +69,11 @@ async def test_sandbox_defaults_by_tool_name(app):
         await wait_available(host, *tools, "computer.keyboard")
         for tool in tools[:3]:
             assert host.catalog.get(tool).stability.sandbox == "approval-required"
-            env = await host.invoke(tool)
+            env = await host.invoker.invoke(InvokeRequest(tool))
             assert env.status == "unavailable" and env.error.code == "approval-required"
         assert host.catalog.get("browser.navigate").stability.sandbox == "allowed"
         assert host.catalog.get("computer.keyboard").stability.sandbox == "allowed"
-        assert (await host.invoke("browser.navigate")).status == "success"
+        assert (await host.invoker.invoke(InvokeRequest("browser.navigate"))).status == "success"
 
 
 async def test_denied_tool_is_hidden_and_never_sent(app):

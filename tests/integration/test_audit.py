@@ -3,6 +3,7 @@
 import hashlib
 import json
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.contracts.rpc import Approval
 from tests.conftest import echo, raw, running_host, wait_available
 
@@ -18,12 +19,14 @@ async def test_one_line_per_invocation(app):
     async with running_host(app, reg) as host:
         await wait_available(host, "echo.say")
         payload = {"text": "audited"}
-        await host.invoke("echo.say", raw(payload), client="tester")
-        await host.invoke("echo.fail", raw({}), client="tester")
-        await host.invoke(
-            "echo.fail", raw({}), approval=Approval(granted=True, by="alice"), client="tester"
+        await host.invoker.invoke(InvokeRequest("echo.say", raw(payload), client="tester"))
+        await host.invoker.invoke(InvokeRequest("echo.fail", raw({}), client="tester"))
+        await host.invoker.invoke(
+            InvokeRequest(
+                "echo.fail", raw({}), approval=Approval(granted=True, by="alice"), client="tester"
+            )
         )
-        await host.invoke("nope.nothing", raw({}), client="tester")
+        await host.invoker.invoke(InvokeRequest("nope.nothing", raw({}), client="tester"))
         host.audit.flush()
         recs = lines(app / ".toolhost" / "audit.jsonl")
     assert [r["tool"] for r in recs] == ["echo.say", "echo.fail", "echo.fail", "nope.nothing"]
@@ -50,7 +53,7 @@ async def test_rotation_by_size(app):
     async with running_host(app, reg, host={"auditMaxBytes": 2000, "auditKeep": 2}) as host:
         await wait_available(host, "echo.say")
         for i in range(60):
-            await host.invoke("echo.say", raw({"text": str(i)}))
+            await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": str(i)})))
             host.audit.flush()
     folder = app / ".toolhost"
     current = folder / "audit.jsonl"
@@ -68,6 +71,6 @@ async def test_rotation_by_size(app):
 async def test_audit_can_be_turned_off(app):
     async with running_host(app, {"echo": echo(tools=["echo.say"])}, host={"auditLog": ""}) as host:
         await wait_available(host, "echo.say")
-        await host.invoke("echo.say", raw({"text": "x"}))
+        await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
         assert host.audit is None
     assert not (app / ".toolhost" / "audit.jsonl").exists()

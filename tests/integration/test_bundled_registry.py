@@ -5,6 +5,7 @@ import shutil
 
 import msgspec
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import REPO, raw, running_host, wait_available
 
 
@@ -16,8 +17,12 @@ async def test_bundled_registry_serves_the_utility_and_the_auto_example(app):
         d = host.catalog.get("text_stats")
         assert d.sidecar == "auto:tools/auto" and d.inputSchema["required"] == ["action", "text"]
         assert d.description.startswith("Count the characters")
-        env = await host.invoke("text_stats", raw({"action": "slug", "text": "Héllo, Wörld!"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("text_stats", raw({"action": "slug", "text": "Héllo, Wörld!"}))
+        )
         assert env.status == "success" and msgspec.json.decode(env.data) == {"slug": "hello-world"}
-        env = await host.invoke("text_stats", raw({"action": "count", "text": 5}))
+        env = await host.invoker.invoke(
+            InvokeRequest("text_stats", raw({"action": "count", "text": 5}))
+        )
         assert env.status == "failed" and env.content == "text must be a string"
-        assert host.catalog_snapshot().registry.errors == []
+        assert host.views.snapshot().registry.errors == []

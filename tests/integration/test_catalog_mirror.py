@@ -15,6 +15,7 @@ import trio
 
 from supervisor.client import open_client
 from supervisor.contracts.snapshot import StabilityDetails
+from supervisor.server.backend import Backend
 from supervisor.server.unix import serve_unix
 from tests.conftest import ECHO_TOOLS, echo, running_host, wait_available, write_registry
 
@@ -26,7 +27,7 @@ async def client_of(host):
     folder = tempfile.mkdtemp(prefix="thmirror")
     path = str(Path(folder) / "h.sock")
     async with trio.open_nursery() as nursery:
-        await nursery.start(serve_unix, host, path)
+        await nursery.start(serve_unix, Backend.of(host), path)
         async with open_client(path) as client:
             yield client
         nursery.cancel_scope.cancel()

@@ -49,7 +49,7 @@ async def until(pred: Any, timeout: float = 15) -> None:
 
 
 def successes(host: Any, tool: str) -> int:
-    stats = host.stats().tools.get(tool)
+    stats = host.views.stats().tools.get(tool)
     return stats.success if stats is not None else 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import REPO, effective, raw, running_host, wait_available, wait_for
 from tests.sidecars.engines import need_binary, need_module
 
@@ -86,7 +87,7 @@ async def test_web_engine_missing_is_unavailable_before_any_call(
             await wait_available(host, *working)
         # The worker started and stays up: no crash loop, no per-call ImportError.
         assert all(effective(host, t) == "unavailable" for t in broken)
-        env_ = await host.invoke("web.extract", raw({"path": "page.html"}))
+        env_ = await host.invoker.invoke(InvokeRequest("web.extract", raw({"path": "page.html"})))
         assert env_.status == "unavailable", env_
         assert hidden in env_.content and "Traceback" not in env_.content
 
@@ -130,5 +131,5 @@ async def test_media_engines_missing_are_unavailable_before_any_call(
         assert "pocketsphinx" in (probe_reason(host, "audio.transcribe").hint or "")
         assert "tesseract-ocr" in (probe_reason(host, "vision.ocr").hint or "")
         await wait_available(host, "audio.speak")
-        env = await host.invoke("vision.analyze", raw({"path": "x.png"}))
+        env = await host.invoker.invoke(InvokeRequest("vision.analyze", raw({"path": "x.png"})))
         assert env.status == "unavailable" and "PIL" in env.content, env

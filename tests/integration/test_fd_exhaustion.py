@@ -49,8 +49,8 @@ async def test_sampler_accept_loop_and_calls_survive_emfile(app, caplog):
     async with running_host(app, sidecars, host={"statsIntervalMs": 50}) as host:
         await wait_available(host, "echo.say")
         async with served(host, app) as srv, unix_peer(srv.sock) as peer:
-            samples = host.safeguards.sampler.accounting.samples
-            await poll(lambda: host.safeguards.sampler.accounting.samples > samples)
+            samples = host.usage.sampler.accounting.samples
+            await poll(lambda: host.usage.sampler.accounting.samples > samples)
             late = None
             with exhausted_fds(spare=1):
                 # A client connecting now is left in the backlog: the host cannot accept it.
@@ -78,5 +78,5 @@ async def test_sampler_accept_loop_and_calls_survive_emfile(app, caplog):
                 with trio.fail_after(10):
                     resp = await waiting.request(1, "system.health")
                 assert resp["result"]["status"] == "ok"
-            samples = host.safeguards.sampler.accounting.samples
-            await poll(lambda: host.safeguards.sampler.accounting.samples > samples)
+            samples = host.usage.sampler.accounting.samples
+            await poll(lambda: host.usage.sampler.accounting.samples > samples)

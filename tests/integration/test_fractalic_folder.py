@@ -8,6 +8,7 @@ import textwrap
 
 import msgspec
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import raw, running_host, wait_available, wait_for
 from tests.fractalic_files import BOMB, DEEP_YAML, MCP_YAML, SJ_YAML
 
@@ -103,13 +104,17 @@ async def test_a_fractalic_folder_is_hosted_unchanged(app):
         assert d.sidecar == "auto:tools" and d.description == "Greet someone from argparse"
         assert d.inputSchema["required"] == ["user_name"]
         assert d.stability.details.path.command == "./tools/greet.yaml"
-        env = await host.invoke("greet", raw({"user_name": "ada", "shout": True, "times": 2}))
+        env = await host.invoker.invoke(
+            InvokeRequest("greet", raw({"user_name": "ada", "shout": True, "times": 2}))
+        )
         assert env.status == "success", env
         assert msgspec.json.decode(env.data)["greeting"] == "HELLO ADAHELLO ADA"
-        env = await host.invoke("greet", raw({"user_name": "bo", "shout": False}))
+        env = await host.invoker.invoke(
+            InvokeRequest("greet", raw({"user_name": "bo", "shout": False}))
+        )
         assert msgspec.json.decode(env.data)["greeting"] == "hello bo"
         # argparse refuses a missing required flag: exit 2, failed, stderr tail kept.
-        env = await host.invoke("greet", raw({"times": 1}))
+        env = await host.invoker.invoke(InvokeRequest("greet", raw({"times": 1})))
         assert env.status == "failed" and env.error.code == "failed"
         assert env.error.exitCode == 2 and "--user-name" in env.error.stderr
 
@@ -125,19 +130,21 @@ async def test_a_fractalic_folder_is_hosted_unchanged(app):
         }
 
         # bash-cli: plain stdout becomes {"result": text}; a non-zero exit is failed.
-        env = await host.invoke("words", raw({"color": "red", "very_loud": True}))
+        env = await host.invoker.invoke(
+            InvokeRequest("words", raw({"color": "red", "very_loud": True}))
+        )
         assert msgspec.json.decode(env.data) == {"result": "words: --color red --very-loud"}
-        env = await host.invoke("words", raw({"fail": True}))
+        env = await host.invoker.invoke(InvokeRequest("words", raw({"fail": True})))
         assert env.status == "failed" and env.error.exitCode == 4
         assert "it went wrong" in env.error.stderr
-        env = await host.invoke("words", raw([1, 2]))
+        env = await host.invoker.invoke(InvokeRequest("words", raw([1, 2])))
         assert env.status == "failed" and env.error.code == "invalid-input"
 
         # The manifest overrides the simple-json script of the same stem.
         d = host.catalog.get("sj")
         assert d.description == "From the manifest"
         assert d.inputSchema["properties"] == {"q": {"type": "string"}}
-        env = await host.invoke("sj", raw({"q": "x"}))
+        env = await host.invoker.invoke(InvokeRequest("sj", raw({"q": "x"})))
         assert msgspec.json.decode(env.data) == {"echo": {"q": "x"}}
 
         # Unusable manifests: unavailable descriptors naming the file and every problem.
@@ -159,7 +166,7 @@ async def test_a_fractalic_folder_is_hosted_unchanged(app):
         assert "unknown command 'cobol'" in r.message and "entry is missing" in r.message
         (r,) = reasons(host, "escape")
         assert "outside the folder" in r.message
-        env = await host.invoke("bomb", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("bomb", raw({})))
         assert env.status == "unavailable"
 
         # Still alive, and editing a manifest then reloading changes the schema.
@@ -175,7 +182,7 @@ async def test_a_fractalic_folder_is_hosted_unchanged(app):
 
         await wait_for(host, required_changed)
         await wait_available(host, "greet")
-        env = await host.invoke("greet", raw({"user_name": "cy"}))
+        env = await host.invoker.invoke(InvokeRequest("greet", raw({"user_name": "cy"})))
         assert msgspec.json.decode(env.data)["greeting"] == "hello cy"
 
 
@@ -189,7 +196,7 @@ async def test_registry_entry_overrides_a_manifest(app):
     ) as host:
         await wait_available(host, "echo.say", "greet")
         assert host.catalog.get("echo.say").sidecar == "echo"
-        errors = host.catalog_snapshot().registry.errors
+        errors = host.views.snapshot().registry.errors
         assert any("echo.say is served by sidecar echo" in e for e in errors)
 
 
@@ -242,14 +249,16 @@ async def test_cli_scripts_without_manifest_are_read_from_their_help(app):
         assert props["loud"] == {"type": "boolean", "description": "upper-case it"}
         assert props["mode"]["enum"] == ["plain", "box"]
         assert d.inputSchema["required"] == ["text"] and "help" not in props
-        env = await host.invoke("loud", raw({"text": "hi there", "loud": True}))
+        env = await host.invoker.invoke(
+            InvokeRequest("loud", raw({"text": "hi there", "loud": True}))
+        )
         assert msgspec.json.decode(env.data) == {"result": "HI THERE"}
         d = host.catalog.get("count")
         assert d.inputSchema["required"] == ["word_text"]
         assert d.description == "Count letters"
         # argparse wrote --word_text; the flag mapping turns _ into -, which argparse refuses:
         # a failed call with argparse's own message, not a host error.
-        env = await host.invoke("count", raw({"word_text": "abc"}))
+        env = await host.invoker.invoke(InvokeRequest("count", raw({"word_text": "abc"})))
         assert env.status == "failed" and env.error.exitCode == 2
 
         # Edit the help and reload: the schema follows.
@@ -300,25 +309,27 @@ async def test_python_module_function_tools_run_in_one_long_lived_worker(app):
         assert host.catalog.get("mymod") is None  # the module is not a script tool
         pids = set()
         for i in range(200):
-            env = await host.invoke("add", raw({"a": i, "b": 1, "scale": 2}))
+            env = await host.invoker.invoke(InvokeRequest("add", raw({"a": i, "b": 1, "scale": 2})))
             assert env.status == "success", env
             data = msgspec.json.decode(env.data)
             assert data["sum"] == (i + 1) * 2
             pids.add(data["pid"])
         assert len(pids) == 1  # one worker
         assert (app / "imports.log").read_text().split() == [str(pids.pop())]  # one import
-        env = await host.invoke("explode", raw({"reason": "bad day"}))
+        env = await host.invoker.invoke(InvokeRequest("explode", raw({"reason": "bad day"})))
         assert env.status == "failed" and env.error.code == "failed"
         assert "ValueError: no good: bad day" in env.error.message
-        env = await host.invoke("add", raw({"a": 1}))  # missing argument: TypeError
+        env = await host.invoker.invoke(
+            InvokeRequest("add", raw({"a": 1}))
+        )  # missing argument: TypeError
         assert env.status == "failed" and "TypeError" in env.error.message
-        env = await host.invoke("nofunc", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("nofunc", raw({})))
         assert env.status in ("failed", "unavailable") and "no function missing" in str(env)
         # Editing the module and reloading restarts the worker: a new import in a new process.
         (folder / "mymod.py").write_text(MYMOD.replace("(a + b) * scale", "(a + b) * scale + 1"))
         result = await host.reload()
         assert "auto-python:tools" in result.restarted
         await wait_available(host, "add")
-        env = await host.invoke("add", raw({"a": 1, "b": 1}))
+        env = await host.invoker.invoke(InvokeRequest("add", raw({"a": 1, "b": 1})))
         assert msgspec.json.decode(env.data)["sum"] == 3
         assert len((app / "imports.log").read_text().split()) == 2

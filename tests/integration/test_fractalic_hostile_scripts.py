@@ -6,6 +6,7 @@ import textwrap
 
 import msgspec
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import raw, running_host, wait_available, wait_for
 from tests.fractalic_files import SANE
 
@@ -52,11 +53,11 @@ async def test_deeply_nested_output_is_an_outcome_not_a_crash(app):
         assert d.stability.effective == "unavailable"
         assert host.catalog.get("x") is None
         # An answer nested too deeply to parse is passed on as text, not parsed.
-        env = await host.invoke("deep_answer", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("deep_answer", raw({})))
         assert env.status == "success" and (env.content or "").startswith("[[[["), repr(env)[:300]
-        env = await host.invoke("deep_cli", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("deep_cli", raw({})))
         assert env.status == "success", env
         # {"result": text}; large, so the result funnel passes it as the model's text.
         assert '{"result":"[[[[' in (env.content or bytes(env.data or b"").decode())
-        env = await host.invoke("sane", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("sane", raw({})))
         assert msgspec.json.decode(env.data) == {"sane": True}

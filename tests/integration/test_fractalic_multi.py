@@ -6,6 +6,7 @@ import textwrap
 
 import msgspec
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import raw, running_host, wait_available
 from tests.fractalic_files import SANE
 
@@ -38,12 +39,12 @@ async def test_a_multi_tool_script_beside_other_tools(app):
         both = host.catalog.get("both")
         assert both.description == "The script's own name, listed"
         assert both.stability.details.path.command == "./tools/both.py"
-        env = await host.invoke("both", raw({"q": 1}))
+        env = await host.invoker.invoke(InvokeRequest("both", raw({"q": 1})))
         assert msgspec.json.decode(env.data) == {"ran": "both", "input": {"q": 1}}
-        env = await host.invoke("extra", raw({"dry_run": True, "n": 2}))
+        env = await host.invoker.invoke(InvokeRequest("extra", raw({"dry_run": True, "n": 2})))
         assert msgspec.json.decode(env.data) == {"result": "flags: --dry-run --n 2"}
         # sane stays sane.py's tool.
-        env = await host.invoke("sane", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("sane", raw({})))
         assert msgspec.json.decode(env.data) == {"sane": True}
         (worker,) = [w for w in host.pools["auto:tools"].workers if w.state == "ready"]
         assert worker.discovery_notes == [
@@ -71,7 +72,7 @@ async def test_the_folder_status_lists_the_script_tools_not_the_script(app):
     async with running_host(app, {}, autodiscover=cfg) as host:
         await wait_available(host, "alpha", "beta")
         assert host.catalog.get("pair") is None
-        (status,) = [s for s in host.sidecar_statuses() if s.id == "auto:tools"]
+        (status,) = [s for s in host.views.sidecar_statuses() if s.id == "auto:tools"]
         assert status.tools == ["alpha", "beta"]  # not "pair", the file's own name
-        env = await host.invoke("beta", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("beta", raw({})))
         assert msgspec.json.decode(env.data) == {"ran": "beta"}

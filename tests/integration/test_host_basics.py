@@ -3,13 +3,14 @@
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import ECHO_TOOLS, echo, effective, raw, running_host, wait_available
 
 
 async def test_invoke_roundtrip_and_envelope(app):
     async with running_host(app, {"echo": echo()}) as host:
         await wait_available(host, "echo.say")
-        env = await host.invoke("echo.say", raw({"text": "héllo"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "héllo"})))
         assert env.status == "success"
         assert env.content == "héllo"
         data = msgspec.json.decode(env.data)
@@ -24,7 +25,7 @@ async def test_invoke_roundtrip_and_envelope(app):
 async def test_invalid_input_names_the_path(app):
     async with running_host(app, {"echo": echo()}) as host:
         await wait_available(host, "echo.say")
-        env = await host.invoke("echo.say", raw({"text": 5}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": 5})))
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert "$.text" in env.error.message
 
@@ -32,17 +33,19 @@ async def test_invalid_input_names_the_path(app):
 async def test_failure_keeps_data_and_details(app):
     async with running_host(app, {"echo": echo()}) as host:
         await wait_available(host, "echo.fail")
-        env = await host.invoke("echo.fail", raw({"message": "nope"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.fail", raw({"message": "nope"})))
         assert (env.status, env.error.code, env.content) == ("failed", "failed", "nope")
         assert msgspec.json.decode(env.data) == {"partial": 1}
         assert env.error.details == {"asked": True}
-        env = await host.invoke("echo.fail", raw({"code": "unavailable", "message": "no provider"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("echo.fail", raw({"code": "unavailable", "message": "no provider"}))
+        )
         assert env.status == "unavailable" and env.error.code == "unavailable"
 
 
 async def test_unknown_tool(app):
     async with running_host(app, {"echo": echo()}) as host:
-        env = await host.invoke("no.such", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("no.such", raw({})))
         assert env.status == "unavailable" and env.error.code == "unknown-tool"
 
 
@@ -50,9 +53,8 @@ async def test_progress_events(app):
     async with running_host(app, {"echo": echo()}) as host:
         await wait_available(host, "echo.sleep")
         seen = []
-        env = await host.invoke(
-            "echo.sleep",
-            raw({"seconds": 0.03, "steps": 3}),
+        env = await host.invoker.invoke(
+            InvokeRequest("echo.sleep", raw({"seconds": 0.03, "steps": 3})),
             on_progress=lambda d: seen.append(msgspec.json.decode(d)),
         )
         assert env.status == "success"
@@ -63,10 +65,12 @@ async def test_deadline_fails_timeout_and_worker_keeps_serving_when_it_answers_c
     async with running_host(app, {"echo": echo()}) as host:
         await wait_available(host, "echo.sleep")
         before = host.pools["echo"].workers[0].pid
-        env = await host.invoke("echo.sleep", raw({"seconds": 5, "steps": 50}), timeout_ms=200)
+        env = await host.invoker.invoke(
+            InvokeRequest("echo.sleep", raw({"seconds": 5, "steps": 50}), timeout_ms=200)
+        )
         assert env.status == "failed" and env.error.code == "timeout"
         # The SDK answers the cancel at once, so the worker is not replaced.
-        env = await host.invoke("echo.say", raw({"text": "still"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "still"})))
         assert env.status == "success" and env.meta.pid == before
         assert host.pools["echo"].statistics().restarts == 0
 
@@ -78,10 +82,8 @@ async def test_cancel_by_key(app):
         started = trio.Event()
 
         async def call():
-            out["env"] = await host.invoke(
-                "echo.sleep",
-                raw({"seconds": 10, "steps": 100}),
-                call_key="k1",
+            out["env"] = await host.invoker.invoke(
+                InvokeRequest("echo.sleep", raw({"seconds": 10, "steps": 100}), key="k1"),
                 on_progress=lambda _: started.set(),
             )
 
@@ -89,9 +91,9 @@ async def test_cancel_by_key(app):
             n.start_soon(call)
             with trio.fail_after(10):
                 await started.wait()
-            assert host.cancel("k1") is True
+            assert host.invoker.cancel("k1") is True
         assert out["env"].status == "failed" and out["env"].error.code == "cancelled"
-        assert host.cancel("k1") is False
+        assert host.invoker.cancel("k1") is False
 
 
 async def test_environment_is_allow_listed(app, monkeypatch):
@@ -100,7 +102,7 @@ async def test_environment_is_allow_listed(app, monkeypatch):
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
     async with running_host(app, {"echo": echo(env={"EXTRA": "1"})}) as host:
         await wait_available(host, "echo.env")
-        env = await host.invoke("echo.env", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("echo.env", raw({})))
         data = msgspec.json.decode(env.data)
         seen = data["env"]
         assert "SECRET_TOKEN" not in seen and "SHELL" not in seen
@@ -135,7 +137,7 @@ async def test_known_catalog_tools_nobody_serves_are_missing(app, tmp_path):
         assert d.description == "Search" and not d.visible
         assert d.stability.reasons[0].code == "not-configured"
         assert d.stability.details.install == "pip install toolhost-web"
-        env = await host.invoke("web.search", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("web.search", raw({})))
         assert env.status == "unavailable" and env.error.code == "not-visible"
 
 
@@ -154,14 +156,14 @@ async def test_sandbox_denied_and_approval(app):
         await wait_available(host, "echo.say")
         d = host.catalog.get("echo.fail")
         assert d.stability.sandbox == "denied" and not d.visible
-        env = await host.invoke("echo.fail", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("echo.fail", raw({})))
         assert env.status == "unavailable" and env.error.code == "sandbox-denied"
-        env = await host.invoke("echo.say", raw({"text": "x"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
         assert env.status == "unavailable" and env.error.code == "approval-required"
         from supervisor.contracts.rpc import Approval
 
-        env = await host.invoke(
-            "echo.say", raw({"text": "x"}), approval=Approval(granted=True, by="me")
+        env = await host.invoker.invoke(
+            InvokeRequest("echo.say", raw({"text": "x"}), approval=Approval(granted=True, by="me"))
         )
         assert env.status == "success"
 
@@ -182,5 +184,5 @@ async def test_disabled_and_unresolved(app):
         assert host.catalog.get("abs.tool").stability.path == "outside-root-denied"
         assert host.catalog.get("esc.tool").stability.path == "outside-root-denied"
         assert host.pools == {}
-        h = host.health()
+        h = host.views.health()
         assert h.sidecars.disabled == 1 and h.sidecars.unavailable == 3 and h.status == "degraded"

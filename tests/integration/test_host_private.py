@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import REPO, raw, running_host, wait_available
 from tests.kernel import served
 
@@ -135,7 +136,7 @@ async def test_symlinks_and_archive_members_into_host_files_are_refused(app):
         await wait_available(host, *UTILITY_TOOLS, timeout=30)
 
         async def call(tool: str, args: dict[str, Any]) -> dict[str, Any]:
-            env = await host.invoke(tool, raw(args))
+            env = await host.invoker.invoke(InvokeRequest(tool, raw(args)))
             return msgspec.json.decode(msgspec.json.encode(env))
 
         refused_private(await call("file.hash", {"path": "innocent.json"}))
@@ -170,10 +171,12 @@ async def test_default_project_dir_is_a_workspace_created_at_start(app):
         assert host.registry.project_dir == str(app / "workspace")
         await wait_available(host, "file.hash", timeout=30)
         (app / "workspace" / "w.txt").write_text("w\n")
-        env = await host.invoke("file.hash", raw({"path": "w.txt"}))
+        env = await host.invoker.invoke(InvokeRequest("file.hash", raw({"path": "w.txt"})))
         assert env.status == "success"
         # the host's files are not in the workspace at all: reaching them means leaving it
-        env = await host.invoke("file.hash", raw({"path": "../.toolhost/vault.json"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("file.hash", raw({"path": "../.toolhost/vault.json"}))
+        )
         assert env.status != "success" and env.error is not None
         assert env.error.details is not None
         assert env.error.details["reason"] == "parent-traversal"
@@ -185,7 +188,7 @@ async def test_a_project_dir_inside_the_host_files_exposes_nothing(app, target):
     async with running_host(app, manifest_dirs=[str(REPO / "manifests")]) as host:
         await wait_available(host, "file.hash", timeout=30)
         name = "vault.json" if target == ".toolhost" else "external.tools.jsonc"
-        env = await host.invoke("file.hash", raw({"path": name}))
+        env = await host.invoker.invoke(InvokeRequest("file.hash", raw({"path": name})))
         assert env.error is not None and env.error.details is not None
         assert env.error.details["reason"] == "host-private"
 
@@ -206,7 +209,7 @@ def test_private_roots_hold_both_names_of_a_symlinked_state_folder(tmp_path):
 
 
 def test_the_installation_is_private_in_a_source_checkout():
-    from supervisor.host.host import install_dirs
+    from supervisor.host.loading import install_dirs
 
     dirs = install_dirs()
     for name in ("supervisor", "sidecars", "Makefile", "pyproject.toml", ".ci", ".git"):

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.host.vault import Vault, vault_path
 from tests.conftest import (
     echo,
@@ -75,26 +76,28 @@ async def test_composite_child_calls_pass_the_gates_and_are_audited(app):
         await wait_available(host, "svc.compose", "echo.fail")
         from supervisor.contracts.rpc import Approval
 
-        env = await host.invoke(
-            "svc.compose",
-            raw(
-                {
-                    "requests": [
-                        invoke("echo.say", {"text": "covered"}),  # in requires: covered
-                        invoke("echo.fail", {}),  # not in requires: refused
-                        invoke("no.such.tool", {}),
-                    ]
-                }
-            ),
-            approval=Approval(granted=True, by="alice"),
-            client="k1",
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.compose",
+                raw(
+                    {
+                        "requests": [
+                            invoke("echo.say", {"text": "covered"}),  # in requires: covered
+                            invoke("echo.fail", {}),  # not in requires: refused
+                            invoke("no.such.tool", {}),
+                        ]
+                    }
+                ),
+                approval=Approval(granted=True, by="alice"),
+                client="k1",
+            )
         )
         covered, refused, unknown = (r["result"] for r in data(env)["responses"])
         assert covered["status"] == "success" and covered["data"]["text"] == "covered"
         assert refused["status"] == "unavailable"
         assert refused["error"]["code"] == "approval-required"
         assert unknown["error"]["code"] == "unknown-tool"
-        assert host.stats().sidecars["svc"].hostRequests == 3
+        assert host.views.stats().sidecars["svc"].hostRequests == 3
         host.audit.flush()
         lines = [json.loads(x) for x in (app / ".toolhost/audit.jsonl").read_text().splitlines()]
         parent = next(x for x in lines if x["tool"] == "svc.compose")
@@ -109,7 +112,9 @@ async def test_depth_is_one_and_bad_requests_get_error_responses(app):
     async with running_host(app, sidecars(), manifest_dirs=manifests(app)) as host:
         await wait_available(host, "svc.run", "echo.say")
         nested = {"requests": [invoke("svc.run", {})]}
-        env = await host.invoke("svc.run", raw({"requests": [invoke("svc.nest", nested)]}))
+        env = await host.invoker.invoke(
+            InvokeRequest("svc.run", raw({"requests": [invoke("svc.nest", nested)]}))
+        )
         # svc.nest is served by the same one-slot worker: refused before it could deadlock
         (resp,) = data(env)["responses"]
         assert resp["error"]["code"] == "would-deadlock"
@@ -118,33 +123,39 @@ async def test_depth_is_one_and_bad_requests_get_error_responses(app):
             '{"type":"request","id":"x2"}',
             '{"type":"request","id":"x3","callId":1,"method":"no.such"}',
         ]
-        env = await host.invoke("svc.run", raw({"raw": bad}))
+        env = await host.invoker.invoke(InvokeRequest("svc.run", raw({"raw": bad})))
         codes = [r["error"]["code"] for r in data(env)["responses"]]
         assert codes == ["unknown-call", "invalid-request", "unknown-call"]
         # the worker's own call id: unknown method; malformed params: invalid-request
-        env = await host.invoke(
-            "svc.run",
-            raw(
-                {
-                    "requests": [
-                        {"method": "no.such", "params": {}},
-                        {"method": "tools.invoke", "params": {"tool": 5}},
-                    ]
-                }
-            ),
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw(
+                    {
+                        "requests": [
+                            {"method": "no.such", "params": {}},
+                            {"method": "tools.invoke", "params": {"tool": 5}},
+                        ]
+                    }
+                ),
+            )
         )
         codes = [r["error"]["code"] for r in data(env)["responses"]]
         assert codes == ["unknown-method", "invalid-request"]
-        assert (await host.invoke("echo.say", raw({"text": "still fine"}))).status == "success"
+        assert (
+            await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "still fine"})))
+        ).status == "success"
 
 
 async def test_nesting_refused_at_depth_two(app):
     # Two workers: the child svc.nest runs on the second one, and asks for a grandchild.
     async with running_host(app, {"svc": svc(pool={"min": 2, "max": 2})}) as host:
         await wait_for(host, lambda: len(ready_pids(host, "svc")) == 2)
-        env = await host.invoke(
-            "svc.run",
-            raw({"requests": [invoke("svc.nest", {"requests": [invoke("svc.run", {})]})]}),
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw({"requests": [invoke("svc.nest", {"requests": [invoke("svc.run", {})]})]}),
+            )
         )
         (child,) = data(env)["responses"]
         child_env = child["result"]
@@ -182,13 +193,15 @@ async def test_child_deadline_and_cancel_with_the_parent(app):
         await wait_for(
             host, lambda: host.invoker.engine.calls == {} and not host.pools["echo"].inflight
         )
-        stats = host.stats()
+        stats = host.views.stats()
         assert stats.tools["echo.sleep"].cancels == 1
         # a child's deadline never outlives its parent's
-        env = await host.invoke(
-            "svc.run",
-            raw({"requests": [invoke("echo.sleep", {"seconds": 5}, timeoutMs=60_000)]}),
-            timeout_ms=600,
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw({"requests": [invoke("echo.sleep", {"seconds": 5}, timeoutMs=60_000)]}),
+                timeout_ms=600,
+            )
         )
         assert env.error.code == "timeout"
         await wait_for(
@@ -200,7 +213,7 @@ async def test_child_deadline_and_cancel_with_the_parent(app):
 
 
 def stats_of(host, tool):
-    return host.stats().tools[tool]
+    return host.views.stats().tools[tool]
 
 
 STATE = {"state": [{"name": "notes", "keyPrefix": "n/"}, {"name": "chat", "scope": "session"}]}
@@ -209,39 +222,48 @@ STATE = {"state": [{"name": "notes", "keyPrefix": "n/"}, {"name": "chat", "scope
 async def test_state_rules_and_durability_across_a_restart(app):
     async with running_host(app, sidecars(**STATE), manifest_dirs=manifests(app)) as host:
         await wait_available(host, "svc.run")
-        env = await host.invoke(
-            "svc.run",
-            raw(
-                {
-                    "requests": [
-                        {
-                            "method": "state.set",
-                            "params": {"name": "notes", "key": "n/a", "value": {"x": 1}},
-                        },
-                        {"method": "state.get", "params": {"name": "notes", "key": "n/a"}},
-                        {
-                            "method": "state.set",
-                            "params": {"name": "notes", "key": "other", "value": 1},
-                        },
-                        {"method": "state.get", "params": {"name": "undeclared", "key": "n/a"}},
-                        {"method": "state.set", "params": {"name": "chat", "key": "k", "value": 1}},
-                        {
-                            "method": "state.set",
-                            "params": {"name": "notes", "key": "n/big", "value": "x" * (1 << 20)},
-                        },
-                        {"method": "state.list", "params": {"name": "notes"}},
-                        {
-                            "method": "state.set",
-                            "params": {
-                                "name": "notes",
-                                "key": "n/a",
-                                "value": 2,
-                                "ifValue": {"x": 9},
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw(
+                    {
+                        "requests": [
+                            {
+                                "method": "state.set",
+                                "params": {"name": "notes", "key": "n/a", "value": {"x": 1}},
                             },
-                        },
-                    ]
-                }
-            ),
+                            {"method": "state.get", "params": {"name": "notes", "key": "n/a"}},
+                            {
+                                "method": "state.set",
+                                "params": {"name": "notes", "key": "other", "value": 1},
+                            },
+                            {"method": "state.get", "params": {"name": "undeclared", "key": "n/a"}},
+                            {
+                                "method": "state.set",
+                                "params": {"name": "chat", "key": "k", "value": 1},
+                            },
+                            {
+                                "method": "state.set",
+                                "params": {
+                                    "name": "notes",
+                                    "key": "n/big",
+                                    "value": "x" * (1 << 20),
+                                },
+                            },
+                            {"method": "state.list", "params": {"name": "notes"}},
+                            {
+                                "method": "state.set",
+                                "params": {
+                                    "name": "notes",
+                                    "key": "n/a",
+                                    "value": 2,
+                                    "ifValue": {"x": 9},
+                                },
+                            },
+                        ]
+                    }
+                ),
+            )
         )
         r = data(env)["responses"]
         assert "error" not in r[0] and r[1]["result"] == {"value": {"x": 1}}
@@ -251,19 +273,21 @@ async def test_state_rules_and_durability_across_a_restart(app):
         assert r[5]["error"]["code"] == "too-large"
         assert r[6]["result"] == {"keys": ["n/a"]}
         assert r[7]["error"]["code"] == "conflict"
-        env = await host.invoke(
-            "svc.run",
-            raw(
-                {
-                    "requests": [
-                        {
-                            "method": "state.set",
-                            "params": {"name": "chat", "key": "k", "value": "s1"},
-                        }
-                    ]
-                }
-            ),
-            session="session-1",
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw(
+                    {
+                        "requests": [
+                            {
+                                "method": "state.set",
+                                "params": {"name": "chat", "key": "k", "value": "s1"},
+                            }
+                        ]
+                    }
+                ),
+                session="session-1",
+            )
         )
         assert "error" not in data(env)["responses"][0]
     db = app / ".toolhost" / "state.db"
@@ -271,13 +295,21 @@ async def test_state_rules_and_durability_across_a_restart(app):
     async with running_host(app, sidecars(**STATE), manifest_dirs=manifests(app)) as host:
         await wait_available(host, "svc.run")
         get = {"requests": [{"method": "state.get", "params": {"name": "chat", "key": "k"}}]}
-        env = await host.invoke("svc.run", raw(get), session="session-1")
+        env = await host.invoker.invoke(InvokeRequest("svc.run", raw(get), session="session-1"))
         assert data(env)["responses"][0]["result"] == {"value": "s1"}
-        env = await host.invoke("svc.run", raw(get), session="session-2")
+        env = await host.invoker.invoke(InvokeRequest("svc.run", raw(get), session="session-2"))
         assert data(env)["responses"][0]["result"] == {"value": None}
-        env = await host.invoke(
-            "svc.run",
-            raw({"requests": [{"method": "state.get", "params": {"name": "notes", "key": "n/a"}}]}),
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw(
+                    {
+                        "requests": [
+                            {"method": "state.get", "params": {"name": "notes", "key": "n/a"}}
+                        ]
+                    }
+                ),
+            )
         )
         assert data(env)["responses"][0]["result"] == {"value": {"x": 1}}
 
@@ -290,22 +322,26 @@ async def test_concurrent_increments_from_two_workers_lose_nothing(app):
         results = []
 
         async def one():
-            results.append(await host.invoke("svc.run", raw(incr), timeout_ms=120_000))
+            results.append(
+                await host.invoker.invoke(InvokeRequest("svc.run", raw(incr), timeout_ms=120_000))
+            )
 
         async with trio.open_nursery() as n:
             n.start_soon(one)
             n.start_soon(one)
         pids = {data(e)["pid"] for e in results}
         assert len(pids) == 2  # really two workers
-        env = await host.invoke(
-            "svc.run",
-            raw(
-                {
-                    "requests": [
-                        {"method": "state.get", "params": {"name": "notes", "key": "n/counter"}}
-                    ]
-                }
-            ),
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw(
+                    {
+                        "requests": [
+                            {"method": "state.get", "params": {"name": "notes", "key": "n/counter"}}
+                        ]
+                    }
+                ),
+            )
         )
         assert data(env)["responses"][0]["result"] == {"value": 1000}
 
@@ -318,10 +354,16 @@ async def test_vault_values_are_redacted_everywhere_the_host_writes(app):
         app, entries, manifest_dirs=manifests(app), host={"auditLog": ".toolhost/audit.jsonl"}
     ) as host:
         await wait_available(host, "svc.run")
-        ok = await host.invoke("svc.run", raw({"secret": {"key": "API_KEY", "as": "result"}}))
-        bad = await host.invoke("svc.run", raw({"secret": {"key": "API_KEY", "as": "error"}}))
-        refused = await host.invoke(
-            "svc.run", raw({"requests": [{"method": "vault.get", "params": {"key": "OTHER"}}]})
+        ok = await host.invoker.invoke(
+            InvokeRequest("svc.run", raw({"secret": {"key": "API_KEY", "as": "result"}}))
+        )
+        bad = await host.invoker.invoke(
+            InvokeRequest("svc.run", raw({"secret": {"key": "API_KEY", "as": "error"}}))
+        )
+        refused = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run", raw({"requests": [{"method": "vault.get", "params": {"key": "OTHER"}}]})
+            )
         )
         assert ok.status == "success" and bad.status == "failed"
         for env in (ok, bad):
@@ -349,8 +391,11 @@ async def test_a_vault_file_others_can_read_is_refused(app):
         app, sidecars(vault=[{"key": "API_KEY"}]), manifest_dirs=manifests(app)
     ) as host:
         await wait_available(host, "svc.run")
-        env = await host.invoke(
-            "svc.run", raw({"requests": [{"method": "vault.get", "params": {"key": "API_KEY"}}]})
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "svc.run",
+                raw({"requests": [{"method": "vault.get", "params": {"key": "API_KEY"}}]}),
+            )
         )
         (resp,) = data(env)["responses"]
         assert resp["error"]["code"] == "vault-insecure"
@@ -370,12 +415,14 @@ async def test_a_flooding_worker_is_bounded_and_bystanders_keep_serving(app):
         results = {}
 
         async def flooding():
-            results["flood"] = await host.invoke("svc.run", raw(flood), timeout_ms=60_000)
+            results["flood"] = await host.invoker.invoke(
+                InvokeRequest("svc.run", raw(flood), timeout_ms=60_000)
+            )
 
         async with trio.open_nursery() as n:
             n.start_soon(flooding)
             for i in range(20):
-                env = await host.invoke("echo.say", raw({"text": f"b{i}"}))
+                env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": f"b{i}"})))
                 assert env.status == "success"
         codes = [r.get("error", {}).get("code") for r in data(results["flood"])["responses"]]
         assert codes.count("too-many-requests") > 0
@@ -411,7 +458,9 @@ async def test_a_wrongly_typed_field_is_invalid_request_and_the_worker_keeps_ser
             cases.append((request_line(id=bad), None))
         # a well-typed request in between still works on the same call
         cases.append((request_line(method='"no.such"'), "q"))
-        env = await host.invoke("svc.run", raw({"raw": [line for line, _ in cases]}))
+        env = await host.invoker.invoke(
+            InvokeRequest("svc.run", raw({"raw": [line for line, _ in cases]}))
+        )
         responses = data(env)["responses"]
         assert len(responses) == len(cases)
         for (line, rid), resp in zip(cases, responses, strict=True):
@@ -422,4 +471,4 @@ async def test_a_wrongly_typed_field_is_invalid_request_and_the_worker_keeps_ser
         assert ready_pids(host, "svc") == pid
         snap = host.catalog.get("svc.run").stability
         assert snap.runtime == "ready" and snap.details.restarts == 0
-        assert data(await host.invoke("svc.run", raw({})))["pid"] == pid[0]
+        assert data(await host.invoker.invoke(InvokeRequest("svc.run", raw({}))))["pid"] == pid[0]

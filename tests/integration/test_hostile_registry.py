@@ -3,6 +3,7 @@ per problem (issue 12)."""
 
 import logging
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import echo, raw, running_host, wait_available, write_registry
 
 
@@ -13,7 +14,7 @@ async def test_deeply_nested_registry_on_reload_keeps_the_last_good_one(app, cap
         result = await host.reload()
         assert not result.applied
         assert any("nested deeper than 64 levels" in e for e in result.errors)
-        env = await host.invoke("echo.say", raw({"text": "still here"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "still here"})))
         assert env.status == "success"
 
 

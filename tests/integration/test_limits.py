@@ -8,6 +8,7 @@ import msgspec
 import psutil
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.processes.limits import MIN_LINE
 from tests.conftest import bystander, echo, raw, running_host, script, wait_available, wait_for
 
@@ -29,7 +30,7 @@ async def replaced(host, first_pid):
         host,
         lambda: any(w.state == "ready" and w.pid != first_pid for w in host.pools["hog"].workers),
     )
-    env = await host.invoke("hog.ok", raw({}))
+    env = await host.invoker.invoke(InvokeRequest("hog.ok", raw({})))
     assert env.status == "success" and env.meta.pid != first_pid
     return env.meta.pid
 
@@ -40,7 +41,9 @@ async def test_memory_over_rss_quota(app):
         first = host.pools["hog"].workers[0].pid
         async with bystander(host):
             with trio.fail_after(30):
-                env = await host.invoke("hog.memory", raw({"mb": 200}), timeout_ms=30_000)
+                env = await host.invoker.invoke(
+                    InvokeRequest("hog.memory", raw({"mb": 200}), timeout_ms=30_000)
+                )
             assert env.status == "failed" and env.error.code == "quota-exceeded", env
             details = env.error.details
             assert details["rule"] == "rssMb" and details["limitMb"] == 60
@@ -48,20 +51,20 @@ async def test_memory_over_rss_quota(app):
             assert f"{details['measuredMb']} MB RSS" in env.error.message
             assert env.meta.pid == first
             await replaced(host, first)
-        st = host.stats().sidecars["hog"]
+        st = host.views.stats().sidecars["hog"]
         assert st.limitActions == {"rssMb": 1} and st.exits["quota-exceeded"] == 1
         assert st.peakRssBytes > 60 * 2**20
-        assert host.stats().tools["hog.memory"].quotaExceeded == 1
+        assert host.views.stats().tools["hog.memory"].quotaExceeded == 1
 
 
 async def test_idle_worker_over_rss_is_recycled_gracefully(app):
     async with running_host(app, sidecars(quota={"rssMb": 60}), host=FAST) as host:
         await wait_available(host, "echo.say", "hog.ok")
         first = host.pools["hog"].workers[0].pid
-        env = await host.invoke("hog.leak", raw({"mb": 100}))
+        env = await host.invoker.invoke(InvokeRequest("hog.leak", raw({"mb": 100})))
         assert env.status == "success"  # the call itself was fine; the leak stays behind
         await replaced(host, first)
-        st = host.stats().sidecars["hog"]
+        st = host.views.stats().sidecars["hog"]
         assert st.exits == {"recycled": 1} and st.limitActions == {"rssMb": 1}
         assert st.restarts == 0  # a graceful recycle is not charged to the restart policy
 
@@ -72,16 +75,18 @@ async def test_cpu_spin_over_per_call_quota(app):
         first = host.pools["hog"].workers[0].pid
         async with bystander(host):
             with trio.fail_after(30):
-                env = await host.invoke("hog.spin", raw({"seconds": 60}), timeout_ms=60_000)
+                env = await host.invoker.invoke(
+                    InvokeRequest("hog.spin", raw({"seconds": 60}), timeout_ms=60_000)
+                )
             assert env.status == "failed" and env.error.code == "quota-exceeded", env
             d = env.error.details
             assert d["rule"] == "cpuSecondsPerCall" and d["enforcedBy"] == "sampling"
             assert d["limitSeconds"] == 0.5 and d["measuredSeconds"] > 0.5
             await replaced(host, first)
         # A call under the limit on the new worker is fine, and its CPU is accounted.
-        env = await host.invoke("hog.spin", raw({"seconds": 0.05}))
+        env = await host.invoker.invoke(InvokeRequest("hog.spin", raw({"seconds": 0.05})))
         assert env.status == "success" and env.meta.cpuMs > 0
-        st = host.stats()
+        st = host.views.stats()
         assert st.sidecars["hog"].limitActions == {"cpuSecondsPerCall": 1}
         assert st.tools["hog.spin"].cpuReportedCalls == 1
         assert st.tools["hog.spin"].cpuSampledSeconds > 0.4  # the spinner's share was sampled
@@ -96,7 +101,9 @@ async def test_cpu_rlimit_kills_a_per_call_process(app):
         await wait_available(host, "echo.say", "spin.now")
         async with bystander(host):
             with trio.fail_after(30):
-                env = await host.invoke("spin.now", raw({"spin": True}), timeout_ms=60_000)
+                env = await host.invoker.invoke(
+                    InvokeRequest("spin.now", raw({"spin": True}), timeout_ms=60_000)
+                )
             assert env.status == "failed" and env.error.code == "quota-exceeded", env
             assert env.error.details == {
                 "rule": "cpuSecondsPerCall",
@@ -104,7 +111,7 @@ async def test_cpu_rlimit_kills_a_per_call_process(app):
                 "enforcedBy": "rlimit",
             }
             assert env.error.exitCode == -24  # SIGXCPU
-            env = await host.invoke("spin.now", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("spin.now", raw({})))
             assert env.status == "success"
 
 
@@ -115,12 +122,14 @@ async def test_lifetime_cpu_rlimit_replaces_a_long_lived_worker(app):
         first = host.pools["hog"].workers[0].pid
         async with bystander(host):
             with trio.fail_after(30):
-                env = await host.invoke("hog.spin", raw({"seconds": 60}), timeout_ms=60_000)
+                env = await host.invoker.invoke(
+                    InvokeRequest("hog.spin", raw({"seconds": 60}), timeout_ms=60_000)
+                )
             assert env.status == "failed" and env.error.code == "quota-exceeded", env
             assert env.error.details == {"rule": "cpuSeconds", "limitSeconds": 1}
             assert "SIGXCPU" in env.error.message
             await replaced(host, first)
-        assert host.stats().sidecars["hog"].exits == {"quota-exceeded": 1}
+        assert host.views.stats().sidecars["hog"].exits == {"quota-exceeded": 1}
 
 
 async def test_ten_megabytes_of_output(app):
@@ -132,14 +141,14 @@ async def test_ten_megabytes_of_output(app):
         first = host.pools["hog"].workers[0].pid
         limit = host.pools["hog"].workers[0].spec.max_line
         async with bystander(host):
-            env = await host.invoke("hog.big", raw({"size": 10_000_000}))
+            env = await host.invoker.invoke(InvokeRequest("hog.big", raw({"size": 10_000_000})))
             assert env.status == "failed" and env.error.code == "output-too-large", env
             assert limit == MIN_LINE  # 2 x maxOutputBytes + 64 KiB, at least MIN_LINE
             assert env.error.details == {"lineLimitBytes": limit}
             assert f"line longer than {limit} bytes" in env.error.message
             second = await replaced(host, first)
             # Under the line limit but over maxOutputBytes: cut, marked, same worker.
-            env = await host.invoke("hog.big", raw({"size": 150_000}))
+            env = await host.invoker.invoke(InvokeRequest("hog.big", raw({"size": 150_000})))
             assert env.status == "success" and env.meta.truncated
             assert "truncated by toolhost" in env.content
             assert len(env.content.encode()) + len(env.data) <= 100_000 + 200
@@ -153,14 +162,16 @@ async def test_output_is_capped_at_64_kib_by_default_and_a_sidecar_may_raise_it(
     async with running_host(app, reg) as host:
         await wait_available(host, "echo.say", "hog.big")
         text = "x" * 100_000  # content and data: 200 KB in all
-        env = await host.invoke("echo.say", raw({"text": text}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": text})))
         assert env.status == "success" and env.meta.truncated, env.meta
         assert env.meta.originalBytes is not None and env.meta.originalBytes > 200_000
         assert f"output was {env.meta.originalBytes} bytes, limit 65536]" in env.content
         assert len(env.content.encode()) + len(env.data) <= 65536 + 200
         wire = msgspec.json.decode(msgspec.json.encode(env))
         assert wire["meta"]["originalBytes"] == env.meta.originalBytes
-        env = await host.invoke("hog.big", raw({"size": 300_000}))  # its own cap: 1 MiB
+        env = await host.invoker.invoke(
+            InvokeRequest("hog.big", raw({"size": 300_000}))
+        )  # its own cap: 1 MiB
         assert env.status == "success" and not env.meta.truncated, env.meta
         assert env.meta.originalBytes is None and len(env.data) > 300_000
 
@@ -171,7 +182,9 @@ async def test_forking_sidecar_is_capped_and_its_children_die(app):
         first = host.pools["hog"].workers[0].pid
         async with bystander(host):
             with trio.fail_after(30):
-                env = await host.invoke("hog.fork", raw({"n": 6}), timeout_ms=30_000)
+                env = await host.invoker.invoke(
+                    InvokeRequest("hog.fork", raw({"n": 6}), timeout_ms=30_000)
+                )
             assert env.status == "failed" and env.error.code == "quota-exceeded", env
             d = env.error.details
             assert d["rule"] == "nproc" and d["limit"] == 3 and d["measured"] > 3
@@ -188,7 +201,7 @@ async def test_forking_sidecar_is_capped_and_its_children_die(app):
         with trio.fail_after(10):
             while not gone():  # reaped by init; no event to wait on
                 await trio.sleep(0.05)
-        assert host.stats().sidecars["hog"].limitActions == {"nproc": 1}
+        assert host.views.stats().sidecars["hog"].limitActions == {"nproc": 1}
 
 
 def _alive(pid):
@@ -202,7 +215,7 @@ async def test_rlimits_are_applied_before_exec(app):
     limits = {"memoryMb": 2048, "nofile": 512, "nproc": 40, "cpuSeconds": 3600}
     async with running_host(app, {"hog": hog(limits=limits)}) as host:
         await wait_available(host, "hog.limits")
-        env = await host.invoke("hog.limits", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("hog.limits", raw({})))
         got = msgspec.json.decode(env.data)
         assert got["RLIMIT_AS"] == [2048 << 20, 2048 << 20]
         assert got["RLIMIT_NOFILE"] == [512, 512]

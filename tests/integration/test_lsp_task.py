@@ -16,6 +16,7 @@ import msgspec
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.contracts.rpc import Approval
 from tests.conftest import (
     REPO,
@@ -97,7 +98,7 @@ def data(env: Any) -> Any:
 
 
 async def task(host: Any, payload: dict[str, Any], approval: Approval | None = APPROVED) -> Any:
-    return await host.invoke(TASK, raw(payload), approval=approval)
+    return await host.invoker.invoke(InvokeRequest(TASK, raw(payload), approval=approval))
 
 
 async def poll(fn: Any, timeout: float = 20) -> Any:
@@ -133,7 +134,7 @@ async def test_missing_commands_make_the_tools_unavailable_in_probe_and_call(app
         assert any("config.taskCommand is not set" in r.message for r in task_reason)
         assert host.catalog.get("file.hash").stability.effective == "available"
         # Invisible tools are refused at the gate, never run with a placeholder.
-        env = await host.invoke("lsp.symbols", raw({"path": "x.py"}))
+        env = await host.invoker.invoke(InvokeRequest("lsp.symbols", raw({"path": "x.py"})))
         assert env.status == "unavailable"
 
 
@@ -146,7 +147,9 @@ async def test_pylsp_symbols_diagnostics_and_restart(app: Path, project: Path) -
     config = {"lspCommand": ["python", "-m", "pylsp"]}
     async with running_host(app, {"utility": utility(config)}, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, *LSP_TOOLS)
-        got = data(await host.invoke("lsp.symbols", raw({"path": "pkg/mod.py"})))
+        got = data(
+            await host.invoker.invoke(InvokeRequest("lsp.symbols", raw({"path": "pkg/mod.py"})))
+        )
         by_name = {s["name"]: s for s in got["symbols"]}
         assert by_name["greet"]["kind"] == "function" and by_name["greet"]["start"]["line"] == 3
         assert by_name["Box"]["kind"] == "class"
@@ -154,7 +157,9 @@ async def test_pylsp_symbols_diagnostics_and_restart(app: Path, project: Path) -
         first_pid = got["server"]["pid"]
         assert pid_alive(first_pid) and got["server"]["starts"] == 1
 
-        got = data(await host.invoke("lsp.diagnostics", raw({"path": "pkg/mod.py"})))
+        got = data(
+            await host.invoker.invoke(InvokeRequest("lsp.diagnostics", raw({"path": "pkg/mod.py"})))
+        )
         assert got["settled"] is True
         undefined = [d for d in got["diagnostics"] if "undefined_thing" in d["message"]]
         assert undefined and undefined[0]["severity"] == "error"
@@ -162,21 +167,29 @@ async def test_pylsp_symbols_diagnostics_and_restart(app: Path, project: Path) -
 
         # The file changes: the next answer describes the new text, not the old one.
         (project / "pkg" / "mod.py").write_text(MODULE.replace("undefined_thing", "self"))
-        got = data(await host.invoke("lsp.diagnostics", raw({"path": "pkg/mod.py"})))
+        got = data(
+            await host.invoker.invoke(InvokeRequest("lsp.diagnostics", raw({"path": "pkg/mod.py"})))
+        )
         assert not [d for d in got["diagnostics"] if "undefined" in d["message"]], got
 
         # Kill the language server and call at once: whether the call finds it dead before or
         # while talking to it, it starts a new one and answers.
         os.kill(first_pid, signal.SIGKILL)
-        got = data(await host.invoke("lsp.symbols", raw({"path": "pkg/mod.py"})))
+        got = data(
+            await host.invoker.invoke(InvokeRequest("lsp.symbols", raw({"path": "pkg/mod.py"})))
+        )
         assert got["server"]["pid"] != first_pid and got["server"]["starts"] == 2
         assert {"greet", "Box", "open"} <= {s["name"] for s in got["symbols"]}
         second_pid = got["server"]["pid"]
 
-        env = await host.invoke("lsp.symbols", raw({"path": "../outside.py"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("lsp.symbols", raw({"path": "../outside.py"}))
+        )
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert env.error.details["reason"] == "parent-traversal"
-        env = await host.invoke("lsp.symbols", raw({"path": "pkg/missing.py"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("lsp.symbols", raw({"path": "pkg/missing.py"}))
+        )
         assert env.status == "failed" and env.error.details["reason"] == "not-found"
     # The worker stopped with the host: its language server did too (no orphan).
     await poll(lambda: not pid_alive(second_pid), timeout=10)
@@ -187,13 +200,13 @@ async def test_language_server_dies_with_a_killed_worker(app: Path, project: Pat
     config = {"lspCommand": ["python", "-m", "pylsp"]}
     async with running_host(app, {"utility": utility(config)}, manifest_dirs=MANIFESTS) as host:
         await wait_available(host, *LSP_TOOLS)
-        got = data(await host.invoke("lsp.symbols", raw({"path": "mod.py"})))
+        got = data(await host.invoker.invoke(InvokeRequest("lsp.symbols", raw({"path": "mod.py"}))))
         server_pid = got["server"]["pid"]
         [worker_pid] = ready_pids(host, "utility")
         os.kill(worker_pid, signal.SIGKILL)
         await wait_replaced(host, "utility", worker_pid)
         await poll(lambda: not pid_alive(server_pid), timeout=10)
-        got = data(await host.invoke("lsp.symbols", raw({"path": "mod.py"})))
+        got = data(await host.invoker.invoke(InvokeRequest("lsp.symbols", raw({"path": "mod.py"}))))
         assert got["server"]["pid"] != server_pid and got["server"]["starts"] == 1
 
 

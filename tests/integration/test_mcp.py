@@ -5,6 +5,7 @@ a stderr flood, a crash mid-call, pooled servers, retry."""
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import FIXTURES, raw, running_host, wait_available, wait_for
 
 SERVER = FIXTURES.parent / "mcp" / "server.py"
@@ -34,7 +35,7 @@ async def stderr_says(pool, text, timeout=15):
 
 
 async def whoami(host):
-    env = await host.invoke("whoami", raw({}))
+    env = await host.invoker.invoke(InvokeRequest("whoami", raw({})))
     assert env.status == "success", env
     return decode(env)["pid"]
 
@@ -49,12 +50,12 @@ async def test_tools_from_tools_list_and_calls(app):
         assert d.stability.probe == "healthy" and d.stability.runtime == "ready"
         # No manifest: the server's readOnlyHint decides (absent means state-changing).
         assert host.catalog.get("whoami").annotations.readOnly and not d.annotations.readOnly
-        status = next(s for s in host.sidecar_statuses() if s.id == "fx")
+        status = next(s for s in host.views.sidecar_statuses() if s.id == "fx")
         assert {"slow", "explode", "whoami", "grow"} <= set(status.tools)
         pid = await whoami(host)
         assert pid == host.pools["fx"].workers[0].pid
         # No structuredContent: the content blocks are the data, their text the model's text.
-        env = await host.invoke("slow", raw({"seconds": 0.01}))
+        env = await host.invoker.invoke(InvokeRequest("slow", raw({"seconds": 0.01})))
         assert env.status == "success"
         (block,) = decode(env)
         assert block["type"] == "text" and msgspec.json.decode(block["text"]) == {"slept": 0.01}
@@ -64,11 +65,13 @@ async def test_tools_from_tools_list_and_calls(app):
 async def test_is_error_is_failed(app):
     async with running_host(app, {"fx": fixture_server()}) as host:
         await wait_available(host, "explode")
-        env = await host.invoke("explode", raw({"message": "the flux capacitor"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("explode", raw({"message": "the flux capacitor"}))
+        )
         assert env.status == "failed" and env.error.code == "failed"
         assert "the flux capacitor" in env.content
         assert "flux capacitor" in decode(env)[0]["text"]  # the content blocks are kept
-        env = await host.invoke("slow", raw({"seconds": "soon"}))
+        env = await host.invoker.invoke(InvokeRequest("slow", raw({"seconds": "soon"})))
         assert env.status == "failed"  # argument validation is an isError result too
 
 
@@ -76,9 +79,8 @@ async def test_progress_notifications_become_progress_events(app):
     async with running_host(app, {"fx": fixture_server()}) as host:
         await wait_available(host, "slow")
         seen = []
-        env = await host.invoke(
-            "slow",
-            raw({"seconds": 0.15, "steps": 3}),
+        env = await host.invoker.invoke(
+            InvokeRequest("slow", raw({"seconds": 0.15, "steps": 3})),
             on_progress=lambda data: seen.append(msgspec.json.decode(data)),
         )
         assert env.status == "success"
@@ -93,10 +95,8 @@ async def test_tools_cancel_sends_notifications_cancelled(app):
         out = {}
 
         async def call():
-            out["env"] = await host.invoke(
-                "slow",
-                raw({"seconds": 30, "steps": 30}),
-                call_key="c1",
+            out["env"] = await host.invoker.invoke(
+                InvokeRequest("slow", raw({"seconds": 30, "steps": 30}), key="c1"),
                 on_progress=lambda _: started.set(),
             )
 
@@ -104,7 +104,7 @@ async def test_tools_cancel_sends_notifications_cancelled(app):
             n.start_soon(call)
             with trio.fail_after(15):
                 await started.wait()
-            assert host.cancel("c1")
+            assert host.invoker.cancel("c1")
         assert out["env"].status == "failed" and out["env"].error.code == "cancelled"
         pool = host.pools["fx"]
         await stderr_says(pool, "slow(30.0) was cancelled")
@@ -116,7 +116,9 @@ async def test_deadline_cancels_and_keeps_the_server(app):
     async with running_host(app, {"fx": fixture_server()}) as host:
         await wait_available(host, "slow")
         pid = await whoami(host)
-        env = await host.invoke("slow", raw({"seconds": 30, "steps": 30}), timeout_ms=1500)
+        env = await host.invoker.invoke(
+            InvokeRequest("slow", raw({"seconds": 30, "steps": 30}), timeout_ms=1500)
+        )
         assert env.status == "failed" and env.error.code == "timeout"
         pool = host.pools["fx"]
         await stderr_says(pool, "slow(30.0) was cancelled")
@@ -126,20 +128,22 @@ async def test_deadline_cancels_and_keeps_the_server(app):
 async def test_tools_list_changed_refreshes_the_catalog(app):
     async with running_host(app, {"fx": fixture_server()}) as host:
         await wait_available(host, "grow")
-        events = host.subscribe()
-        env = await host.invoke("grow", raw({"name": "late_tool"}))
+        events = host.feed.subscribe()
+        env = await host.invoker.invoke(InvokeRequest("grow", raw({"name": "late_tool"})))
         assert env.status == "success"
         d = await wait_for(host, lambda: host.catalog.get("late_tool"))
         assert d.description == "added at run time as late_tool" and d.visible
         changed = events.receive_nowait()
         assert any(t.name == "late_tool" for t in changed.tools)
-        env = await host.invoke("late_tool", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("late_tool", raw({})))
         assert env.status == "success" and env.content == "late_tool says hi"
         revision = host.catalog.revision
-        assert (await host.invoke("shrink", raw({"name": "late_tool"}))).status == "success"
+        assert (
+            await host.invoker.invoke(InvokeRequest("shrink", raw({"name": "late_tool"})))
+        ).status == "success"
         await wait_for(host, lambda: host.catalog.get("late_tool") is None)
         assert host.catalog.revision > revision
-        env = await host.invoke("late_tool", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("late_tool", raw({})))
         assert env.status == "unavailable" and env.error.code == "unknown-tool"
 
 
@@ -149,7 +153,7 @@ async def test_stderr_flood_never_stalls(app):
         results = []
 
         async def noisy():
-            results.append(await host.invoke("noisy", raw({"kb": 2048})))
+            results.append(await host.invoker.invoke(InvokeRequest("noisy", raw({"kb": 2048}))))
 
         async with trio.open_nursery() as n:
             n.start_soon(noisy)
@@ -167,7 +171,7 @@ async def test_server_dying_mid_call_fails_at_once_and_is_restarted(app):
         await wait_available(host, "die", "whoami")
         first = await whoami(host)
         t0 = trio.current_time()
-        env = await host.invoke("die", raw({}), timeout_ms=20_000)
+        env = await host.invoker.invoke(InvokeRequest("die", raw({}), timeout_ms=20_000))
         assert env.status == "failed" and env.error.code == "worker-crashed"
         assert trio.current_time() - t0 < 10  # not at the deadline
         assert env.error.exitCode == 5 and "dying mid-call" in env.error.stderr
@@ -184,7 +188,7 @@ async def test_mcp_servers_are_pooled(app):
         pids = set()
 
         async def call():
-            env = await host.invoke("slow", raw({"seconds": 0.5}))
+            env = await host.invoker.invoke(InvokeRequest("slow", raw({"seconds": 0.5})))
             assert env.status == "success"
             pids.add(env.meta.pid)
 
@@ -212,10 +216,10 @@ inputSchema = { type = "object", properties = { seconds = { type = "number" } } 
     )
     async with running_host(app, {"fx": fixture_server()}, manifest_dirs=[str(folder)]) as host:
         await wait_available(host, "die", "slow")
-        env = await host.invoke("die", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("die", raw({})))
         assert env.error.code == "worker-crashed" and env.meta.attempts == 2
         await wait_available(host, "slow")
-        env = await host.invoke("slow", raw({"seconds": 30}))
+        env = await host.invoker.invoke(InvokeRequest("slow", raw({"seconds": 30})))
         assert env.error.code == "timeout" and "300 ms" in env.error.message
         assert host.catalog.get("slow").inputSchema["properties"] == {"seconds": {"type": "number"}}
 

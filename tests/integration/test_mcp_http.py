@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import (
     FIXTURES,
     echo,
@@ -102,7 +103,7 @@ def decode(env):
 
 
 async def whoami(host) -> int:
-    env = await host.invoke("whoami", raw({}))
+    env = await host.invoker.invoke(InvokeRequest("whoami", raw({})))
     assert env.status == "success", env
     pid: int = decode(env)["pid"]
     return pid
@@ -121,28 +122,31 @@ async def test_tools_listed_called_with_headers_and_progress(app, tmp_path):
             assert await whoami(host) == server.proc.pid
             worker = host.pools["remote"].workers[0]
             assert worker.session  # the server gave us an Mcp-Session-Id
-            env = await host.invoke("header", raw({"name": "authorization"}))
+            env = await host.invoker.invoke(InvokeRequest("header", raw({"name": "authorization"})))
             assert env.status == "success" and env.content == "Bearer s3cret"
-            env = await host.invoke("header", raw({"name": "x-tenant"}))
+            env = await host.invoker.invoke(InvokeRequest("header", raw({"name": "x-tenant"})))
             assert env.content == "blue"
-            env = await host.invoke("header", raw({"name": "mcp-protocol-version"}))
+            env = await host.invoker.invoke(
+                InvokeRequest("header", raw({"name": "mcp-protocol-version"}))
+            )
             assert env.content == worker.conn.protocol_version
             seen = []
-            env = await host.invoke(
-                "slow",
-                raw({"seconds": 0.15, "steps": 3}),
+            env = await host.invoker.invoke(
+                InvokeRequest("slow", raw({"seconds": 0.15, "steps": 3})),
                 on_progress=lambda data: seen.append(msgspec.json.decode(data)),
             )
             assert env.status == "success" and msgspec.json.decode(env.content) == {"slept": 0.15}
             assert seen == [
                 {"progress": i, "total": 3, "message": f"step {i} of 3"} for i in (1, 2, 3)
             ]
-            env = await host.invoke("explode", raw({"message": "the flux capacitor"}))
+            env = await host.invoker.invoke(
+                InvokeRequest("explode", raw({"message": "the flux capacitor"}))
+            )
             assert env.status == "failed" and "the flux capacitor" in env.content
             # Calls run at once, each on its own stream.
             async with trio.open_nursery() as n:
                 for _ in range(4):
-                    n.start_soon(host.invoke, "slow", raw({"seconds": 0.3}))
+                    n.start_soon(host.invoker.invoke, InvokeRequest("slow", raw({"seconds": 0.3})))
             assert host.pools["remote"].statistics().restarts == 0
 
 
@@ -152,7 +156,7 @@ async def test_json_answers(app, tmp_path):
         async with running_host(app, {"remote": entry(server.port)}) as host:
             await wait_available(host, "whoami")
             assert await whoami(host) == server.proc.pid
-            env = await host.invoke("slow", raw({"seconds": 0.01}))
+            env = await host.invoker.invoke(InvokeRequest("slow", raw({"seconds": 0.01})))
             assert env.status == "success" and msgspec.json.decode(env.content) == {"slept": 0.01}
 
 
@@ -161,17 +165,17 @@ async def test_deadline_and_cancel_send_notifications_cancelled(app, tmp_path):
         await server.listening()
         async with running_host(app, {"remote": entry(server.port)}) as host:
             await wait_available(host, "slow", "whoami")
-            env = await host.invoke("slow", raw({"seconds": 30, "steps": 30}), timeout_ms=1500)
+            env = await host.invoker.invoke(
+                InvokeRequest("slow", raw({"seconds": 30, "steps": 30}), timeout_ms=1500)
+            )
             assert env.status == "failed" and env.error.code == "timeout"
             await server.says("slow(30.0) was cancelled")
             started = trio.Event()
             out = {}
 
             async def call() -> None:
-                out["env"] = await host.invoke(
-                    "slow",
-                    raw({"seconds": 31, "steps": 31}),
-                    call_key="c1",
+                out["env"] = await host.invoker.invoke(
+                    InvokeRequest("slow", raw({"seconds": 31, "steps": 31}), key="c1"),
                     on_progress=lambda _: started.set(),
                 )
 
@@ -179,7 +183,7 @@ async def test_deadline_and_cancel_send_notifications_cancelled(app, tmp_path):
                 n.start_soon(call)
                 with trio.fail_after(15):
                     await started.wait()
-                assert host.cancel("c1")
+                assert host.invoker.cancel("c1")
             assert out["env"].status == "failed" and out["env"].error.code == "cancelled"
             await server.says("slow(31.0) was cancelled")
             pool = host.pools["remote"]
@@ -199,7 +203,7 @@ async def test_server_gone_then_back_on_the_same_port(app, tmp_path):
             await wait_for(host, lambda: effective(host, "whoami") != "available", 20)
             d = host.catalog.get("whoami")
             assert not d.visible
-            env = await host.invoke("whoami", raw({}), timeout_ms=2000)
+            env = await host.invoker.invoke(InvokeRequest("whoami", raw({}), timeout_ms=2000))
             assert env.status != "success"
             server.start()
             await wait_available(host, "whoami", timeout=30)
@@ -260,7 +264,7 @@ async def test_headers_from_the_vault(app, tmp_path):
             assert effective(host, "header") != "available"
             Vault(vault_path(str(app))).set("MCP_TOKEN", "v4ult-s3cret")
             await wait_available(host, "header", timeout=30)
-            env = await host.invoke("header", raw({"name": "authorization"}))
+            env = await host.invoker.invoke(InvokeRequest("header", raw({"name": "authorization"})))
             assert env.status == "success" and env.content == "Bearer v4ult-s3cret"
 
 
@@ -318,12 +322,12 @@ async def test_an_answer_nested_too_deep_fails_that_call_only(app, tmp_path):
         port = server.server_address[1]
         async with running_host(app, {"remote": entry(port), "echo": echo(["echo.say"])}) as host:
             await wait_available(host, "deep", "echo.say")
-            env = await host.invoke("deep", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("deep", raw({})))
             assert env.status == "failed"
             assert env.error.code == "protocol-error", env.error
             assert "not a JSON-RPC message in an HTTP answer" in env.error.message
             # The host and its other sidecars carry on.
-            said = await host.invoke("echo.say", raw({"text": "still here"}))
+            said = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "still here"})))
             assert said.status == "success"
             await wait_available(host, "deep")
     finally:

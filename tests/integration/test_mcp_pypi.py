@@ -9,6 +9,7 @@ import subprocess
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import pid_alive, raw, running_host, wait_available, wait_for
 
 
@@ -32,7 +33,9 @@ async def kill_mid_call(host, sidecar, tool, arguments):
     out = {}
 
     async def call():
-        out["env"] = await host.invoke(tool, raw(arguments), timeout_ms=60_000)
+        out["env"] = await host.invoker.invoke(
+            InvokeRequest(tool, raw(arguments), timeout_ms=60_000)
+        )
 
     async with trio.open_nursery() as n:
         n.start_soon(call)
@@ -57,23 +60,29 @@ async def test_mcp_server_time(app):
         assert d.sidecar == "time" and d.protocol == "mcp"
         assert set(d.inputSchema["required"]) == {"source_timezone", "time", "target_timezone"}
         assert d.annotations.outputSchema["title"] == "TimeConversionResult"
-        env = await host.invoke("get_current_time", raw({"timezone": "Europe/Paris"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("get_current_time", raw({"timezone": "Europe/Paris"}))
+        )
         assert env.status == "success", env
         data = msgspec.json.decode(env.data)  # structuredContent
         assert data["timezone"] == "Europe/Paris" and "day_of_week" in data
-        env = await host.invoke(
-            "convert_time",
-            raw({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+        env = await host.invoker.invoke(
+            InvokeRequest(
+                "convert_time",
+                raw({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+            )
         )
         assert env.status == "success"
         assert msgspec.json.decode(env.data)["time_difference"] == "+9.0h"
-        env = await host.invoke("get_current_time", raw({"timezone": "Mars/Olympus_Mons"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("get_current_time", raw({"timezone": "Mars/Olympus_Mons"}))
+        )
         assert env.status == "failed" and env.error.code == "failed"
         assert "Invalid timezone" in env.content
         first = await kill_mid_call(host, "time", "get_current_time", {"timezone": "UTC"})
         await wait_for(host, lambda: host.pools["time"].statistics().restarts == 1)
         await wait_available(host, "get_current_time")
-        env = await host.invoke("get_current_time", raw({"timezone": "UTC"}))
+        env = await host.invoker.invoke(InvokeRequest("get_current_time", raw({"timezone": "UTC"})))
         assert env.status == "success" and env.meta.pid != first
         assert host.catalog.get("get_current_time").stability.details.restarts == 1
 
@@ -100,19 +109,23 @@ async def test_mcp_server_git(app, tmp_path):
         await wait_available(host, "git_status", "git_log", "git_diff_unstaged")
         d = host.catalog.get("git_log")
         assert d.protocol == "mcp" and "repo_path" in d.inputSchema["properties"]
-        env = await host.invoke("git_status", raw({"repo_path": str(repo)}))
+        env = await host.invoker.invoke(InvokeRequest("git_status", raw({"repo_path": str(repo)})))
         assert env.status == "success" and "README.md" in env.content
-        env = await host.invoke("git_log", raw({"repo_path": str(repo)}))
+        env = await host.invoker.invoke(InvokeRequest("git_log", raw({"repo_path": str(repo)})))
         assert env.status == "success" and "first commit" in env.content
-        env = await host.invoke("git_diff_unstaged", raw({"repo_path": str(repo)}))
+        env = await host.invoker.invoke(
+            InvokeRequest("git_diff_unstaged", raw({"repo_path": str(repo)}))
+        )
         assert "+hello, world" in env.content
-        env = await host.invoke("git_show", raw({"repo_path": str(repo), "revision": "nope"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("git_show", raw({"repo_path": str(repo), "revision": "nope"}))
+        )
         assert env.status == "failed" and env.error.code == "failed"
         assert "nope" in env.content
         first = await kill_mid_call(host, "git", "git_status", {"repo_path": str(repo)})
         await wait_for(host, lambda: host.pools["git"].statistics().restarts == 1)
         await wait_available(host, "git_status")
-        env = await host.invoke("git_status", raw({"repo_path": str(repo)}))
+        env = await host.invoker.invoke(InvokeRequest("git_status", raw({"repo_path": str(repo)})))
         assert env.status == "success" and env.meta.pid != first
 
 
@@ -140,5 +153,5 @@ async def test_a_per_tool_manifest_keeps_what_the_server_announces(app):
         assert d.annotations.readOnly is True and d.annotations.timeoutMs == 2000
         manifest = host.catalog.tool_plan("get_current_time").manifest
         assert manifest.retry.max_attempts == 3 and manifest.read_only is True
-        env = await host.invoke("get_current_time", raw({"timezone": "UTC"}))
+        env = await host.invoker.invoke(InvokeRequest("get_current_time", raw({"timezone": "UTC"})))
         assert env.status == "success", env

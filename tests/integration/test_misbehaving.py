@@ -4,6 +4,7 @@ worker is replaced per policy, and a healthy sidecar next to it keeps serving th
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import (
     bystander,
     echo,
@@ -28,7 +29,7 @@ async def test_crash_mid_call(app):
         await wait_available(host, "echo.say", "echo.crash")
         async with bystander(host):
             first = pool(host, "bad").workers[0].pid
-            env = await host.invoke("echo.crash", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("echo.crash", raw({})))
             assert env.status == "failed" and env.error.code == "worker-crashed"
             assert env.error.exitCode == 3
             assert "about to crash" in env.error.stderr  # stray stdout went to stderr
@@ -50,7 +51,7 @@ async def test_hang_is_killed_at_deadline_and_replaced(app):
         async with bystander(host):
             first = pool(host, "hang").workers[0].pid
             t0 = trio.current_time()
-            env = await host.invoke("hang.forever", raw({}), timeout_ms=300)
+            env = await host.invoker.invoke(InvokeRequest("hang.forever", raw({}), timeout_ms=300))
             assert env.status == "failed" and env.error.code == "timeout"
             assert trio.current_time() - t0 < 2.0  # answered at the deadline, not after the kill
             await wait_for(host, lambda: pool(host, "hang").statistics().last_exit is not None)
@@ -60,7 +61,7 @@ async def test_hang_is_killed_at_deadline_and_replaced(app):
                 in pool(host, "hang").statistics().last_exit.message
             )
             await wait_available(host, "hang.ok")
-            env = await host.invoke("hang.ok", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("hang.ok", raw({})))
             assert env.status == "success" and env.meta.pid != first
 
 
@@ -72,7 +73,7 @@ async def test_garbage_on_stdout_is_a_protocol_error(app):
     async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say", "garbage.ok")
         async with bystander(host):
-            env = await host.invoke("garbage.print", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("garbage.print", raw({})))
             assert env.status == "failed" and env.error.code == "protocol-error"
             assert "Loading model" in env.error.message
             await wait_for(host, lambda: pool(host, "junk").statistics().last_exit is not None)
@@ -104,7 +105,7 @@ async def test_never_ready_times_out(app):
             assert reason.field == "runtime" and reason.code == "start-timeout"
             assert "startTimeoutMs" in reason.hint
             assert "starting up, very slowly" in d.stability.details.stderrTail
-            env = await host.invoke("slow.tool", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("slow.tool", raw({})))
             assert env.status == "unavailable" and env.error.code == "not-visible"
 
 
@@ -134,7 +135,7 @@ async def test_exit_at_once_fails_fast_with_stderr_and_gives_up(app):
         assert st.details.lastExitCode == 7 and st.details.restarts == 4
         assert "fatal: missing configuration" in st.details.stderrTail
         assert "exited before ready (exit status 7)" in st.reasons[0].message
-        status = next(s for s in host.sidecar_statuses() if s.id == "dead")
+        status = next(s for s in host.views.sidecar_statuses() if s.id == "dead")
         assert status.runtime == "backoff" and status.nextRestartMs > 1000  # retried only slowly
 
 
@@ -144,7 +145,7 @@ async def test_stderr_flood_never_stalls(app):
         await wait_available(host, "echo.say", "flood.echo")
         async with bystander(host):
             for i in range(30):
-                env = await host.invoke("flood.echo", raw({"i": i}))
+                env = await host.invoker.invoke(InvokeRequest("flood.echo", raw({"i": i})))
                 assert env.status == "success" and msgspec.json.decode(env.data) == {
                     "echo": {"i": i}
                 }
@@ -160,7 +161,7 @@ async def test_wrong_id_fails_the_call_at_once(app):
         await wait_available(host, "echo.say", "wrong.id")
         async with bystander(host):
             t0 = trio.current_time()
-            env = await host.invoke("wrong.id", raw({}), timeout_ms=10_000)
+            env = await host.invoker.invoke(InvokeRequest("wrong.id", raw({}), timeout_ms=10_000))
             assert env.status == "failed" and env.error.code == "protocol-error"
             assert "answer for unknown call 1001" in env.error.message
             assert trio.current_time() - t0 < 5  # not at the deadline
@@ -172,7 +173,7 @@ async def test_second_answer_recycles_the_worker(app):
     async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say", "twice.answer")
         async with bystander(host):
-            env = await host.invoke("twice.answer", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("twice.answer", raw({})))
             assert env.status == "success" and msgspec.json.decode(env.data) == {"n": 1}
             await wait_for(host, lambda: pool(host, "twice").statistics().last_exit is not None)
             assert "second answer for call 1" in pool(host, "twice").statistics().last_exit.message

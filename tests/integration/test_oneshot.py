@@ -8,6 +8,7 @@ import msgspec
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import pid_alive, raw, running_host, script, wait_available, wait_for
 
 FLY_TOOLS = [
@@ -36,8 +37,8 @@ async def test_success_request_line_and_snapshot(app):
         d = host.catalog.get("fly.echo")
         assert d.stability.probe == "skipped" and d.stability.runtime == "ready"
         assert d.protocol == "process-json"
-        first = await host.invoke("fly.echo", raw({"text": "héllo"}))
-        second = await host.invoke("fly.echo", raw({"text": "again"}))
+        first = await host.invoker.invoke(InvokeRequest("fly.echo", raw({"text": "héllo"})))
+        second = await host.invoker.invoke(InvokeRequest("fly.echo", raw({"text": "again"})))
         assert first.status == "success" and first.content == "echoed"
         data = decode(first)
         assert data["echo"] == {"text": "héllo"}
@@ -47,7 +48,7 @@ async def test_success_request_line_and_snapshot(app):
         assert str(app / ".toolhost") in req["hostPrivate"]  # PROTOCOL 1, host-private
         assert first.meta.pid != second.meta.pid  # one process per call
         assert not pid_alive(first.meta.pid)
-        status = next(s for s in host.sidecar_statuses() if s.id == "fly")
+        status = next(s for s in host.views.sidecar_statuses() if s.id == "fly")
         assert status.mode == "oneshot" and status.runtime == "ready"
 
 
@@ -64,7 +65,9 @@ async def test_success_request_line_and_snapshot(app):
 async def test_ok_false_with_each_code(app, code, status):
     async with running_host(app, {"fly": fly()}) as host:
         await wait_available(host, "fly.fail")
-        env = await host.invoke("fly.fail", raw({"code": code, "message": f"no: {code}"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("fly.fail", raw({"code": code, "message": f"no: {code}"}))
+        )
         assert env.status == status
         assert env.content == f"no: {code}"
         expected = code if code != "weird-code" else "failed"
@@ -80,14 +83,14 @@ async def test_ok_false_with_each_code(app, code, status):
 async def test_non_zero_exit_with_garbage_is_failed_with_stderr(app):
     async with running_host(app, {"fly": fly()}) as host:
         await wait_available(host, "fly.garbage")
-        env = await host.invoke("fly.garbage", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("fly.garbage", raw({})))
         assert env.status == "failed" and env.error.code == "failed"
         assert env.error.exitCode == 2
         assert "exit status 2 with no parsable answer" in env.error.message
         assert "this is not json at all" in env.error.message
         assert "something broke" in env.error.stderr
         # The call site is not a crashed worker: the next call runs normally.
-        assert (await host.invoke("fly.echo", raw({}))).status == "success"
+        assert (await host.invoker.invoke(InvokeRequest("fly.echo", raw({})))).status == "success"
         assert host.pools["fly"].statistics().restarts == 0
 
 
@@ -96,14 +99,16 @@ async def test_hang_is_killed_at_the_deadline_with_its_process_group(app):
     async with running_host(app, {"fly": fly()}) as host:
         await wait_available(host, "fly.hang")
         t0 = trio.current_time()
-        env = await host.invoke("fly.hang", raw({"pidfile": str(pidfile)}), timeout_ms=3000)
+        env = await host.invoker.invoke(
+            InvokeRequest("fly.hang", raw({"pidfile": str(pidfile)}), timeout_ms=3000)
+        )
         assert env.status == "failed" and env.error.code == "timeout"
         assert trio.current_time() - t0 < 8
         leader, grandchild = (int(p) for p in pidfile.read_text().split())
         with trio.fail_after(10):
             while pid_alive(leader) or pid_alive(grandchild):
                 await trio.sleep(0.05)
-        assert (await host.invoke("fly.echo", raw({}))).status == "success"
+        assert (await host.invoker.invoke(InvokeRequest("fly.echo", raw({})))).status == "success"
 
 
 async def test_cancel_kills_the_process(app):
@@ -113,14 +118,16 @@ async def test_cancel_kills_the_process(app):
         out = {}
 
         async def call():
-            out["env"] = await host.invoke("fly.hang", raw({"pidfile": str(pidfile)}), call_key=7)
+            out["env"] = await host.invoker.invoke(
+                InvokeRequest("fly.hang", raw({"pidfile": str(pidfile)}), key=7)
+            )
 
         async with trio.open_nursery() as n:
             n.start_soon(call)
             with trio.fail_after(10):
                 while not pidfile.exists() or not pidfile.read_text():
                     await trio.sleep(0.02)
-            assert host.cancel(7)
+            assert host.invoker.cancel(7)
         assert out["env"].error.code == "cancelled"
         leader, grandchild = (int(p) for p in pidfile.read_text().split())
         # The envelope goes out at once; the process group is killed and reaped right after.
@@ -137,7 +144,7 @@ async def test_output_cap(app):
     # at maxOutputBytes with a visible marker.
     async with running_host(app, {"fly": fly(maxOutputBytes=1000)}) as host:
         await wait_available(host, "fly.big")
-        env = await host.invoke("fly.big", raw({"size": 50_000}))
+        env = await host.invoker.invoke(InvokeRequest("fly.big", raw({"size": 50_000})))
         assert env.status == "success" and env.meta.truncated
         assert "truncated by toolhost" in env.content
         assert len(env.content.encode()) < 1200
@@ -147,7 +154,7 @@ async def test_output_over_the_line_cap_kills_the_process(app):
     async with running_host(app, {"fly": fly()}) as host:
         await wait_available(host, "fly.big")
         host.pools["fly"].workers[0].spec.max_line = 10_000
-        env = await host.invoke("fly.big", raw({"size": 100_000}))
+        env = await host.invoker.invoke(InvokeRequest("fly.big", raw({"size": 100_000})))
         assert env.status == "failed" and env.error.code == "output-too-large"
         assert not pid_alive(env.meta.pid)
 
@@ -155,7 +162,7 @@ async def test_output_over_the_line_cap_kills_the_process(app):
 async def test_answer_then_linger_is_answered_and_reaped(app):
     async with running_host(app, {"fly": fly()}) as host:
         await wait_available(host, "fly.late")
-        env = await host.invoke("fly.late", raw({}), timeout_ms=20_000)
+        env = await host.invoker.invoke(InvokeRequest("fly.late", raw({}), timeout_ms=20_000))
         assert env.status == "success" and decode(env) == {"late": True}
         assert env.meta.durationMs < 10_000  # not held until the deadline
         assert not pid_alive(env.meta.pid)
@@ -169,7 +176,11 @@ async def test_spawn_concurrency_is_bounded_by_the_pool(app):
         envs = []
 
         async def call():
-            envs.append(await host.invoke("fly.slow", raw({"dir": str(counters), "seconds": 1.0})))
+            envs.append(
+                await host.invoker.invoke(
+                    InvokeRequest("fly.slow", raw({"dir": str(counters), "seconds": 1.0}))
+                )
+            )
 
         async with trio.open_nursery() as n:
             for _ in range(5):
@@ -193,14 +204,14 @@ async def test_sdk_sidecar_runs_oneshot(app, project):
     }
     async with running_host(app, {"utility": utility}) as host:
         await wait_available(host, "file.hash")
-        env = await host.invoke("file.hash", raw({"path": "blob.bin"}))
+        env = await host.invoker.invoke(InvokeRequest("file.hash", raw({"path": "blob.bin"})))
         assert env.status == "success", env
         assert decode(env)["digest"] == hashlib.sha256(b"toolhost" * 1000).hexdigest()
-        env = await host.invoke("file.hash", raw({"path": "../outside"}))
+        env = await host.invoker.invoke(InvokeRequest("file.hash", raw({"path": "../outside"})))
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert env.error.exitCode == 1
         (project / "reg").symlink_to(app / "tools" / "external.tools.jsonc")
-        env = await host.invoke("file.hash", raw({"path": "reg"}))
+        env = await host.invoker.invoke(InvokeRequest("file.hash", raw({"path": "reg"})))
         assert env.error is not None and env.error.details["reason"] in (
             "host-private",
             "symlink-escape",
@@ -220,9 +231,9 @@ async def test_missing_program_is_unavailable_and_restarted_per_policy(app):
     }
     async with running_host(app, {"bin": entry}) as host:
         await wait_available(host, "bin.tool")
-        assert (await host.invoke("bin.tool", raw({}))).status == "success"
+        assert (await host.invoker.invoke(InvokeRequest("bin.tool", raw({})))).status == "success"
         tool.unlink()
-        env = await host.invoke("bin.tool", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("bin.tool", raw({})))
         assert env.status == "unavailable" and "cannot execute" in env.error.message
         await wait_for(host, lambda: host.pools["bin"].statistics().restarts >= 1)
         assert host.pools["bin"].statistics().last_exit.reason == "start-failed"

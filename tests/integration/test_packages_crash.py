@@ -13,6 +13,7 @@ import json5
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.packages.manager import APPLY_STEPS, ROLLBACK_STEPS, STAGE_STEPS, PackageManager
 from tests.conftest import running_host, wait_available, wait_for
 from tests.pkgkit import TOOL, assert_no_absolute_paths, build, installed_version, registry_entry
@@ -136,7 +137,7 @@ async def test_killed_at_a_step_then_the_host_recovers(template, tmp_path, op, s
             lambda: host.catalog.get(TOOL) and host.catalog.get(TOOL).stability.upgrade == want,
         )
         await wait_available(host, TOOL)
-        env = await host.invoke(TOOL)
+        env = await host.invoker.invoke(InvokeRequest(TOOL))
         assert env.status == "success"
         assert json.loads(bytes(env.data))["version"] == installed
         assert_consistent(app, installed, previous, staged)

@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.client import RpcError, open_client
-from supervisor.host.host import Host, HostOptions
+from supervisor.host.host import build_host
+from supervisor.host.loading import HostOptions
 from supervisor.packages.manager import PackageManager
+from supervisor.server.backend import Backend
 from supervisor.server.unix import serve_unix
 from tests.conftest import FIXTURES, echo, running_host, wait_available, wait_for, write_registry
 from tests.pkgkit import TOOL, assert_no_absolute_paths, build, installed_version
@@ -50,7 +53,7 @@ async def served(app):
     sock_dir = tempfile.mkdtemp(prefix="thpkg")
     path = str(Path(sock_dir) / "h.sock")
     async with running_host(app) as host, trio.open_nursery() as nursery:
-        await nursery.start(serve_unix, host, path)
+        await nursery.start(serve_unix, Backend.of(host), path)
         async with open_client(path) as client:
             yield host, client
         nursery.cancel_scope.cancel()
@@ -107,7 +110,7 @@ async def test_stage_apply_rollback_while_a_client_keeps_calling(app, tmp_path):
 
         caller = Caller(client)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch, host.subscribe())
+            nursery.start_soon(watch, host.feed.subscribe())
             nursery.start_soon(caller.run)
             await caller.more()
 
@@ -267,8 +270,10 @@ async def test_a_version_applied_offline_is_verified_at_start(app, tmp_path):
         ("stage", build(tmp_path, "1.1.0")),
         ("apply", False),
     )
-    host = Host(HostOptions(app_root=str(app), use_global=False, manifest_dirs=[], seed=1))
-    changes = host.subscribe()
+    host = await build_host(
+        HostOptions(app_root=str(app), use_global=False, manifest_dirs=[], seed=1)
+    )
+    changes = host.feed.subscribe()
     seen = []
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
@@ -277,7 +282,7 @@ async def test_a_version_applied_offline_is_verified_at_start(app, tmp_path):
                 seen += [(d.stability.upgrade, d.visible) for d in event.tools if d.name == TOOL]
                 if seen and seen[-1] == ("idle", True):
                     break
-        env = await host.invoke(TOOL)
+        env = await host.invoker.invoke(InvokeRequest(TOOL))
         host.stop()
         await host.wait_stopped()
         nursery.cancel_scope.cancel()
@@ -298,7 +303,7 @@ async def test_an_offline_auto_rollback_is_honoured_at_start(app, tmp_path):
     async with running_host(app) as host:
         await wait_for(host, lambda: installed_version(app) == "1.0.0" and upgrade(host) == "idle")
         await wait_available(host, TOOL)
-        env = await host.invoke(TOOL)
+        env = await host.invoker.invoke(InvokeRequest(TOOL))
         assert env.data is not None and b'"1.0.0"' in bytes(env.data)
 
 

@@ -7,6 +7,7 @@ import stat
 
 import pytest
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.private_files import NotPrivate, open_private
 from tests.conftest import echo, raw, running_host, wait_available
 
@@ -28,7 +29,7 @@ async def test_existing_world_readable_audit_and_quota_state_become_0600(app, ca
     cfg = echo(tools=["echo.say"], quota={"callsPerDay": 100})
     async with running_host(app, {"echo": cfg}) as host:
         await wait_available(host, "echo.say")
-        env = await host.invoke("echo.say", raw({"text": "x"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
         assert env.status == "success"
         host.audit.flush()
         assert mode(audit) == 0o600 and audit.read_text().count("\n") == 1

@@ -11,6 +11,7 @@ import time
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.policy.quota import DAY_MS
 from tests.conftest import echo, raw, running_host, wait_available, wait_for
 
@@ -23,7 +24,7 @@ def quota_echo(quota, **extra):
 
 
 def say(host, text="hi"):
-    return host.invoke("echo.say", raw({"text": text}))
+    return host.invoker.invoke(InvokeRequest("echo.say", raw({"text": text})))
 
 
 @pytest.mark.parametrize("allow_degraded", [False, True])
@@ -63,8 +64,10 @@ async def test_rate_quota_refuses_then_flips_back(app, mock_clock, allow_degrade
         assert env.content == (
             f"echo.say: quota.tools.echo.say.callsPerMinute=3 reached; retry in {retry} ms"
         )
-        assert (await host.invoke("echo.sleep", raw({"seconds": 0}))).status == "success"
-        assert host.stats().tools["echo.say"].quotaLimited == 1
+        assert (
+            await host.invoker.invoke(InvokeRequest("echo.sleep", raw({"seconds": 0})))
+        ).status == "success"
+        assert host.views.stats().tools["echo.say"].quotaLimited == 1
         # Jump over the idle minute: the host's timer flips the tool back on time.
         mock_clock.autojump_threshold = 0.1
         d = await wait_for(
@@ -83,12 +86,14 @@ async def test_sidecar_quota_limits_every_tool(app):
     async with running_host(app, reg, host=QUIET) as host:
         await wait_available(host, "echo.say", "echo.sleep")
         assert (await say(host)).status == "success"
-        assert (await host.invoke("echo.sleep", raw({"seconds": 0}))).status == "success"
+        assert (
+            await host.invoker.invoke(InvokeRequest("echo.sleep", raw({"seconds": 0})))
+        ).status == "success"
         for tool in ("echo.say", "echo.sleep"):
             assert host.catalog.get(tool).stability.sandbox == "quota-limited"
         env = await say(host)
         assert env.error.code == "quota-limited" and env.error.details["retryAfterMs"] > 50_000
-        assert host.stats().sidecars["q"].limitedTools == ["echo.say", "echo.sleep"]
+        assert host.views.stats().sidecars["q"].limitedTools == ["echo.say", "echo.sleep"]
 
 
 async def test_max_concurrent_refuses_without_flipping_the_snapshot(app):
@@ -100,8 +105,9 @@ async def test_max_concurrent_refuses_without_flipping_the_snapshot(app):
         running = trio.Event()
 
         async def long_call():
-            env = await host.invoke(
-                "echo.sleep", raw({"seconds": 0.5, "steps": 2}), on_progress=lambda _: running.set()
+            env = await host.invoker.invoke(
+                InvokeRequest("echo.sleep", raw({"seconds": 0.5, "steps": 2})),
+                on_progress=lambda _: running.set(),
             )
             assert env.status == "success"
             done.set()
@@ -110,14 +116,16 @@ async def test_max_concurrent_refuses_without_flipping_the_snapshot(app):
             n.start_soon(long_call)
             with trio.fail_after(15):
                 await running.wait()
-            env = await host.invoke("echo.sleep", raw({"seconds": 0}))
+            env = await host.invoker.invoke(InvokeRequest("echo.sleep", raw({"seconds": 0})))
             assert env.status == "unavailable" and env.error.code == "quota-limited"
             assert env.error.details["rule"] == "maxConcurrent"
             assert env.error.details["retryAfterMs"] >= 1
             assert host.catalog.get("echo.sleep").stability.sandbox == "allowed"
             assert host.catalog.revision == rev
             await done.wait()
-        assert (await host.invoke("echo.sleep", raw({"seconds": 0}))).status == "success"
+        assert (
+            await host.invoker.invoke(InvokeRequest("echo.sleep", raw({"seconds": 0})))
+        ).status == "success"
 
 
 async def test_calls_per_day_survive_a_host_restart(app):
@@ -141,4 +149,4 @@ async def test_calls_per_day_survive_a_host_restart(app):
         env = await say(host)
         assert env.status == "unavailable" and env.error.code == "quota-limited"
         assert env.error.details["retryAfterMs"] > 0
-        assert host.stats().tools["echo.say"].quota == {"callsToday": 2}
+        assert host.views.stats().tools["echo.say"].quota == {"callsToday": 2}

@@ -6,6 +6,7 @@ import msgspec
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import (
     FIXTURES,
     echo,
@@ -30,7 +31,7 @@ async def test_reload_restarts_only_the_changed_sidecar(app):
 
         async def keep_calling():
             while not done.is_set():
-                env = await host.invoke("echo.say", raw({"text": "x"}))
+                env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
                 statuses.append((env.status, env.meta.pid))
 
         async with trio.open_nursery() as n:
@@ -67,7 +68,7 @@ async def test_unparseable_registry_keeps_everything(app):
         (app / "tools" / "external.tools.jsonc").write_text("{ broken")
         result = await host.reload()
         assert not result.applied and "not valid JSONC" in result.errors[0]
-        env = await host.invoke("echo.say", raw({"text": "still"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "still"})))
         assert env.status == "success" and env.meta.pid == pid
 
 
@@ -84,7 +85,7 @@ async def test_invalid_new_entry_keeps_the_old_configuration_running(app):
         assert any(
             "sidecars.a.pool.max" in e and "previous configuration" in e for e in result.errors
         )
-        env = await host.invoke("echo.say", raw({"text": "still"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "still"})))
         assert env.status == "success" and env.meta.pid == pid
         await wait_for(host, lambda: host.catalog.get("echo.say").visible)
 
@@ -125,7 +126,9 @@ async def test_reload_restarts_a_changed_sidecar_with_its_new_settings(app, kind
         async with trio.open_nursery() as n:
 
             async def slow() -> None:
-                env = await host.invoke("conf.sleep", raw({"seconds": 1}), on_progress=on_progress)
+                env = await host.invoker.invoke(
+                    InvokeRequest("conf.sleep", raw({"seconds": 1})), on_progress=on_progress
+                )
                 results.append(env)
 
             for _ in range(2):
@@ -142,7 +145,7 @@ async def test_reload_restarts_a_changed_sidecar_with_its_new_settings(app, kind
         await wait_available(host, *tools)
         snap = host.catalog.get("conf.show").stability
         assert snap.runtime == "ready" and not snap.reasons, snap
-        env = await host.invoke("conf.show", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("conf.show", raw({})))
         assert env.status == "success", env
         shown = msgspec.json.decode(bytes(env.data))
         assert shown["pid"] not in old_pids
@@ -153,7 +156,9 @@ async def test_reload_restarts_a_changed_sidecar_with_its_new_settings(app, kind
         if kind == "pool":
             await wait_for(host, lambda: len(ready_pids(host, "s")) == 2)
         if kind == "tools":
-            assert (await host.invoke("conf.extra", raw({}))).status == "success"
+            assert (
+                await host.invoker.invoke(InvokeRequest("conf.extra", raw({})))
+            ).status == "success"
         else:
             assert host.catalog.get("conf.extra") is None
         assert host.pools["s"].status().runtime == "ready"
@@ -176,4 +181,4 @@ async def test_a_replaced_pool_cannot_leave_the_new_one_stopped(app):
         old._publish()
         snap = host.catalog.get("conf.show").stability
         assert snap.runtime == "ready" and snap.effective == "available", snap.reasons
-        assert (await host.invoke("conf.show", raw({}))).status == "success"
+        assert (await host.invoker.invoke(InvokeRequest("conf.show", raw({})))).status == "success"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import echo, raw, running_host, wait_available, write_registry
 
 
@@ -16,7 +17,9 @@ async def _call_then_remove(app, grace_ms: int, seconds: float):
 
         async def call() -> None:
             started.set()
-            answers.append(await host.invoke("echo.sleep", raw({"seconds": seconds})))
+            answers.append(
+                await host.invoker.invoke(InvokeRequest("echo.sleep", raw({"seconds": seconds})))
+            )
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call)

@@ -7,6 +7,7 @@ import signal
 
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import (
     echo,
     effective,
@@ -73,7 +74,7 @@ async def test_kill_a_worker_under_64_calls_in_flight(app):
         assert new and first not in new
         d = host.catalog.get("echo.sleep").stability.details
         assert d.restarts == 1 and d.lastExitReason == "crashed" and not d.restarting
-        assert host.stats().sidecars["echo"].queued == 0
+        assert host.views.stats().sidecars["echo"].queued == 0
 
 
 async def test_calls_made_in_the_window_wait_for_the_replacement(app):
@@ -87,14 +88,14 @@ async def test_calls_made_in_the_window_wait_for_the_replacement(app):
     async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say")
         first = ready_pids(host, "echo")[0]
-        env = await host.invoke("echo.crash", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("echo.crash", raw({})))
         assert env.error.code == "worker-crashed"
         pool = host.pools["echo"]
         await wait_for(host, lambda: pool.statistics().next_restart_ms is not None)
         d = host.catalog.get("echo.say").stability.details
         assert d.restarting and effective(host, "echo.say") == "available"
         assert pool.status().runtime == "backoff" or pool.facts().runtime == "ready"
-        env = await host.invoke("echo.say", raw({"text": "waited"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "waited"})))
         assert env.status == "success" and env.data is not None and env.meta.pid != first
         assert not host.catalog.get("echo.say").stability.details.restarting
 
@@ -103,10 +104,10 @@ async def crash_past_the_intensity(host):
     """intensity 1: the second crash in the period gives up (then retried every 60 s)."""
     await wait_available(host, "echo.say")
     first = ready_pids(host, "echo")[0]
-    await host.invoke("echo.crash", raw({}))
+    await host.invoker.invoke(InvokeRequest("echo.crash", raw({})))
     await wait_replaced(host, "echo", first)
     assert effective(host, "echo.say") == "available"
-    await host.invoke("echo.crash", raw({}))
+    await host.invoker.invoke(InvokeRequest("echo.crash", raw({})))
     await wait_for(host, lambda: effective(host, "echo.say") == "unavailable")
 
 
@@ -122,7 +123,7 @@ async def test_past_the_intensity_the_queue_is_refused_and_the_tool_leaves(app):
         d = host.catalog.get("echo.say")
         assert d.stability.runtime == "failed"
         assert d.stability.reasons[0].code == "gave-up"
-        env = await host.invoke("echo.say", raw({"text": "x"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
         assert env.status == "unavailable" and env.error.code == "not-visible"
 
 
@@ -137,7 +138,7 @@ async def test_restart_takes_effect_during_a_long_backoff(app):
     async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say")
         first = ready_pids(host, "echo")[0]
-        await host.invoke("echo.crash", raw({}))
+        await host.invoker.invoke(InvokeRequest("echo.crash", raw({})))
         pool = host.pools["echo"]
         await wait_for(host, lambda: pool.statistics().next_restart_ms is not None)
         assert pool.statistics().next_restart_ms > 5_000
@@ -146,7 +147,7 @@ async def test_restart_takes_effect_during_a_long_backoff(app):
         with trio.fail_after(10):
             await wait_replaced(host, "echo", first)
         assert trio.current_time() - t0 < 10
-        env = await host.invoke("echo.say", raw({"text": "back"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "back"})))
         assert env.status == "success"
 
 
@@ -162,5 +163,5 @@ async def test_restart_takes_effect_after_the_sidecar_failed(app):
         assert await host.restart_sidecar("echo")
         with trio.fail_after(10):
             await wait_available(host, "echo.say")
-        env = await host.invoke("echo.say", raw({"text": "back"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "back"})))
         assert env.status == "success"

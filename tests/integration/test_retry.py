@@ -5,6 +5,7 @@ only, with ``meta.attempts`` telling how many ran."""
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import echo, raw, running_host, script, wait_available
 
 FLY = ["fly.flaky", "fly.hang", "fly.fail"]
@@ -46,12 +47,16 @@ async def test_read_only_tool_is_retried_after_a_crash(app):
     sidecars = {"fly": script("flyflor", FLY, mode="oneshot")}
     async with running_host(app, sidecars, manifest_dirs=manifests(app)) as host:
         await wait_available(host, "fly.flaky")
-        env = await host.invoke("fly.flaky", raw({"counter": str(app / "c1"), "n": 3}))
+        env = await host.invoker.invoke(
+            InvokeRequest("fly.flaky", raw({"counter": str(app / "c1"), "n": 3}))
+        )
         assert env.status == "success" and env.meta.attempts == 3
         assert msgspec.json.decode(env.data) == {"attempt": 3}
-        assert host.stats().sidecars["fly"].retries == 2
+        assert host.views.stats().sidecars["fly"].retries == 2
         # Out of attempts: the last failure is the answer, with the count.
-        env = await host.invoke("fly.flaky", raw({"counter": str(app / "c2"), "n": 10}))
+        env = await host.invoker.invoke(
+            InvokeRequest("fly.flaky", raw({"counter": str(app / "c2"), "n": 10}))
+        )
         assert env.status == "failed" and env.error.code == "worker-crashed"
         assert env.meta.attempts == 3
         assert "killed by SIGKILL" in env.error.message
@@ -62,7 +67,7 @@ async def test_a_timeout_ends_the_call_its_deadline_covers_every_attempt(app):
     async with running_host(app, sidecars, manifest_dirs=manifests(app)) as host:
         await wait_available(host, "fly.hang")
         t0 = trio.current_time()
-        env = await host.invoke("fly.hang", raw({"pidfile": str(app / "p")}))
+        env = await host.invoker.invoke(InvokeRequest("fly.hang", raw({"pidfile": str(app / "p")})))
         assert env.status == "failed" and env.error.code == "timeout"
         assert "within 400 ms" in env.error.message  # the manifest's timeoutMs
         assert env.meta.attempts == 1  # one deadline per call: nothing is left for a retry
@@ -73,7 +78,7 @@ async def test_the_tool_s_own_failure_is_never_retried(app):
     sidecars = {"fly": script("flyflor", FLY, mode="oneshot")}
     async with running_host(app, sidecars, manifest_dirs=manifests(app)) as host:
         await wait_available(host, "fly.fail")
-        env = await host.invoke("fly.fail", raw({"code": "failed"}))
+        env = await host.invoker.invoke(InvokeRequest("fly.fail", raw({"code": "failed"})))
         assert env.status == "failed" and env.meta.attempts == 1
 
 
@@ -81,6 +86,6 @@ async def test_a_tool_that_is_not_read_only_is_never_retried(app):
     sidecars = {"echo": echo(tools=["echo.crash", "echo.say"])}
     async with running_host(app, sidecars, manifest_dirs=manifests(app)) as host:
         await wait_available(host, "echo.crash")
-        env = await host.invoke("echo.crash", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("echo.crash", raw({})))
         assert env.error.code == "worker-crashed" and env.meta.attempts == 1
-        assert host.stats().sidecars["echo"].retries == 0
+        assert host.views.stats().sidecars["echo"].retries == 0

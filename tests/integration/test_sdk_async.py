@@ -8,6 +8,7 @@ import sys
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import FIXTURES, raw, running_host, script, wait_for
 
 AECHO_TOOLS = [
@@ -38,14 +39,14 @@ async def wait_ready(host):
 async def test_async_tools_share_one_loop_and_sync_tools_run_in_threads(app):
     async with running_host(app, {"aecho": aecho()}) as host:
         await wait_ready(host)
-        first = await host.invoke("aecho.say", raw({"text": "hi"}))
-        second = await host.invoke("aecho.say", raw({"text": "again"}))
+        first = await host.invoker.invoke(InvokeRequest("aecho.say", raw({"text": "hi"})))
+        second = await host.invoker.invoke(InvokeRequest("aecho.say", raw({"text": "again"})))
         assert first.status == "success" and first.content == "hi"
         a, b = decode(first), decode(second)
         assert a["pid"] == b["pid"] and a["token"] == b["token"]
         assert a["main"] is True  # the sidecar's main loop is the Trio loop
         # A sync tool next to them runs in a worker thread, so it cannot block the loop.
-        env = await host.invoke("aecho.sync", raw({"text": "plain"}))
+        env = await host.invoker.invoke(InvokeRequest("aecho.sync", raw({"text": "plain"})))
         assert env.status == "success" and decode(env) == {"text": "plain", "main": False}
 
 
@@ -54,7 +55,7 @@ async def test_async_state_survives_across_calls(app):
         await wait_ready(host)
         totals = []
         for text in ["ab", "cde", "f"]:
-            env = await host.invoke("aecho.add", raw({"text": text}))
+            env = await host.invoker.invoke(InvokeRequest("aecho.add", raw({"text": text})))
             assert env.status == "success", env
             totals.append(decode(env)["total"])
         assert totals == [2, 5, 6]
@@ -63,16 +64,16 @@ async def test_async_state_survives_across_calls(app):
 async def test_errors_from_async_code_keep_their_codes(app):
     async with running_host(app, {"aecho": aecho()}) as host:
         await wait_ready(host)
-        env = await host.invoke("aecho.fail", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("aecho.fail", raw({})))
         assert env.status == "unavailable" and env.error.code == "unavailable"
         assert env.error.message == "async failure" and env.error.details == {"why": "asked"}
-        env = await host.invoke("aecho.boom", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("aecho.boom", raw({})))
         assert env.status == "failed" and env.error.code == "failed"
         assert "ValueError: boom" in env.error.message
-        env = await host.invoke("aecho.say", raw({"text": 3}))
+        env = await host.invoker.invoke(InvokeRequest("aecho.say", raw({"text": 3})))
         assert env.status == "failed" and env.error.code == "invalid-input"
         # The loop survived all three.
-        env = await host.invoke("aecho.say", raw({"text": "alive"}))
+        env = await host.invoker.invoke(InvokeRequest("aecho.say", raw({"text": "alive"})))
         assert env.status == "success"
 
 
@@ -80,9 +81,8 @@ async def test_progress_from_async_code(app):
     async with running_host(app, {"aecho": aecho()}) as host:
         await wait_ready(host)
         seen = []
-        env = await host.invoke(
-            "aecho.sleep",
-            raw({"seconds": 0.03, "steps": 3}),
+        env = await host.invoker.invoke(
+            InvokeRequest("aecho.sleep", raw({"seconds": 0.03, "steps": 3})),
             on_progress=lambda d: seen.append(msgspec.json.decode(d)),
         )
         assert env.status == "success" and decode(env) == {"slept": 0.03}
@@ -98,10 +98,10 @@ async def test_cancel_is_a_real_trio_cancellation(app, tmp_path):
         started = trio.Event()
 
         async def call():
-            out["env"] = await host.invoke(
-                "aecho.sleep",
-                raw({"seconds": 30, "steps": 3, "marker": str(marker)}),
-                call_key="k",
+            out["env"] = await host.invoker.invoke(
+                InvokeRequest(
+                    "aecho.sleep", raw({"seconds": 30, "steps": 3, "marker": str(marker)}), key="k"
+                ),
                 on_progress=lambda _: started.set(),
             )
 
@@ -109,7 +109,7 @@ async def test_cancel_is_a_real_trio_cancellation(app, tmp_path):
             n.start_soon(call)
             with trio.fail_after(10):
                 await started.wait()
-            assert host.cancel("k") is True
+            assert host.invoker.cancel("k") is True
         assert out["env"].status == "failed" and out["env"].error.code == "cancelled"
         # The tool itself saw trio.Cancelled (the 10 s sleep was interrupted, not finished).
         with trio.fail_after(10):
@@ -117,9 +117,11 @@ async def test_cancel_is_a_real_trio_cancellation(app, tmp_path):
                 await trio.sleep(0.01)
         assert marker.read_text() == "cancelled"
         # Same worker, still serving async and sync calls.
-        env = await host.invoke("aecho.say", raw({"text": "after"}))
+        env = await host.invoker.invoke(InvokeRequest("aecho.say", raw({"text": "after"})))
         assert env.status == "success" and env.meta.pid == pid
-        assert (await host.invoke("aecho.sync", raw({"text": "x"}))).status == "success"
+        assert (
+            await host.invoker.invoke(InvokeRequest("aecho.sync", raw({"text": "x"})))
+        ).status == "success"
 
 
 async def test_blocking_sync_tool_does_not_stall_async_ones_and_cancels(app):
@@ -128,26 +130,32 @@ async def test_blocking_sync_tool_does_not_stall_async_ones_and_cancels(app):
         out = {}
 
         async def blocked():
-            out["env"] = await host.invoke("aecho.block", raw({}), call_key="b")
+            out["env"] = await host.invoker.invoke(InvokeRequest("aecho.block", raw({}), key="b"))
 
         async with trio.open_nursery() as n:
             n.start_soon(blocked)
             # The loop keeps serving async calls while a thread is stuck in the sync tool.
             for _ in range(5):
-                env = await host.invoke("aecho.say", raw({"text": "meanwhile"}))
+                env = await host.invoker.invoke(
+                    InvokeRequest("aecho.say", raw({"text": "meanwhile"}))
+                )
                 assert env.status == "success"
-            await wait_for(host, lambda: host.cancel("b"))
+            await wait_for(host, lambda: host.invoker.cancel("b"))
         assert out["env"].status == "failed" and out["env"].error.code == "cancelled"
-        assert (await host.invoke("aecho.sync", raw({"text": "x"}))).status == "success"
+        assert (
+            await host.invoker.invoke(InvokeRequest("aecho.sync", raw({"text": "x"})))
+        ).status == "success"
 
 
 async def test_deadline_cancels_the_async_call_and_worker_keeps_serving(app):
     async with running_host(app, {"aecho": aecho()}) as host:
         await wait_ready(host)
         pid = host.pools["aecho"].workers[0].pid
-        env = await host.invoke("aecho.sleep", raw({"seconds": 30}), timeout_ms=200)
+        env = await host.invoker.invoke(
+            InvokeRequest("aecho.sleep", raw({"seconds": 30}), timeout_ms=200)
+        )
         assert env.status == "failed" and env.error.code == "timeout"
-        env = await host.invoke("aecho.say", raw({"text": "still"}))
+        env = await host.invoker.invoke(InvokeRequest("aecho.say", raw({"text": "still"})))
         assert env.status == "success" and env.meta.pid == pid
         assert host.pools["aecho"].statistics().restarts == 0
 

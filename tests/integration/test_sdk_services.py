@@ -10,6 +10,7 @@ import urllib.parse
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.host.vault import Vault, vault_path
 from tests.conftest import FIXTURES, echo, raw, ready_pids, running_host, script, wait_for
 from tests.kernel import served
@@ -43,11 +44,19 @@ async def test_sync_and_async_tools_use_every_service(app):
     Vault(vault_path(str(app))).set("TOKEN", "tok-abcdef")
     async with running_host(app, entries()) as host:
         await ready(host)
-        got = data(await host.invoke("sdksvc.sync", raw({"text": "one", "secret": "TOKEN"})))
+        got = data(
+            await host.invoker.invoke(
+                InvokeRequest("sdksvc.sync", raw({"text": "one", "secret": "TOKEN"}))
+            )
+        )
         assert got["status"] == "success" and got["childData"]["text"] == "one"
         assert got["stored"] == {"text": "one"} and got["keys"] == ["n/a"]
         assert got["refused"] == "state-refused" and got["secretLength"] == 10
-        got = data(await host.invoke("sdksvc.async", raw({"text": "two", "key": "n/b"})))
+        got = data(
+            await host.invoker.invoke(
+                InvokeRequest("sdksvc.async", raw({"text": "two", "key": "n/b"}))
+            )
+        )
         assert got["status"] == "success" and got["childData"]["text"] == "two"
         assert got["stored"] == {"text": "two"} and got["casWrote"] is False
         assert got["keys"] == ["n/a", "n/b"]
@@ -62,14 +71,18 @@ async def test_compare_and_set_from_two_sdk_workers(app):
 
         async def one():
             results.append(
-                data(await host.invoke("sdksvc.sync", raw({"increments": 200}), timeout_ms=120_000))
+                data(
+                    await host.invoker.invoke(
+                        InvokeRequest("sdksvc.sync", raw({"increments": 200}), timeout_ms=120_000)
+                    )
+                )
             )
 
         async with trio.open_nursery() as n:
             n.start_soon(one)
             n.start_soon(one)
         assert len({r["pid"] for r in results}) == 2
-        env = await host.invoke("sdksvc.async", raw({"key": "n/x"}))
+        env = await host.invoker.invoke(InvokeRequest("sdksvc.async", raw({"key": "n/x"})))
         assert data(env)["status"] == "success"
         # the counter: read through a service call of its own
         store = host.services.store()

@@ -7,6 +7,7 @@ import shutil
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import (
     FIXTURES,
     echo,
@@ -44,15 +45,19 @@ async def test_fractalic_template_is_probed_described_and_called(app):
         assert d.inputSchema["properties"]["action"]["enum"] == ["example"]
         assert d.stability.probe == "healthy" and d.stability.runtime == "ready"
         assert d.stability.details.path.command == "./tools/auto/fractalic_template.py"
-        env = await host.invoke("fractalic_template", raw({"action": "example", "param": "x"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("fractalic_template", raw({"action": "example", "param": "x"}))
+        )
         assert env.status == "success"
         assert msgspec.json.decode(env.data) == {"result": "success", "data": "x"}
         # The template's own error convention: {"error": ...} (exit 0 here) is failed.
-        env = await host.invoke("fractalic_template", raw({"action": "dance"}))
+        env = await host.invoker.invoke(
+            InvokeRequest("fractalic_template", raw({"action": "dance"}))
+        )
         assert env.status == "failed" and env.error.code == "failed"
         assert env.content == "Unknown action: dance"
         # A shell script works the same way.
-        env = await host.invoke("hello", raw({"name": "sh"}))
+        env = await host.invoker.invoke(InvokeRequest("hello", raw({"name": "sh"})))
         assert env.status == "success"
         assert msgspec.json.decode(env.data) == {"hello": {"name": "sh"}}
         assert host.catalog.get("hello").description == "Say hello from sh"
@@ -83,7 +88,7 @@ async def test_scripts_that_fail_the_probe_are_unavailable_with_reasons(app):
         (reason,) = junk.stability.reasons
         assert reason.code == "probe-not-json" and "not JSON" in reason.message
         assert "chatty script" in reason.message
-        env = await host.invoke("slow_probe", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("slow_probe", raw({})))
         assert env.status == "unavailable" and env.error.code == "not-visible"
         assert env.error.details["reasons"][0]["code"] == "probe-timeout"
         assert {d.name for d in host.catalog.visible()} == {"fractalic_template"}
@@ -95,7 +100,7 @@ async def test_non_zero_exit_is_failed_with_stderr_and_data(app):
         await wait_available(host, "failing")
         d = host.catalog.get("failing")
         assert d.inputSchema == {"type": "object", "additionalProperties": True}  # no dump
-        env = await host.invoke("failing", raw({"x": 1}))
+        env = await host.invoker.invoke(InvokeRequest("failing", raw({"x": 1})))
         assert env.status == "failed" and env.error.code == "failed"
         assert env.error.exitCode == 3 and "cannot frobnicate" in env.error.stderr
         assert msgspec.json.decode(env.data) == {"partial": [1, 2]}
@@ -111,9 +116,9 @@ async def test_registry_entry_overrides_a_discovered_tool(app):
         await wait_available(host, "echo.say", "hello")
         d = host.catalog.get("echo.say")
         assert d.sidecar == "echo" and d.protocol == "process-json"
-        env = await host.invoke("echo.say", raw({"text": "registry wins"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "registry wins"})))
         assert env.content == "registry wins"
-        errors = host.catalog_snapshot().registry.errors
+        errors = host.views.snapshot().registry.errors
         assert any("echo.say is served by sidecar echo" in e for e in errors)
 
 
@@ -129,7 +134,7 @@ async def test_registry_simple_json_entry(app):
     async with running_host(app, {"tpl": entry}) as host:
         await wait_available(host, "template.run")
         assert host.catalog.get("template.run").description == "Tool description"
-        env = await host.invoke("template.run", raw({"action": "example"}))
+        env = await host.invoker.invoke(InvokeRequest("template.run", raw({"action": "example"})))
         assert msgspec.json.decode(env.data) == {"result": "success", "data": "default"}
 
 
@@ -165,13 +170,15 @@ async def test_deadline_kills_the_script_group_and_big_input_is_refused(app):
     pidfile = app / "child.pid"
     async with running_host(app, {}, autodiscover=[generous()]) as host:
         await wait_available(host, "sleepy")
-        env = await host.invoke("sleepy", raw({"pidfile": str(pidfile)}), timeout_ms=3000)
+        env = await host.invoker.invoke(
+            InvokeRequest("sleepy", raw({"pidfile": str(pidfile)}), timeout_ms=3000)
+        )
         assert env.status == "failed" and env.error.code == "timeout"
         grandchild = int(pidfile.read_text())
         with trio.fail_after(10):
             while pid_alive(grandchild):
                 await trio.sleep(0.05)
-        env = await host.invoke("sleepy", raw({"blob": "x" * 300_000}))
+        env = await host.invoker.invoke(InvokeRequest("sleepy", raw({"blob": "x" * 300_000})))
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert "too large" in env.error.message
         assert host.pools["auto:tools/auto"].statistics().restarts == 0

@@ -10,6 +10,7 @@ import signal
 
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import (
     effective,
     free_port,
@@ -52,7 +53,7 @@ async def until_start_failed(host, tool):
 async def refused_at_once(host, tool):
     t0 = trio.current_time()
     with trio.fail_after(5):
-        env = await host.invoke(tool, raw({}), timeout_ms=30_000)
+        env = await host.invoker.invoke(InvokeRequest(tool, raw({}), timeout_ms=30_000))
     assert env.status == "unavailable", env
     return trio.current_time() - t0
 
@@ -70,13 +71,13 @@ async def test_process_json_replacement_that_exits_before_ready(app, tmp_path):
         await wait_available(host, "life.pid")
         first = ready_pids(host, "life")[0]
         fail.touch()
-        env = await host.invoke("life.crash", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("life.crash", raw({})))
         assert env.error.code == "worker-crashed"
         # Made in the restart window: it waits for the replacement, and is answered as soon as
         # the replacement failed to start (0.5 s), not at its 30 s deadline.
         t0 = trio.current_time()
         with trio.fail_after(10):
-            env = await host.invoke("life.pid", raw({}), timeout_ms=30_000)
+            env = await host.invoker.invoke(InvokeRequest("life.pid", raw({}), timeout_ms=30_000))
         assert env.status == "unavailable" and env.error.code == "unavailable", env
         assert "cannot start" in env.error.message or "failing" in env.error.message
         assert "exited before ready" in env.error.message
@@ -87,7 +88,7 @@ async def test_process_json_replacement_that_exits_before_ready(app, tmp_path):
         await wait_available(host, "life.pid")
         s = stability(host, "life.pid")
         assert s.runtime == "ready" and not s.reasons and s.details.restarts >= 2
-        env = await host.invoke("life.pid", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("life.pid", raw({})))
         assert env.status == "success" and env.meta.pid not in (first, None)
 
 
@@ -105,7 +106,7 @@ async def test_mcp_stdio_replacement_that_exits_before_initialize(app, tmp_path)
         fail.unlink()
         await wait_available(host, "whoami", timeout=30)
         assert stability(host, "whoami").runtime == "ready"
-        assert (await host.invoke("whoami", raw({}))).status == "success"
+        assert (await host.invoker.invoke(InvokeRequest("whoami", raw({})))).status == "success"
 
 
 async def test_mcp_http_server_killed_then_back(app, tmp_path):
@@ -121,4 +122,4 @@ async def test_mcp_http_server_killed_then_back(app, tmp_path):
             assert effective(host, "whoami") == "unavailable"
             server.start()
             await wait_available(host, "whoami", timeout=30)
-            assert (await host.invoke("whoami", raw({}))).status == "success"
+            assert (await host.invoker.invoke(InvokeRequest("whoami", raw({})))).status == "success"

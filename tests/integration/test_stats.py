@@ -2,6 +2,7 @@
 
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import echo, raw, running_host, wait_available, wait_for
 from tests.kernel import served
 
@@ -13,17 +14,23 @@ async def test_stats_per_sidecar_tool_and_worker(app):
     async with running_host(app, reg, host={"statsIntervalMs": 100}) as host:
         await wait_available(host, "echo.say", "echo.crash")
         for i in range(20):
-            assert (await host.invoke("echo.say", raw({"text": "x" * i}))).status == "success"
-        env = await host.invoke("echo.sleep", raw({"seconds": 5}), timeout_ms=100)
+            assert (
+                await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x" * i})))
+            ).status == "success"
+        env = await host.invoker.invoke(
+            InvokeRequest("echo.sleep", raw({"seconds": 5}), timeout_ms=100)
+        )
         assert env.error.code == "timeout"
-        assert (await host.invoke("echo.fail", raw({}))).status == "failed"
-        assert (await host.invoke("nope.nothing", raw({}))).status == "unavailable"
+        assert (await host.invoker.invoke(InvokeRequest("echo.fail", raw({})))).status == "failed"
+        assert (
+            await host.invoker.invoke(InvokeRequest("nope.nothing", raw({})))
+        ).status == "unavailable"
         await wait_available(host, "echo.say")  # the timed-out call's worker may be replaced
-        sampler = host.safeguards.sampler
+        sampler = host.usage.sampler
         with trio.fail_after(15):
             for _ in range(2):
                 await sampler.ticked.wait()
-        st = host.stats()
+        st = host.views.stats()
         say = st.tools["echo.say"]
         assert (say.sidecar, say.calls, say.success, say.failed) == ("echo", 20, 20, 0)
         assert say.bytesIn == sum(len(f'{{"text":"{"x" * i}"}}') for i in range(20))
@@ -45,10 +52,10 @@ async def test_stats_per_sidecar_tool_and_worker(app):
         assert st.samples >= 2 and st.sampleIntervalMs == 100
         assert st.host.rssBytes > 0 and st.host.maxConcurrentSpawns == 4
         # A crash shows up as a restart with its cause.
-        crash = await host.invoke("echo.crash", raw({}))
+        crash = await host.invoker.invoke(InvokeRequest("echo.crash", raw({})))
         assert crash.error.code == "worker-crashed"
         await wait_for(host, lambda: host.pools["echo"].statistics().restarts >= 1)
-        st = host.stats().sidecars["echo"]
+        st = host.views.stats().sidecars["echo"]
         assert st.exits.get("crashed") == 1 and st.restarts >= 1
 
 

@@ -6,6 +6,7 @@ import math
 
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import FIXTURES, running_host, script, wait_available
 
 CRASHERS = 20
@@ -37,7 +38,7 @@ async def test_crashing_sidecars_do_not_starve_healthy_ones(app):
     }
     t_start = trio.current_time()
     async with running_host(app, reg, host=host_cfg) as host:
-        guard = host.safeguards.guard
+        guard = host.usage.guard
         await wait_available(host, *(f"ok{i}.tool" for i in range(HEALTHY)), timeout=60)
         grants = list(guard.grants)
         healthy_ids = {f"ok{i}" for i in range(HEALTHY)}
@@ -59,10 +60,10 @@ async def test_crashing_sidecars_do_not_starve_healthy_ones(app):
         assert restarts <= BURST + math.ceil(RATE * (trio.current_time() - t_start))
         assert sum(1 for g in grants if not g[1] and g[0] not in healthy_ids) == CRASHERS
         # There was a storm to contain: the budget made restarts wait.
-        st = host.stats().host
+        st = host.views.stats().host
         assert st.restartsDelayed > 0 and st.maxConcurrentSpawns == SPAWNS
         assert st.spawning <= SPAWNS
         for i in range(HEALTHY):
-            assert (await host.invoke(f"ok{i}.tool")).status == "success"
+            assert (await host.invoker.invoke(InvokeRequest(f"ok{i}.tool"))).status == "success"
         d = host.catalog.get("dead0.tool")
         assert d.stability.runtime == "failed" and not d.visible

@@ -3,6 +3,7 @@
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import echo, raw, running_host, script, wait_available, wait_for
 
 
@@ -18,8 +19,9 @@ async def test_queue_bound_answers_overloaded(app):
         started = trio.Event()
 
         async def call(i):
-            env = await host.invoke(
-                "echo.sleep", raw({"seconds": 0.4, "steps": 4}), on_progress=lambda _: started.set()
+            env = await host.invoker.invoke(
+                InvokeRequest("echo.sleep", raw({"seconds": 0.4, "steps": 4})),
+                on_progress=lambda _: started.set(),
             )
             results.append(env)
 
@@ -31,11 +33,11 @@ async def test_queue_bound_answers_overloaded(app):
             n.start_soon(call, 2)
             while host.pools["echo"].queued < 2:
                 await trio.sleep(0)
-            env = await host.invoke("echo.say", raw({"text": "x"}))
+            env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
             assert env.status == "unavailable" and env.error.code == "overloaded"
             assert "pool.queue=2" in env.error.message
         assert [e.status for e in results] == ["success"] * 3
-        assert host.stats().sidecars["echo"].overloaded == 1
+        assert host.views.stats().sidecars["echo"].overloaded == 1
 
 
 async def test_scale_up_on_queue_then_idle_retire(app):
@@ -45,7 +47,9 @@ async def test_scale_up_on_queue_then_idle_retire(app):
         envs = []
 
         async def call(seconds: float):
-            envs.append(await host.invoke("echo.sleep", raw({"seconds": seconds})))
+            envs.append(
+                await host.invoker.invoke(InvokeRequest("echo.sleep", raw({"seconds": seconds})))
+            )
 
         # The first call holds the only worker far longer than a worker takes to start (even on
         # a loaded machine), so the queued second call is served by a second worker.
@@ -70,7 +74,9 @@ async def test_least_loaded_dispatch(app):
         envs = []
 
         async def call():
-            envs.append(await host.invoke("echo.sleep", raw({"seconds": 0.3})))
+            envs.append(
+                await host.invoker.invoke(InvokeRequest("echo.sleep", raw({"seconds": 0.3})))
+            )
 
         async with trio.open_nursery() as n:
             for _ in range(4):
@@ -87,7 +93,7 @@ async def test_max_calls_per_worker_recycles(app):
         await wait_available(host, "echo.say")
         envs = []
         for i in range(3):
-            envs.append(await host.invoke("echo.say", raw({"text": str(i)})))
+            envs.append(await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": str(i)}))))
         assert len(pids_of(envs)) == 1
         await wait_for(
             host,
@@ -96,7 +102,7 @@ async def test_max_calls_per_worker_recycles(app):
                 for w in host.pools["echo"].workers
             ),
         )
-        env = await host.invoke("echo.say", raw({"text": "after"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "after"})))
         assert env.status == "success" and env.meta.pid not in pids_of(envs)
         assert host.pools["echo"].statistics().restarts == 0
 
@@ -108,7 +114,7 @@ async def test_min_zero_verifies_then_scales_to_zero_and_back(app):
         await wait_for(host, lambda: not host.pools["echo"].workers, timeout=10)
         d = host.catalog.get("echo.say")
         assert d.visible and d.stability.runtime == "ready"  # verified once, idle now
-        env = await host.invoke("echo.say", raw({"text": "wake"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "wake"})))
         assert env.status == "success"
 
 
@@ -144,11 +150,11 @@ async def test_crash_loop_reaches_failed_and_recovers_when_fixed(app):
         assert d.stability.runtime == "failed" and not d.visible
         assert d.stability.details.restarts == 4  # intensity 3: the 4th failure gives up
         assert "cannot start" in d.stability.details.stderrTail
-        env = await host.invoke("flaky.work", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("flaky.work", raw({})))
         assert env.status == "unavailable"
         (app / "fixed").write_text("yes")  # the operator fixes it; the slow retry picks it up
         await wait_available(host, "flaky.work", timeout=10)
-        env = await host.invoke("flaky.work", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("flaky.work", raw({})))
         assert env.status == "success"
         assert host.pools["flaky"].statistics().gave_up is False
 
@@ -171,6 +177,6 @@ async def test_operator_restart_replaces_workers(app):
         before = host.pools["echo"].workers[0].pid
         assert await host.restart_sidecar("echo") is True
         await wait_available(host, "echo.say")
-        env = await host.invoke("echo.say", raw({"text": "x"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
         assert env.meta.pid != before and msgspec.json.decode(env.data)["pid"] == env.meta.pid
         assert await host.restart_sidecar("nope") is False

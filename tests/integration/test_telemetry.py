@@ -22,6 +22,7 @@ import msgspec
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.host.vault import Vault, vault_path
 from tests.conftest import echo, raw, running_host, script, wait_available, write_registry
 from tests.kernel import served
@@ -141,9 +142,9 @@ async def test_kernel_call_joins_the_callers_trace_down_to_the_sidecar(app, coll
 async def test_composite_tool_children_and_sdk_spans_nest(app, collector):
     async with running_host(app, sidecars(), host=ON) as host:
         await wait_available(host, "echo.say", "traced.composite", "traced.async")
-        env = await host.invoke("traced.composite", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("traced.composite", raw({})))
         assert env.status == "success", env
-        env = await host.invoke("traced.async", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("traced.async", raw({})))
         assert env.status == "success", env
 
         def found(r):
@@ -184,9 +185,9 @@ async def test_oneshot_workers_get_traceparent_and_mcp_servers_a_client_span(app
     }
     async with running_host(app, regs, host=ON) as host:
         await wait_available(host, "echo.say", "whoami")
-        env = await host.invoke("echo.say", raw({"text": "x"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
         assert env.status == "success", env
-        env = await host.invoke("whoami", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("whoami", raw({})))
         assert env.status == "success", env
 
         def found(r):
@@ -216,7 +217,7 @@ async def test_a_collector_that_is_down_or_hangs_costs_no_call(app, collector, m
         collector.hang()
         envs = []
         for i in range(20):
-            envs.append(await host.invoke("echo.say", raw({"text": str(i)})))
+            envs.append(await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": str(i)}))))
         # The exporter is stuck in a request the collector holds open ...
         await wait_spans(collector, lambda r: r.requests >= 1, "an export request")
         # ... on a thread of its own, while every call above completed.
@@ -225,7 +226,9 @@ async def test_a_collector_that_is_down_or_hangs_costs_no_call(app, collector, m
         async with trio.open_nursery() as nursery:
 
             async def one(i: int) -> None:
-                more.append(await host.invoke("echo.say", raw({"text": str(i)})))
+                more.append(
+                    await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": str(i)})))
+                )
 
             for i in range(40):
                 nursery.start_soon(one, i)
@@ -246,7 +249,9 @@ async def test_a_collector_that_is_down_or_hangs_costs_no_call(app, collector, m
             results = []
 
             async def call(i: int) -> None:
-                results.append(await host.invoke("echo.say", raw({"text": str(i)})))
+                results.append(
+                    await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": str(i)})))
+                )
 
             for i in range(64):
                 nursery.start_soon(call, i)
@@ -269,12 +274,12 @@ async def test_telemetry_off_makes_no_thread_and_no_span(app, collector):
             real_start(call)
 
         host.invoker.engine.begin = spy
-        env = await host.invoke("echo.say", raw({"text": "quiet"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "quiet"})))
         assert env.status == "success"
         assert calls and all(c.trace is None for c in calls)
         assert otel_threads() - before == set()
         # The worker got no telemetry settings from the host.
-        env = await host.invoke("echo.env", raw({}))
+        env = await host.invoker.invoke(InvokeRequest("echo.env", raw({})))
         seen = msgspec.json.decode(bytes(env.data))
         assert "TOOLHOST_TELEMETRY" not in str(seen) and "TRACEPARENT" not in str(seen)
     assert collector.requests == 0 and collector.spans == []
@@ -286,7 +291,7 @@ async def test_otel_sdk_disabled_wins_over_the_registry(app, collector, monkeypa
     async with running_host(app, {"echo": echo(tools=["echo.say"])}, host=ON) as host:
         await wait_available(host, "echo.say")
         assert host.telemetry is None
-        env = await host.invoke("echo.say", raw({"text": "quiet"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "quiet"})))
         assert env.status == "success"
         assert otel_threads() - before == set()
     assert collector.spans == []
@@ -296,7 +301,7 @@ async def test_capture_content_opt_in_records_input_and_output(app, collector):
     on = {"telemetry": {"enabled": True, "captureContent": True}}
     async with running_host(app, {"echo": echo(tools=["echo.say"])}, host=on) as host:
         await wait_available(host, "echo.say")
-        env = await host.invoke("echo.say", raw({"text": "visible"}))
+        env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "visible"})))
         assert env.status == "success"
         (span,) = await wait_spans(
             collector, lambda r: r.named("execute_tool echo.say"), "the call span"
@@ -426,7 +431,9 @@ async def test_json_logs_tag_a_sidecar_line_with_its_call_and_trace(app, collect
         regs = {"traced": script("traced", ["traced.log"])}
         async with running_host(app, regs, host={**ON, "logFormat": "json"}) as host:
             await wait_available(host, "traced.log")
-            env = await host.invoke("traced.log", raw({"marker": str(marker)}))
+            env = await host.invoker.invoke(
+                InvokeRequest("traced.log", raw({"marker": str(marker)}))
+            )
             assert env.status == "success" and msgspec.json.decode(env.data) == {"seen": True}
             (call_span,) = await wait_spans(
                 collector, lambda r: r.named("execute_tool traced.log"), "the call span"
@@ -448,7 +455,7 @@ async def test_a_remote_mcp_server_call_is_an_mcp_client_span_over_tcp(app, coll
         await server.listening()
         async with running_host(app, {"remote": entry(server.port)}, host=ON) as host:
             await wait_available(host, "whoami")
-            env = await host.invoke("whoami", raw({}))
+            env = await host.invoker.invoke(InvokeRequest("whoami", raw({})))
             assert env.status == "success", env
             session = host.pools["remote"].workers[0].session
 
@@ -473,7 +480,7 @@ async def test_sdk_spans_mask_a_vault_value_the_sidecar_fetched(app, collector):
     }
     async with running_host(app, entries, host=ON) as host:
         await wait_available(host, "traced.leak")
-        env = await host.invoke("traced.leak", raw({"key": "API_KEY"}))
+        env = await host.invoker.invoke(InvokeRequest("traced.leak", raw({"key": "API_KEY"})))
         assert env.status == "failed" and "***" in env.error.message
 
         def found(r):

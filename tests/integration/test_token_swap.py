@@ -12,6 +12,7 @@ import stat
 import pytest
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import echo, raw, running_host, wait_available
 from tests.integration.test_host_services import STATE, data, manifests, sidecars
 from tests.kernel import served
@@ -118,7 +119,7 @@ async def test_a_symlinked_audit_log_or_token_stops_the_host_at_start(app, targe
     try:
         async with running_host(app, REG, host={"approvalSource": "operator"}) as host:
             await wait_available(host, "echo.say")  # a fixed host never gets here
-            await host.invoke("echo.say", raw({"text": "x"}))
+            await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
             host.audit.flush()
     except BaseException as exc:  # the start error, wrapped by the test's nursery
         refused = exc
@@ -150,7 +151,7 @@ async def test_a_symlinked_vault_or_state_file_is_refused(app, target):
     reg = sidecars(vault=[{"key": "K"}], **STATE)
     async with running_host(app, reg, manifest_dirs=manifests(app)) as host:
         await wait_available(host, "svc.run")
-        env = await host.invoke("svc.run", raw({"requests": requests}))
+        env = await host.invoker.invoke(InvokeRequest("svc.run", raw({"requests": requests})))
         vault, state = data(env)["responses"]
     assert vault["error"]["code"] == "vault-insecure", vault
     assert f"{folder / 'vault.json'} {SYMLINK}" in vault["error"]["message"]
@@ -163,23 +164,23 @@ async def test_an_audit_log_deleted_or_replaced_under_the_host_is_reopened(app):
     path = app / ".toolhost" / "audit.jsonl"
     async with running_host(app, {"echo": echo(tools=["echo.say"])}) as host:
         await wait_available(host, "echo.say")
-        await host.invoke("echo.say", raw({"text": "1"}))
+        await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "1"})))
         host.audit.flush()
         path.unlink()
-        await host.invoke("echo.say", raw({"text": "2"}))
+        await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "2"})))
         lines = audit_lines(host, app)
         assert [x.get("event") or x["tool"] for x in lines] == ["audit-reopened", "echo.say"]
         assert lines[0]["reason"] == "deleted" and lines[0]["path"] == str(path)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
         rewrite(path, "")
-        await host.invoke("echo.say", raw({"text": "3"}))
+        await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "3"})))
         lines = audit_lines(host, app)
         assert [x.get("event") or x["tool"] for x in lines] == ["audit-reopened", "echo.say"]
         assert lines[0]["reason"] == "replaced"
 
         # Unchanged: no reopen line.
-        await host.invoke("echo.say", raw({"text": "4"}))
+        await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "4"})))
         assert [x.get("event") or x["tool"] for x in audit_lines(host, app)] == [
             "audit-reopened",
             "echo.say",

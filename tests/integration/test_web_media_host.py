@@ -10,6 +10,7 @@ import msgspec
 import psutil
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from tests.conftest import REPO, effective, raw, running_host, wait_available, wait_for
 from tests.sidecars.engines import need_module
 from tests.sidecars.webserver import web_server
@@ -44,11 +45,15 @@ async def test_web_worker_memory_and_killed_download(app: Path, project: Path) -
             reasons = host.catalog.get("web.search").stability.reasons
             assert any("config.providers" in r.hint for r in reasons), reasons
 
-            env = await host.invoke("web.fetch", raw({"url": f"{base}/page"}))
+            env = await host.invoker.invoke(
+                InvokeRequest("web.fetch", raw({"url": f"{base}/page"}))
+            )
             assert env.status == "success", env
             worker = psutil.Process(env.meta.pid)
             before = worker.memory_info().rss
-            env = await host.invoke("web.fetch", raw({"url": f"{base}/huge"}), timeout_ms=60_000)
+            env = await host.invoker.invoke(
+                InvokeRequest("web.fetch", raw({"url": f"{base}/huge"}), timeout_ms=60_000)
+            )
             assert env.status == "failed" and env.error.details["reason"] == "too-large"
             grown = worker.memory_info().rss - before
             assert grown < 48 << 20, f"worker grew {grown >> 20} MiB on a refused 200 MB body"
@@ -57,10 +62,12 @@ async def test_web_worker_memory_and_killed_download(app: Path, project: Path) -
             outcome: dict = {}
 
             async def download() -> None:
-                outcome["env"] = await host.invoke(
-                    "web.download",
-                    raw({"url": f"{base}/trickle", "path": "dl/big.bin"}),
-                    timeout_ms=60_000,
+                outcome["env"] = await host.invoker.invoke(
+                    InvokeRequest(
+                        "web.download",
+                        raw({"url": f"{base}/trickle", "path": "dl/big.bin"}),
+                        timeout_ms=60_000,
+                    )
                 )
 
             async with trio.open_nursery() as nursery:
@@ -96,10 +103,10 @@ async def test_media_unconfigured_tools_and_a_crashing_delegate(app: Path, proje
         await wait_for(host, lambda: effective(host, "audio.speak") == "unavailable")
         reasons = host.catalog.get("audio.speak").stability.reasons
         assert any("toolhost init --add media" in r.hint for r in reasons), reasons
-        env = await host.invoke("vision.ocr", raw({"path": "green.png"}))
+        env = await host.invoker.invoke(InvokeRequest("vision.ocr", raw({"path": "green.png"})))
         assert env.status == "failed" and env.error.details["reason"] == "delegate-crashed"
         assert env.error.details["exitCode"] < 0  # killed by SIGABRT
-        env = await host.invoke("vision.analyze", raw({"path": "green.png"}))
+        env = await host.invoker.invoke(InvokeRequest("vision.analyze", raw({"path": "green.png"})))
         assert env.status == "success", env
         data = msgspec.json.decode(env.data)
         assert (data["width"], data["height"]) == (64, 32)

@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.processes import zygote
 from tests.conftest import FIXTURES, pid_alive, raw, running_host, script, wait_available, wait_for
 
@@ -53,11 +54,11 @@ def module_viewer(app: Path, **extra: Any) -> dict[str, Any]:
 
 
 def workers(host: Any, sidecar: str) -> list[Any]:
-    return next(s for s in host.catalog_snapshot().sidecars if s.id == sidecar).workers
+    return next(s for s in host.views.snapshot().sidecars if s.id == sidecar).workers
 
 
 async def view(host: Any, tool: str) -> dict[str, Any]:
-    env = await host.invoke(tool, raw({}))
+    env = await host.invoker.invoke(InvokeRequest(tool, raw({})))
     assert env.status == "success", env
     return json.loads(bytes(env.data))
 
@@ -288,7 +289,7 @@ async def test_zygote_off_in_the_registry(app):
         await wait_available(host, "view.report")
         assert host.zygote is None
         assert [w.startedBy for w in workers(host, "zy")] == ["exec"]
-        assert host.catalog_snapshot().zygote is None
+        assert host.views.snapshot().zygote is None
 
 
 async def test_reload_replaces_the_zygote(app):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from supervisor.calls.call import Call, CallEngine, CallOutcome, Dispatch
+from supervisor.calls.call import Call, CallEngine, CallOutcome, Dispatch, InvokeRequest
 from supervisor.calls.timers import Timers
 from supervisor.contracts.manifest import RetryConfig, ToolManifest
 
@@ -91,15 +91,13 @@ class Rig:
         call = Call(
             self.engine,
             self.dispatch,
-            "t",
-            msgspec.Raw(b"{}"),
+            InvokeRequest("t", msgspec.Raw(b"{}"), key=key if key is not None else name),
+            self.envelopes[name].append,
             t0=self.clock.now,
             timeout_ms=timeout_ms,
             manifest=manifest,
             max_output=65536,
             ticket=(name,),
-            on_done=self.envelopes[name].append,
-            key=key if key is not None else name,
         )
         self.engine.begin(call)
         return call

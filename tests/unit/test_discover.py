@@ -9,7 +9,7 @@ import pytest
 
 from supervisor.contracts.registry import AutodiscoverConfig
 from supervisor.contracts.wire import ToolInfo
-from supervisor.registry.catalog import Catalog, SidecarFacts
+from supervisor.registry.catalog import CatalogState, SidecarFacts
 from supervisor.registry.discover import add_discovered, scan_all, scan_folder
 from supervisor.registry.load import load_registry
 from supervisor.registry.manifests import load_known_catalog
@@ -151,7 +151,7 @@ def test_catalog_an_announcing_registry_sidecar_overrides_a_discovered_tool(tmp_
         'inputSchema = { type = "object", required = ["q"] }\n'
     )
     _, plan, _ = plan_with(tmp_path, {"mcp": mcp}, manifest)
-    cat = Catalog()
+    cat = CatalogState()
     cat.load(plan)
     assert cat.get("remote.only").stability.discovery == "missing"
     cat.update_sidecar("auto:tools/auto", SidecarFacts(runtime="ready"))
@@ -174,7 +174,7 @@ def test_catalog_an_announcing_registry_sidecar_overrides_a_discovered_tool(tmp_
 def test_catalog_drops_a_tool_the_server_no_longer_announces(tmp_path):
     mcp = {"command": "python", "args": ["s.py"], "protocol": "mcp"}
     _, plan, _ = plan_with(tmp_path, {"mcp": mcp})
-    cat = Catalog()
+    cat = CatalogState()
     cat.load(plan)
     changed = cat.update_sidecar("mcp", SidecarFacts(runtime="ready", announced=announce("a", "b")))
     assert {d.name for d in changed} == {"a", "b"}

@@ -9,7 +9,7 @@ import msgspec
 from supervisor.contracts.registry import TOOL_NAME_PATTERN
 from supervisor.contracts.wire import ToolInfo
 from supervisor.protocols import fractalic_discovery as fd
-from supervisor.registry.catalog import Catalog, SidecarFacts
+from supervisor.registry.catalog import CatalogState, SidecarFacts
 from supervisor.workers import discovery as fractalic_probe
 from supervisor.workers.discovery import CannotRun, ProbeCache, Ran
 from tests.unit.test_discover import make, plan_with
@@ -185,7 +185,7 @@ def test_catalog_follows_the_tools_a_folder_announces(tmp_path):
     _, plan, _ = plan_with(tmp_path, {"echo": echo})
     sid = "auto:tools/auto"
     assert plan.sidecars[sid].announces
-    cat = Catalog()
+    cat = CatalogState()
     cat.load(plan)
     assert cat.get("weather").sidecar == sid
     announced = {

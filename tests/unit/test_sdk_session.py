@@ -22,7 +22,7 @@ class Recorder:
         self.actions: list[tuple[str, Any]] = []
         self.flags: dict[int, threading.Event] = {}
 
-    def call(self, call: wire.Call, cancelled: threading.Event) -> None:
+    def call(self, call: wire.CallMessage, cancelled: threading.Event) -> None:
         self.actions.append(("call", call.id))
         self.flags[call.id] = cancelled
 

@@ -46,7 +46,7 @@ class _ThreadDriver:
         self.app = app
         self.pool = pool
 
-    def call(self, call: wire.Call, cancelled: threading.Event) -> None:
+    def call(self, call: wire.CallMessage, cancelled: threading.Event) -> None:
         self.pool.submit(run_call, self.app, call, cancelled)
 
     def ping(self, ping_id: str) -> None:
@@ -61,7 +61,7 @@ class _ThreadDriver:
         pass  # a sync tool notices its flag (ctx.cancelled); the session has answered
 
 
-def run_call(app: SidecarView, call: wire.Call, cancelled: threading.Event) -> None:
+def run_call(app: SidecarView, call: wire.CallMessage, cancelled: threading.Event) -> None:
     """Run one call of a sync tool in the current (worker) thread and answer it."""
     if cancelled.is_set():
         return

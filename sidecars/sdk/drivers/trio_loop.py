@@ -63,7 +63,7 @@ class _TrioDriver:
         self.scopes: dict[int, trio.CancelScope] = {}
         """The async calls in flight, by id."""
 
-    def call(self, call: wire.Call, cancelled: threading.Event) -> None:
+    def call(self, call: wire.CallMessage, cancelled: threading.Event) -> None:
         spec = self.app.tools.get(call.tool)
         if spec is not None and spec.is_async:
             scope = trio.CancelScope()
@@ -82,7 +82,7 @@ class _TrioDriver:
 
 
 async def _async_call(
-    driver: _TrioDriver, call: wire.Call, flag: threading.Event, scope: trio.CancelScope
+    driver: _TrioDriver, call: wire.CallMessage, flag: threading.Event, scope: trio.CancelScope
 ) -> None:
     app = driver.app
     try:
@@ -107,7 +107,7 @@ async def _async_call(
 
 
 async def _sync_call(
-    app: SidecarView, call: wire.Call, flag: threading.Event, limiter: trio.CapacityLimiter
+    app: SidecarView, call: wire.CallMessage, flag: threading.Event, limiter: trio.CapacityLimiter
 ) -> None:
     # A cancel answers at once and sets ``flag``; the thread finishes on its own. At shutdown
     # the loop does not wait for it.

@@ -1,11 +1,12 @@
-"""What a host adds around its pools to account for and contain them: the accounting, the call
-quotas, the host-wide spawn and restart guard, and the sampler that measures and enforces
-resource quotas (docs/quotas-and-limits.md).
+"""What the host's sidecars use and may use: accounting, call quotas, spawn guard, sampler.
 
-# Strategy: one object owned by the host, configured from the registry at start and on every
-# reload, whose background tasks (quota timer and state file, sampler) run in the host's
-# nursery. The host calls it on the call path only through :attr:`quotas` (admit/release) and
-# :meth:`record`, both O(1).
+# Strategy: the accounting, the call quotas, the host-wide spawn and restart guard, and the
+# sampler that measures and enforces resource quotas (docs/quotas-and-limits.md) are one object
+# owned by the host, built with the catalog, the publisher of catalog
+# changes and the live pools, configured from the registry at start and on every reload, whose
+# background tasks (quota timer and state file, sampler) run in the host's nursery. The call
+# path reaches it only through :attr:`Usage.quotas` (admit/release) and :meth:`Usage.record`,
+# both O(1); ``system.stats`` reads :meth:`Usage.stats`.
 """
 
 from __future__ import annotations
@@ -23,35 +24,38 @@ from supervisor.host.accounting import Accounting
 from supervisor.host.sampler import Sampler
 from supervisor.pools.guard import HostGuard
 from supervisor.pools.pool import Pool
-from supervisor.registry.catalog import Catalog
+from supervisor.registry.catalog import CatalogState
 from supervisor.registry.load import Registry
 from supervisor.registry.plan import Plan
 
 
-class Safeguards:
+class Usage:
     """Accounting, quotas, guard and sampler of one host.
 
     Args:
         catalog: The host's catalog (quota-limited flags go there).
         changed: Publishes changed descriptors.
         pools: Returns the host's pools now.
+        quota_state: The ``callsPerDay`` state file (``host.quotaState``, read once at start;
+            None: counts live in memory only).
     """
 
     def __init__(
         self,
-        catalog: Catalog,
+        catalog: CatalogState,
         changed: Callable[[list[Descriptor]], None],
         pools: Callable[[], dict[str, Pool]],
+        *,
+        quota_state: str | None = None,
     ) -> None:
         self.catalog = catalog
         self.accounting = Accounting()
         self.guard = HostGuard()
-        self.quotas = Quotas(catalog, changed)
-        self.quotas.latency_hint = self._latency_hint
+        self.quotas = Quotas(catalog, changed, quota_state, latency_hint=self.latency_hint)
         self.sampler = Sampler(self.accounting, pools)
         self._pools = pools
 
-    def configure(self, registry: Registry, plan: Plan, *, first: bool = False) -> None:
+    def configure(self, registry: Registry, plan: Plan) -> None:
         """Apply the registry's ``host`` settings and every quota (start and reload)."""
         hcfg = registry.host
         self.guard.configure(
@@ -59,8 +63,6 @@ class Safeguards:
         )
         self.sampler.interval_s = hcfg.stats_interval_ms / 1000.0
         self.accounting.interval_ms = hcfg.stats_interval_ms
-        if first and hcfg.quota_state:
-            self.quotas.state_path = registry.path(hcfg.quota_state)
         self.quotas.configure(plan)
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -74,9 +76,12 @@ class Safeguards:
             self.accounting.record(tool, self.catalog.owner(tool), env, len(input_raw))
 
     def stats(self, uptime_ms: float) -> StatsResult:
+        """Accounting per sidecar, tool and worker (``system.stats``)."""
         return self.accounting.snapshot(self._pools(), self.guard, self.quotas, uptime_ms=uptime_ms)
 
-    def _latency_hint(self, tool: str) -> float:
+    def latency_hint(self, tool: str) -> float:
+        """A tool's median latency in ms (100 before any call): the ``retryAfterMs`` of a
+        ``maxConcurrent`` refusal."""
         counts = self.accounting.tools.get(tool)
         if counts is None or not counts.latency.count:
             return 100.0
