@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.protocols.outcome import CallOutcome
 from supervisor.workers.slots import SlotTable
 from tests.conftest import echo, running_host, script, wait_available, wait_for
@@ -142,7 +143,7 @@ async def test_statistics_of_a_persistent_and_a_per_call_worker(app):
     async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say", "fly.echo")
         for sidecar, tool in (("echo", "echo.say"), ("fly", "fly.echo")):
-            env = await host.invoke(tool, msgspec.Raw(b'{"text": "hi"}'))
+            env = await host.invoker.invoke(InvokeRequest(tool, msgspec.Raw(b'{"text": "hi"}')))
             assert env.status == "success", env
             worker = host.pools[sidecar].workers[0]
             await wait_for(host, lambda w=worker: w.inflight == 0)
