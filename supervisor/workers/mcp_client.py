@@ -1,16 +1,20 @@
 """The MCP client session (PROTOCOL 3.4) both MCP workers run, over the transport they carry.
 
 # Strategy: :class:`McpClient` is the session on one sans-IO
-# :class:`~supervisor.protocols.mcp.McpConnection`: ``initialize`` then
-# ``notifications/initialized`` and every page of ``tools/list`` within ``startTimeoutMs`` (the
+# :class:`~supervisor.protocols.mcp.McpConnection`: ``server/discover`` first (waiting at most
+# min(10 s, half the start timeout); a stateless answer opens the modern era, with
+# ``subscriptions/listen`` kept open for change notifications and ``server/discover`` as the
+# probe), else ``initialize`` then ``notifications/initialized`` (a server that died while the
+# probe was pending is remembered as handshake-only, so a legacy server that exits on an unknown
+# method does not crash-loop), and every page of ``tools/list`` within ``startTimeoutMs`` (the
 # tools become the worker's ``ready`` message, so pools and the catalog treat an MCP server like
 # any sidecar), calls as ``tools/call`` on the worker's slots keyed by request id (also the
-# progress token), ``ping`` as the probe, the tool list re-read after ``tools/list_changed``,
-# requests the server sends answered. It is composed, not inherited: the stdio worker
-# (``mcp.py``, lines on a pipe) and the Streamable HTTP worker (``mcp_http.py``, a POST per
-# message) each own one and are its :class:`McpCarrier`, which says how a message leaves
-# (``send``, ``notify``) and how the worker ends (``kill``). Everything the server says comes back
-# through :meth:`McpClient.receive`, whatever carried it.
+# progress token), ``ping`` (handshake era) as the probe, the tool list re-read after
+# ``tools/list_changed``, requests the server sends answered. It is composed, not inherited: the
+# stdio worker (``mcp.py``, lines on a pipe) and the Streamable HTTP worker (``mcp_http.py``, a
+# POST per message) each own one and are its :class:`McpCarrier`, which says how a message
+# leaves (``send``, ``notify``) and how the worker ends (``kill``). Everything the server says
+# comes back through :meth:`McpClient.receive`, whatever carried it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ from supervisor.protocols.outcome import CallOutcome
 from supervisor.workers.base import ExitReason, LaunchSpec, WorkerState
 from supervisor.workers.slots import SlotTable
 
+DISCOVER_MAX_S = 10.0
+"""``server/discover`` waits at most this long (and at most half the start timeout) before the
+session falls back to the handshake."""
+RELISTEN_BACKOFF_S = (0.05, 5.0)
+"""``subscriptions/listen`` is opened again after its stream ends, backing off between these."""
+HANDSHAKE_ONLY: dict[tuple[str, tuple[str, ...]], bool] = {}
+"""Sidecars (by id and argv) whose server ended while ``server/discover`` was pending: a legacy
+server that exits on a method it does not know before ``initialize``. Their next sessions skip
+the probe, so they never crash-loop on it (a process-wide memory; a new command probes again)."""
 MAX_TOOL_PAGES = 100
 """A server that keeps answering ``nextCursor`` past this many pages is broken."""
 INTERNAL_ERROR = -32603
@@ -167,6 +180,8 @@ class McpClient:
             channel=channel,
         )
         self.start_timeout_s = spec.start_timeout_s
+        self._era_key = (spec.sidecar, tuple(spec.argv))
+        self._listen_backoff = RELISTEN_BACKOFF_S[0]
         self.relist = Relister(
             self.list_tools,
             spec.start_timeout_s,
@@ -186,16 +201,22 @@ class McpClient:
         failure: str | None = None
         with trio.move_on_after(timeout):
             try:
-                response = await self.request(*self.conn.initialize())
-                if response is None:
+                modern = await self._discover(min(DISCOVER_MAX_S, timeout / 2))
+                if modern is None:
                     return None
-                await carrier.notify(self.conn.initialized(response))
+                if not modern:
+                    response = await self.request(*self.conn.initialize())
+                    if response is None:
+                        return None
+                    await carrier.notify(self.conn.initialized(response))
                 tools = await self.list_tools()
             except proto.RequestFailed as exc:
                 failure = str(exc)
             except ProtocolError as exc:
                 self._broke(exc.message)
                 return None
+        if tools is None or failure is not None:
+            HANDSHAKE_ONLY.pop(self._era_key, None)  # a start that failed probes again next time
         if failure is not None:
             carrier.kill("start-failed", f"{carrier.where()}{failure}")
             return None
@@ -210,12 +231,60 @@ class McpClient:
             return None
         server = self.conn.server
         info = server.serverInfo if server is not None else None
+        if self.conn.era == "modern":
+            self.listen()
         return wire.Ready(
             name=info.name if info else "",
             version=info.version if info else "",
             concurrency=carrier.concurrency,
             tools=tools,
         )
+
+    async def _discover(self, wait_s: float) -> bool | None:
+        """``server/discover`` first: True when the server answered in a stateless revision
+        (the session is ready), False for the handshake, None when the worker ended.
+
+        Raises:
+            RequestFailed: The server speaks only stateless revisions, none of ours.
+        """
+        key = self._era_key
+        if HANDSHAKE_ONLY.get(key):
+            return False
+        conn, carrier = self.conn, self.carrier
+        rid, line = conn.discover()
+        # A process is remembered until it answers or outlives the wait: if it dies meanwhile
+        # (the worker's nursery ends this task), its next session skips the probe. (A remote
+        # server that cannot be reached says nothing about its era.)
+        if carrier.TRANSPORT == "pipe":
+            HANDSHAKE_ONLY[key] = True
+        carrier.send(line, rid)
+        response: proto.Response | None = await self.calls.wait_for(rid, wait_s)
+        if response is None:
+            if not carrier.alive:
+                return None
+            HANDSHAKE_ONLY.pop(key, None)
+            conn.abandon_discover()  # never cancelled: the specification asks so
+            carrier.forget(rid)
+            return False
+        HANDSHAKE_ONLY.pop(key, None)
+        return conn.discovered(response)
+
+    def listen(self) -> None:
+        """Open ``subscriptions/listen`` (stateless era) without waiting: change notifications
+        come on its stream; its answer means the stream ended (:meth:`_relisten`)."""
+        carrier = self.carrier
+        if carrier.alive and self.conn.state == "ready":
+            rid, line = self.conn.listen()
+            carrier.send(line, rid)
+
+    async def _relisten(self, failed: bool) -> None:
+        if failed:
+            await trio.sleep(self._listen_backoff)
+            self._listen_backoff = min(self._listen_backoff * 2, RELISTEN_BACKOFF_S[1])
+        else:
+            self._listen_backoff = RELISTEN_BACKOFF_S[0]
+            await trio.sleep(self._listen_backoff)
+        self.listen()
 
     async def request(self, rid: int, line: bytes) -> proto.Response | None:
         """Send a request and wait for its response (None if the worker ended first)."""
@@ -263,7 +332,7 @@ class McpClient:
         carrier = self.carrier
         if not carrier.alive or self.conn.state != "ready":
             return None
-        rid, line = self.conn.ping()
+        rid, line = self.conn.probe()
         carrier.send(line, rid)
         response = await self.calls.wait_for(rid, timeout_s)
         if response is None:
@@ -298,6 +367,10 @@ class McpClient:
                 outcome = proto.call_answer(event)
                 outcome.pid = carrier.pid
                 self.calls.answer(event.id, outcome)
+            elif event.method == "subscriptions/listen":
+                if carrier.alive:  # the stream ended: listen again (backing off after errors)
+                    failed = event.error is not None
+                    carrier.start_soon(lambda: self._relisten(failed))
             else:
                 self.calls.resolve(event.id, event)
         elif type(event) is proto.Progress:
