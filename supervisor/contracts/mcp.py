@@ -179,6 +179,20 @@ class ToolsCapability(Struct, kw_only=True):
 
 class ServerCapabilities(Struct, kw_only=True):
     tools: ToolsCapability | None = None
+    resources: dict[str, Any] | None = None
+    """``{subscribe?, listChanged?}`` when the server has resources."""
+    prompts: dict[str, Any] | None = None
+    completions: dict[str, Any] | None = None
+
+
+class ListPage(Struct, kw_only=True):
+    """One page of ``resources/list``, ``resources/templates/list`` or ``prompts/list``: the
+    items as the server gave them (kept verbatim), and the next cursor."""
+
+    resources: list[dict[str, Any]] | None = None
+    resourceTemplates: list[dict[str, Any]] | None = None
+    prompts: list[dict[str, Any]] | None = None
+    nextCursor: str | None = None
 
 
 class InitializeResult(Struct, kw_only=True):

@@ -181,6 +181,15 @@ class McpClient:
         )
         self.start_timeout_s = spec.start_timeout_s
         self._era_key = (spec.sidecar, tuple(spec.argv))
+        self.offer: dict[str, list[dict[str, object]]] = {}
+        """What the server offers besides tools, as it gave them, kept current on its change
+        notifications: ``resources``, ``resourceTemplates``, ``prompts`` (absent: none)."""
+        self.subscriptions: set[str] = set()
+        """Resource URIs the host subscribed to (``resources/subscribe``)."""
+        self.on_offer: Callable[[], None] | None = None
+        """Called when :attr:`offer` changed after ready (the host's list_changed)."""
+        self.on_updated: Callable[[str], None] | None = None
+        """Called with the URI of a subscribed resource the server says changed."""
         self._listen_backoff = RELISTEN_BACKOFF_S[0]
         self.relist = Relister(
             self.list_tools,
@@ -229,6 +238,11 @@ class McpClient:
                     f"startTimeoutMs={ms}",
                 )
             return None
+        with trio.move_on_after(timeout):
+            try:
+                await self.read_offer()
+            except (proto.RequestFailed, ProtocolError) as exc:  # tools still served
+                carrier.stderr.write(f"[toolhost] resources/prompts: {exc}\n".encode())
         server = self.conn.server
         info = server.serverInfo if server is not None else None
         if self.conn.era == "modern":
@@ -269,12 +283,68 @@ class McpClient:
         HANDSHAKE_ONLY.pop(key, None)
         return conn.discovered(response)
 
+    async def read_offer(self, kinds: tuple[str, ...] = ("resources", "prompts")) -> None:
+        """List what the capabilities say the server has (``kinds``) into :attr:`offer`."""
+        server = self.conn.server
+        caps = server.capabilities if server is not None else None
+        if caps is None:
+            return
+        lists = []
+        if "resources" in kinds and caps.resources is not None:
+            lists += [
+                ("resources/list", "resources"),
+                ("resources/templates/list", "resourceTemplates"),
+            ]
+        if "prompts" in kinds and caps.prompts is not None:
+            lists.append(("prompts/list", "prompts"))
+        for method, key in lists:
+            items: list[dict[str, object]] = []
+            cursor: str | None = None
+            for _ in range(MAX_TOOL_PAGES):
+                params: dict[str, object] = {} if cursor is None else {"cursor": cursor}
+                response = await self.request(*self.conn.ask(method, params))
+                if response is None:
+                    return
+                if response.error is not None and response.error.code == mcp_types.METHOD_NOT_FOUND:
+                    break  # e.g. no templates
+                page, cursor = proto.list_page(response, key)
+                items.extend(page)
+                if cursor is None:
+                    break
+            self.offer[key] = items
+
+    async def _reoffer(self, kind: str) -> None:
+        with trio.move_on_after(self.start_timeout_s):
+            try:
+                await self.read_offer((kind,))
+            except (proto.RequestFailed, ProtocolError) as exc:
+                self.carrier.stderr.write(f"[toolhost] {kind} after list_changed: {exc}\n".encode())
+                return
+        if self.on_offer is not None:
+            self.on_offer()
+
+    async def ask(
+        self, method: str, params: dict[str, object], name: str | None, timeout_s: float
+    ) -> proto.Response | None:
+        """One request of a ready session, answered within ``timeout_s`` (None: not ready, no
+        answer in time, or the worker ended)."""
+        carrier = self.carrier
+        if not carrier.alive or self.conn.state != "ready":
+            return None
+        rid, line = self.conn.ask(method, params, name)
+        carrier.send(line, rid)
+        response: proto.Response | None = await self.calls.wait_for(rid, timeout_s)
+        if response is None:
+            self.conn.cancel(rid, "the host stopped waiting")
+            carrier.forget(rid)
+        return response
+
     def listen(self) -> None:
         """Open ``subscriptions/listen`` (stateless era) without waiting: change notifications
         come on its stream; its answer means the stream ended (:meth:`_relisten`)."""
         carrier = self.carrier
         if carrier.alive and self.conn.state == "ready":
-            rid, line = self.conn.listen()
+            rid, line = self.conn.listen(subscriptions=tuple(sorted(self.subscriptions)))
             carrier.send(line, rid)
 
     async def _relisten(self, failed: bool) -> None:
@@ -380,6 +450,13 @@ class McpClient:
         elif type(event) is proto.ToolsChanged:
             if carrier.state == "ready":
                 carrier.start_soon(self.relist.run)
+        elif type(event) is proto.ListChanged:
+            if carrier.state == "ready":
+                kind = event.kind
+                carrier.start_soon(lambda: self._reoffer(kind))
+        elif type(event) is proto.ResourceUpdated:
+            if self.on_updated is not None and event.uri in self.subscriptions:
+                self.on_updated(event.uri)
         elif type(event) is proto.Log:
             carrier.stderr.write(event.text.encode("utf-8", "replace") + b"\n")
 

@@ -1,0 +1,106 @@
+"""Resources, resource templates, prompts and completions of hosted MCP servers (SDK-written,
+stateless era over stdio) served to kernels: ``resources.list``/``templates``/``read``,
+``prompts.list``/``get``, ``completion.complete``; lists answered from what the host holds,
+collisions owned by the first sidecar in the registry, list_changed followed, and nothing listed
+once the owning sidecar is gone."""
+
+import trio
+
+from supervisor.host.offers import HostedOffers
+from tests.conftest import FIXTURES, running_host, wait_available, wait_for
+from tests.kernel import served
+
+OFFERS = FIXTURES.parent / "mcp" / "offers.py"
+
+
+def offers(name: str) -> dict:
+    return {
+        "command": "python",
+        "args": [str(OFFERS)],
+        "protocol": "mcp",
+        "env": {"OFFERS_NAME": name},
+        "restart": {"backoffMs": 20, "maxBackoffMs": 200},
+        "probe": {"startTimeoutMs": 20_000},
+    }
+
+
+def ok(resp):
+    assert "error" not in resp, resp
+    return resp["result"]
+
+
+async def test_resources_prompts_and_completions_to_kernels(app):
+    reg = {"alpha": offers("alpha"), "beta": offers("beta")}
+    async with running_host(app, reg) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: known.listed("prompts") and known.shadowed(), 30)
+        shadowed = {(s.get("uri") or s.get("name"), s["sidecar"]) for s in known.shadowed()}
+        assert ("note://readme", "beta") in shadowed and ("greet", "beta") in shadowed
+        async with served(host, app) as srv, srv.peer("unix-json") as peer:
+            hello = ok(await peer.hello())
+            assert hello["capabilities"]["resources"] is True
+            assert hello["capabilities"]["prompts"] is True
+
+            listed = ok(await peer.request(1, "resources.list"))["resources"]
+            by_uri = {(r["uri"], r["sidecar"]) for r in listed}
+            assert ("note://readme", "alpha") in by_uri
+            assert ("note://shared", "alpha") in by_uri
+            assert not any(r["sidecar"] == "beta" for r in listed)  # every URI is alpha's first
+            templates = ok(await peer.request(2, "resources.templates"))["resourceTemplates"]
+            assert [(t["uriTemplate"], t["sidecar"]) for t in templates] == [
+                ("note://page/{name}", "alpha")
+            ]
+
+            read = ok(await peer.request(3, "resources.read", {"uri": "note://readme"}))
+            assert read["contents"][0]["text"] == "readme of alpha"
+            read = ok(await peer.request(4, "resources.read", {"uri": "note://page/intro"}))
+            assert read["contents"][0]["text"] == "page intro from alpha"
+            missing = await peer.request(5, "resources.read", {"uri": "nowhere://x"})
+            assert missing["error"]["code"] == "not-found"
+
+            prompts = ok(await peer.request(6, "prompts.list"))["prompts"]
+            [greet] = prompts
+            assert greet["name"] == "greet" and greet["sidecar"] == "alpha"
+            assert {a["name"] for a in greet["arguments"]} == {"who", "tone"}
+            got = ok(
+                await peer.request(
+                    7, "prompts.get", {"name": "greet", "arguments": {"who": "Ada", "tone": "wry"}}
+                )
+            )
+            text = got["messages"][0]["content"]["text"]
+            assert text == "Say hello to Ada in a wry tone (alpha)"
+
+            done = ok(
+                await peer.request(
+                    8,
+                    "completion.complete",
+                    {
+                        "ref": {"type": "ref/prompt", "name": "greet"},
+                        "argument": {"name": "tone", "value": "w"},
+                    },
+                )
+            )
+            assert done["completion"]["values"] == ["warm", "witty", "wry"]
+
+            # The server publishes a resource: its list_changed is followed.
+            await wait_available(host, "add_note")
+            inv = ok(
+                await peer.request(
+                    9, "tools.invoke", {"tool": "add_note", "input": {"name": "fresh"}}
+                )
+            )
+            assert inv["status"] == "success"
+            with trio.fail_after(15):
+                while True:
+                    listed = ok(await peer.request(10, "resources.list"))["resources"]
+                    if any(r["uri"] == "note://fresh" for r in listed):
+                        break
+                    await trio.sleep(0.05)
+
+            # alpha gone: beta owns what it publishes (nothing shadowed any more).
+            assert await host.stop_sidecar("alpha")
+            listed = ok(await peer.request(11, "resources.list"))["resources"]
+            assert {r["sidecar"] for r in listed} == {"beta"}
+            read = ok(await peer.request(12, "resources.read", {"uri": "note://readme"}))
+            assert read["contents"][0]["text"] == "readme of beta"
+            assert known.shadowed() == []
