@@ -300,6 +300,20 @@ class ServerToolsCapability(Struct, kw_only=True):
 
 class ServerCaps(Struct, kw_only=True):
     tools: ServerToolsCapability = msgspec.field(default_factory=ServerToolsCapability)
+    resources: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"subscribe": False, "listChanged": False}
+    )
+    prompts: dict[str, Any] = msgspec.field(default_factory=lambda: {"listChanged": False})
+    completions: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class OfferRequestParams(Struct, kw_only=True):
+    """Params of ``resources/*``, ``prompts/*``, ``completion/complete`` as the face reads them
+    (the rest is passed on as it came); ``uri``/``name`` are checked against ``Mcp-Name``."""
+
+    uri: str | None = None
+    name: str | None = None
+    meta: RequestMeta | None = msgspec.field(default=None, name="_meta")
 
 
 class ServerInitializeResult(Struct, kw_only=True, omit_defaults=True):
