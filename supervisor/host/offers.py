@@ -83,9 +83,10 @@ class HostedOffers:
         """``resources``, ``resourceTemplates`` or ``prompts`` of available sidecars."""
         return self._owned(key)[0]
 
-    def shadowed(self) -> list[dict[str, str]]:
-        """Every URI, template and prompt name hidden by a sidecar earlier in the registry."""
-        return [s for key in KEYS for s in self._owned(key)[1]]
+    def shadowed(self, keys: tuple[str, ...] = tuple(KEYS)) -> list[dict[str, str]]:
+        """Every URI, template and prompt name (of ``keys``) hidden by a sidecar earlier in the
+        registry: ``{uri|uriTemplate|name, sidecar, shadowedBy}``."""
+        return [s for key in keys for s in self._owned(key)[1]]
 
     def _owner(self, key: str, name: str) -> str | None:
         ident = KEYS[key]

@@ -375,7 +375,8 @@ class CompleteParams(msgspec.Struct, kw_only=True):
 def _listing(key: str) -> Handler:
     def run(c: RequestContext, raw: msgspec.Raw) -> Any:
         c.params(raw, CursorParams)  # one page: the whole list
-        return {key: c.backend.offers.listed(key)}
+        offers = c.backend.offers
+        return {key: offers.listed(key), "shadowed": offers.shadowed((key,))}
 
     return run
 
