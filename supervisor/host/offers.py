@@ -135,6 +135,9 @@ class HostedOffers:
                 an error (``failed``, with its JSON-RPC code in ``data``).
         """
         session = self._pick(sid)
+        if name is None:  # the Mcp-Name of the stateless era's routing headers
+            key = {"resources/read": "uri", "prompts/get": "name"}.get(method)
+            name = str(params.get(key, "")) if key is not None else None
         response = await session.ask(method, params, name, timeout_s)
         if response is None:
             raise OfferError("unavailable", f"MCP server {sid} did not answer {method} in time")

@@ -382,9 +382,8 @@ def _listing(key: str) -> Handler:
 
 
 async def _offer_call(c: RequestContext, sid: str, method: str, params: dict[str, Any]) -> Any:
-    name = params.get("uri") or params.get("name")
     try:
-        return await c.backend.offers.request(sid, method, params, name)
+        return await c.backend.offers.request(sid, method, params)
     except OfferError as exc:
         raise RpcFailure(exc.code, exc.message, exc.data) from None
 

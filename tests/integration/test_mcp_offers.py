@@ -4,10 +4,15 @@ stateless era over stdio) served to kernels: ``resources.list``/``templates``/``
 collisions owned by the first sidecar in the registry, list_changed followed, and nothing listed
 once the owning sidecar is gone."""
 
+import os
+import subprocess
+import sys
+
 import trio
 
 from supervisor.host.offers import HostedOffers
-from tests.conftest import FIXTURES, running_host, wait_available, wait_for
+from tests.conftest import FIXTURES, free_port, running_host, wait_available, wait_for
+from tests.integration.test_mcp_http import Server
 from tests.kernel import served
 
 OFFERS = FIXTURES.parent / "mcp" / "offers.py"
@@ -104,3 +109,59 @@ async def test_resources_prompts_and_completions_to_kernels(app):
             read = ok(await peer.request(12, "resources.read", {"uri": "note://readme"}))
             assert read["contents"][0]["text"] == "readme of beta"
             assert known.shadowed() == []
+
+
+class OffersServer(Server):
+    """``offers.py --http PORT``."""
+
+    def start(self) -> None:
+        with open(self.log, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(OFFERS), "--http", str(self.port)],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env={**os.environ, "OFFERS_NAME": "remote"},
+            )
+
+
+async def test_a_remote_server_over_http_gone_and_back(app, tmp_path):
+    port = free_port()
+    server = OffersServer(port, tmp_path / "server.log")
+    server.start()
+    try:
+        await server.listening()
+        entry = {
+            "protocol": "mcp-http",
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "restart": {"backoffMs": 20, "maxBackoffMs": 300},
+            "probe": {"startTimeoutMs": 20_000, "intervalMs": 300, "failureThreshold": 1},
+        }
+        async with running_host(app, {"remote": entry}) as host:
+            known = HostedOffers(host.views)
+            await wait_for(host, lambda: known.listed("resources"), 30)
+            worker = host.pools["remote"].workers[0]
+            assert worker.conn.era == "modern"
+            assert {r["uri"] for r in known.listed("resources")} == {
+                "note://readme",
+                "note://shared",
+            }
+            read = await known.request("remote", "resources/read", {"uri": "note://readme"})
+            assert read["contents"][0]["text"] == "readme of remote"
+            got = await known.request(
+                "remote", "prompts/get", {"name": "greet", "arguments": {"who": "Bo"}}, "greet"
+            )
+            assert (
+                got["messages"][0]["content"]["text"] == "Say hello to Bo in a warm tone (remote)"
+            )
+
+            server.kill()  # gone: nothing listed, and a list does not wait for it
+            await wait_for(host, lambda: not known.listed("resources"), 20)
+            started = trio.current_time()
+            assert known.listed("prompts") == []
+            assert trio.current_time() - started < 0.05
+
+            server.start()  # back: listed again
+            await wait_for(host, lambda: known.listed("resources"), 30)
+            assert {p["name"] for p in known.listed("prompts")} == {"greet"}
+    finally:
+        server.kill()
