@@ -148,21 +148,3 @@ class HostedOffers:
                 {"rpcCode": response.error.code, "sidecar": sid},
             )
         return msgspec.json.decode(response.result or b"{}")
-
-    async def subscribe(self, uri: str, on: bool) -> str:
-        """Subscribe to (or unsubscribe from) ``uri`` on its owner's sessions; the owner."""
-        sid = self.owner_of_uri(uri)
-        method = "resources/subscribe" if on else "resources/unsubscribe"
-        for owner, sessions in self._sessions():
-            if owner != sid:
-                continue
-            for s in sessions:
-                if on:
-                    s.subscriptions.add(uri)
-                else:
-                    s.subscriptions.discard(uri)
-                if s.conn.era == "handshake":
-                    await s.ask(method, {"uri": uri}, uri, DEFAULT_TIMEOUT_S)
-                else:  # the stateless era subscribes on subscriptions/listen
-                    s.listen()
-        return sid
