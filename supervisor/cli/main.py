@@ -103,6 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_lazy("supervisor.cli.ops", "stats"))
 
+    p = sub.add_parser("resources", help="hosted MCP resources and templates, or read one")
+    add_location_args(p)
+    p.add_argument("uri", nargs="?", help="read this resource")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "resources"))
+
+    p = sub.add_parser("prompts", help="hosted MCP prompts, or get one")
+    add_location_args(p)
+    p.add_argument("name", nargs="?", help="get this prompt")
+    p.add_argument("--arg", action="append", metavar="NAME=VALUE", help="a prompt argument")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("supervisor.cli.ops", "prompts"))
+
     p = sub.add_parser("reload", help="re-read the registry (like SIGHUP)")
     add_location_args(p)
     p.add_argument("--json", action="store_true")

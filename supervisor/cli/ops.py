@@ -221,3 +221,63 @@ def watch(args: argparse.Namespace) -> int:
         return _run(args, body)
     except KeyboardInterrupt:
         return EXIT_OK
+
+
+def resources(args: argparse.Namespace) -> int:
+    """``toolhost resources``: the hosted MCP resources and templates, or one read."""
+
+    async def body(client: Client) -> int:
+        if args.uri:
+            read = await client.request("resources.read", {"uri": args.uri})
+            if args.json:
+                _print_json(read)
+                return EXIT_OK
+            for item in read.get("contents", []):
+                text = item.get("text")
+                print(text if text is not None else f"[{item.get('mimeType') or 'blob'}]")
+            return EXIT_OK
+        listed = await client.request("resources.list", {})
+        templates = await client.request("resources.templates", {})
+        if args.json:
+            _print_json({**listed, "resourceTemplates": templates["resourceTemplates"]})
+            return EXIT_OK
+        for r in listed["resources"]:
+            print(f"{r['uri']}  [{r['sidecar']}]  {r.get('description') or r.get('name', '')}")
+        for t in templates["resourceTemplates"]:
+            print(f"{t['uriTemplate']}  [{t['sidecar']}]  {t.get('description') or ''}")
+        for s in [*listed["shadowed"], *templates["shadowed"]]:
+            what = s.get("uri") or s.get("uriTemplate")
+            print(f"shadowed: {what} of {s['sidecar']} (owned by {s['shadowedBy']})")
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def prompts(args: argparse.Namespace) -> int:
+    """``toolhost prompts``: the hosted MCP prompts, or one got with ``--arg k=v``."""
+
+    async def body(client: Client) -> int:
+        if args.name:
+            arguments = dict(a.split("=", 1) for a in args.arg or [])
+            got = await client.request("prompts.get", {"name": args.name, "arguments": arguments})
+            if args.json:
+                _print_json(got)
+                return EXIT_OK
+            for m in got.get("messages", []):
+                content = m.get("content") or {}
+                print(
+                    f"{m.get('role')}: {content.get('text', '[' + str(content.get('type')) + ']')}"
+                )
+            return EXIT_OK
+        listed = await client.request("prompts.list", {})
+        if args.json:
+            _print_json(listed)
+            return EXIT_OK
+        for p in listed["prompts"]:
+            names = ", ".join(a.get("name", "") for a in p.get("arguments") or [])
+            print(f"{p['name']}({names})  [{p['sidecar']}]  {p.get('description') or ''}")
+        for s in listed["shadowed"]:
+            print(f"shadowed: {s['name']} of {s['sidecar']} (owned by {s['shadowedBy']})")
+        return EXIT_OK
+
+    return _run(args, body)

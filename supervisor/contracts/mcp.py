@@ -179,6 +179,20 @@ class ToolsCapability(Struct, kw_only=True):
 
 class ServerCapabilities(Struct, kw_only=True):
     tools: ToolsCapability | None = None
+    resources: dict[str, Any] | None = None
+    """``{subscribe?, listChanged?}`` when the server has resources."""
+    prompts: dict[str, Any] | None = None
+    completions: dict[str, Any] | None = None
+
+
+class ListPage(Struct, kw_only=True):
+    """One page of ``resources/list``, ``resources/templates/list`` or ``prompts/list``: the
+    items as the server gave them (kept verbatim), and the next cursor."""
+
+    resources: list[dict[str, Any]] | None = None
+    resourceTemplates: list[dict[str, Any]] | None = None
+    prompts: list[dict[str, Any]] | None = None
+    nextCursor: str | None = None
 
 
 class InitializeResult(Struct, kw_only=True):
@@ -286,6 +300,20 @@ class ServerToolsCapability(Struct, kw_only=True):
 
 class ServerCaps(Struct, kw_only=True):
     tools: ServerToolsCapability = msgspec.field(default_factory=ServerToolsCapability)
+    resources: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"subscribe": False, "listChanged": False}
+    )
+    prompts: dict[str, Any] = msgspec.field(default_factory=lambda: {"listChanged": False})
+    completions: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class OfferRequestParams(Struct, kw_only=True):
+    """Params of ``resources/*``, ``prompts/*``, ``completion/complete`` as the face reads them
+    (the rest is passed on as it came); ``uri``/``name`` are checked against ``Mcp-Name``."""
+
+    uri: str | None = None
+    name: str | None = None
+    meta: RequestMeta | None = msgspec.field(default=None, name="_meta")
 
 
 class ServerInitializeResult(Struct, kw_only=True, omit_defaults=True):

@@ -31,6 +31,7 @@ from supervisor.mcp_face.profiles import Profile
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
+    Forward,
     McpServerConnection,
     call_result,
     progress_fields,
@@ -44,6 +45,13 @@ Connect = Callable[[], Awaitable[trio.SocketStream]]
 """Opens a fresh kernel connection (one per MCP session)."""
 
 _RPC_TO_MCP = {"invalid-params": mcp.INVALID_PARAMS, "invalid-request": mcp.INVALID_REQUEST}
+RESOURCE_NOT_FOUND = -32002
+"""MCP's error for a resource no server has."""
+_LISTS = {
+    "resources/list": ("resources", "resources_of"),
+    "resources/templates/list": ("resourceTemplates", "templates_of"),
+    "prompts/list": ("prompts", "prompts_of"),
+}
 
 
 def unix_connector(path: str) -> Connect:
@@ -190,6 +198,50 @@ class McpFace:
             self._cancelled.discard(ev.id)
             return None
         return conn.result(ev.id, call_result(envelope))
+
+    async def forward(self, ev: Forward) -> bytes:
+        """A resources, prompts or completion request answered through its kernel method;
+        lists filtered by the profile, a read, get or completion outside it refused."""
+        conn, profile, params = self.conn, self.profile, ev.params
+        if profile is not None:
+            raw_ref = params.get("ref")
+            ref: dict[str, Any] = raw_ref if isinstance(raw_ref, dict) else {}
+            target: tuple[Any, str] | None = None
+            if ev.method == "resources/read":
+                target = ("resource", str(params.get("uri", "")))
+            elif ev.method == "prompts/get":
+                target = ("prompt", str(params.get("name", "")))
+            elif ref.get("type") == "ref/prompt":
+                target = ("prompt", str(ref.get("name", "")))
+            elif ref.get("type") == "ref/resource":
+                target = ("resource", str(ref.get("uri", "")))
+            if target is not None and not profile.allows(*target):
+                message = profile.refusal(*target)
+                return conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name})
+        try:
+            result = await self.kernel.request(ev.kernel, params)
+        except RpcError as exc:
+            code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
+            if exc.code == "not-found":
+                code = RESOURCE_NOT_FOUND if ev.method == "resources/read" else mcp.INVALID_PARAMS
+            return conn.error(ev.id, code, exc.message, {"code": exc.code})
+        except ConnectionLost:
+            return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
+        if not isinstance(result, dict):
+            return conn.error(ev.id, mcp.INTERNAL_ERROR, f"toolhost: {ev.kernel} gave no object")
+        listing = _LISTS.get(ev.method)
+        if listing is not None:
+            key, of = listing
+            items = [
+                {k: v for k, v in i.items() if k != "sidecar"}
+                for i in result.get(key, [])
+                if isinstance(i, dict)
+            ]
+            if profile is not None:
+                items = getattr(profile, of)(items)
+            return conn.page(ev.id, key, items)
+        answer = {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
+        return conn.result(ev.id, answer)
 
     def cancel(self, ev: Cancelled) -> None:
         """``notifications/cancelled``: cancel the kernel call (a no-op when it already ended)."""

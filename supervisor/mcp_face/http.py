@@ -48,6 +48,7 @@ from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
+    Forward,
     ListTools,
     McpServerConnection,
     Reply,
@@ -377,6 +378,8 @@ class McpHttpServer:
             await ex.json(200, ev.data)
         elif isinstance(ev, ListTools):
             await ex.json(200, await face.list_tools(ev.id))
+        elif isinstance(ev, Forward):
+            await ex.json(200, await face.forward(ev))
         elif isinstance(ev, CallTool):
             if ev.progress_token is None:
                 result = await face.call_tool(ev, session.push)

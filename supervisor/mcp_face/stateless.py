@@ -34,6 +34,7 @@ from supervisor.protocols.mcp_server import (
     HTTP_STATUS,
     CallTool,
     Cancelled,
+    Forward,
     Listen,
     ListTools,
     McpServerConnection,
@@ -173,7 +174,7 @@ class StatelessFace:
         if isinstance(ev, Listen):
             await self._listen(ex, conn, ev, identity)
             return
-        if not isinstance(ev, ListTools | CallTool):
+        if not isinstance(ev, ListTools | CallTool | Forward):
             # Cancelled, Accepted: this era has no client notifications over HTTP (a client
             # cancels by closing its request); acknowledged and dropped.
             await ex.send(202, b"")
@@ -195,6 +196,10 @@ class StatelessFace:
         )
         if isinstance(ev, ListTools):
             await ex.json(200, await face.list_tools(ev.id))
+        elif isinstance(ev, Forward):
+            forwarded = await face.forward(ev)
+            code = conn.error_code
+            await ex.json(HTTP_STATUS.get(code, 200) if code is not None else 200, forwarded)
         elif ev.progress_token is None:
             answer = await _until_answer_or_gone(ex, face, ev, None)
             if answer is not None:

@@ -29,6 +29,7 @@ from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
+    Forward,
     Listen,
     ListTools,
     McpServerConnection,
@@ -103,6 +104,9 @@ async def _read(
     async def list_tools(rid: int | str) -> None:
         write(await face.list_tools(rid))
 
+    async def forward(ev: Forward) -> None:
+        write(await face.forward(ev))
+
     async def call_tool(ev: CallTool) -> None:
         answer = await face.call_tool(ev, write)
         if answer is not None:
@@ -127,6 +131,8 @@ async def _read(
                 nursery.start_soon(list_tools, ev.id)
             elif isinstance(ev, CallTool):
                 nursery.start_soon(call_tool, ev)
+            elif isinstance(ev, Forward):
+                nursery.start_soon(forward, ev)
             elif isinstance(ev, Listen):
                 shown = honored(ev.wanted)
                 if shown.toolsListChanged:

@@ -64,6 +64,18 @@ class ToolsChanged(msgspec.Struct, frozen=True):
     """``notifications/tools/list_changed``: list the tools again."""
 
 
+class ListChanged(msgspec.Struct, frozen=True, kw_only=True):
+    """``notifications/resources/list_changed`` or ``.../prompts/list_changed``."""
+
+    kind: Literal["resources", "prompts"]
+
+
+class ResourceUpdated(msgspec.Struct, frozen=True, kw_only=True):
+    """``notifications/resources/updated``: a subscribed resource changed."""
+
+    uri: str
+
+
 class Log(msgspec.Struct, frozen=True, kw_only=True):
     """A log notification (``notifications/message``), as one line of text."""
 
@@ -76,7 +88,7 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     data: bytes
 
 
-Event = Response | Progress | ToolsChanged | Log | Reply
+Event = Response | Progress | ToolsChanged | ListChanged | ResourceUpdated | Log | Reply
 
 
 class RequestFailed(Exception):
@@ -266,16 +278,36 @@ class McpConnection:
         params = mcp.ListToolsParams(cursor=cursor, meta=self._envelope())
         return self._request("tools/list", params)
 
-    def listen(self, *, tools: bool = True) -> tuple[int, bytes]:
+    def listen(
+        self, *, tools: bool = True, subscriptions: tuple[str, ...] = ()
+    ) -> tuple[int, bytes]:
         """A ``subscriptions/listen`` request (stateless era): its answer comes only when the
         stream ends; meanwhile ``notifications/tools/list_changed`` arrive as
         :class:`ToolsChanged`."""
         self._need_ready("subscriptions/listen")
         if self.era != "modern":
             raise ProtocolError("subscriptions/listen needs the stateless era")
-        wanted = mcp.SubscriptionFilter(toolsListChanged=True if tools else None)
+        caps = self.server.capabilities if self.server is not None else None
+        wanted = mcp.SubscriptionFilter(
+            toolsListChanged=True if tools else None,
+            resourcesListChanged=True if caps is not None and caps.resources is not None else None,
+            promptsListChanged=True if caps is not None and caps.prompts is not None else None,
+            resourceSubscriptions=list(subscriptions) or None,
+        )
         params = mcp.ListenParams(notifications=wanted, meta=self._envelope())
         return self._request("subscriptions/listen", params)
+
+    def ask(
+        self, method: str, params: dict[str, object], name: str | None = None
+    ) -> tuple[int, bytes]:
+        """Any other request of a ready session (``resources/read``, ``prompts/get``,
+        ``completion/complete``, the lists, ``resources/subscribe``), with the era's envelope;
+        ``name`` is its ``Mcp-Name`` (the URI read, the prompt got)."""
+        self._need_ready(method)
+        meta = self._envelope()
+        if meta is not None:
+            params = {**params, "_meta": meta}
+        return self._request(method, params, name)
 
     def probe(self) -> tuple[int, bytes]:
         """The health probe of the era: ``ping`` (handshake), ``server/discover`` (stateless,
@@ -399,6 +431,18 @@ class McpConnection:
             return None  # late progress for a finished call
         if method == "notifications/tools/list_changed":
             return ToolsChanged() if self.state == "ready" else None
+        if method in ("notifications/resources/list_changed", "notifications/prompts/list_changed"):
+            if self.state != "ready":
+                return None
+            return ListChanged(kind="resources" if "resources" in method else "prompts")
+        if method == "notifications/resources/updated":
+            try:
+                uri = msgspec.json.decode(
+                    params if params is not msgspec.UNSET else b"{}", type=dict[str, object]
+                ).get("uri")
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                return None
+            return ResourceUpdated(uri=uri) if isinstance(uri, str) else None
         if method == "notifications/message":
             try:
                 log = msgspec.json.decode(
@@ -409,7 +453,7 @@ class McpConnection:
             data = log.data if isinstance(log.data, str) else _encode(log.data).decode()
             where = f" {log.logger}" if log.logger else ""
             return Log(text=f"[{log.level}{where}] {data}")
-        return None  # other notifications (resources, prompts, cancelled) mean nothing here
+        return None  # other notifications (cancelled, ...) mean nothing here
 
     def _server_request(self, rid: mcp.RequestId | msgspec.UnsetType | None, method: str) -> Reply:
         if rid is None or rid is msgspec.UNSET:
@@ -458,6 +502,24 @@ def tools_page(response: Response) -> tuple[list[ToolInfo], str | None]:
         for t in page.tools
     ]
     return tools, page.nextCursor or None
+
+
+def list_page(response: Response, key: str) -> tuple[list[dict[str, object]], str | None]:
+    """The items (``key``: ``resources``, ``resourceTemplates``, ``prompts``) of one list page,
+    as the server gave them, and the next cursor.
+
+    Raises:
+        RequestFailed: The server answered with an error.
+        ProtocolError: The result is not a list page.
+    """
+    if response.error is not None:
+        raise RequestFailed(response.method, response.error)
+    try:
+        page = msgspec.json.decode(response.result or b"null", type=mcp.ListPage)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ProtocolError(f"invalid {response.method} result: {exc}") from exc
+    items = getattr(page, key) or []
+    return items, page.nextCursor or None
 
 
 _RPC_CODES = {mcp.INVALID_PARAMS: "invalid-input", mcp.METHOD_NOT_FOUND: "unsupported"}

@@ -236,6 +236,21 @@ def json_line(body: bytes) -> bytes:
     return body.replace(b"\r", b" ").replace(b"\n", b" ") + b"\n"
 
 
+class _ErrorAnswer(msgspec.Struct):
+    id: int | str | None = None
+    error: dict[str, object] | None = None
+
+
+def answers(body: bytes, rid: int) -> bool:
+    """Whether an HTTP error's body is the JSON-RPC error answering request ``rid`` (the
+    stateless era answers a refused request so, e.g. -32022 with status 400)."""
+    try:
+        msg = msgspec.json.decode(body, type=_ErrorAnswer)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return False
+    return msg.id == rid and msg.error is not None
+
+
 class SseParser:
     """Server-sent events in, the ``data`` of each ``message`` event out (as JSON lines).
 

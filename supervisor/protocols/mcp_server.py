@@ -99,6 +99,28 @@ class Listen(msgspec.Struct, frozen=True, kw_only=True):
     wanted: mcp.SubscriptionFilter
 
 
+class Forward(msgspec.Struct, frozen=True, kw_only=True):
+    """``resources/list``, ``resources/templates/list``, ``resources/read``, ``prompts/list``,
+    ``prompts/get`` or ``completion/complete``: answered through the kernel method ``kernel``
+    with ``params`` (the request's, ``_meta`` left out)."""
+
+    id: mcp.RequestId
+    method: str
+    kernel: str
+    params: dict[str, Any]
+
+
+FORWARDED = {
+    "resources/list": "resources.list",
+    "resources/templates/list": "resources.templates",
+    "resources/read": "resources.read",
+    "prompts/list": "prompts.list",
+    "prompts/get": "prompts.get",
+    "completion/complete": "completion.complete",
+}
+"""The MCP methods served through a kernel method, and that method."""
+
+
 class Cancelled(msgspec.Struct, frozen=True, kw_only=True):
     """``notifications/cancelled`` for the client's request ``id``."""
 
@@ -110,7 +132,7 @@ class Accepted(msgspec.Struct, frozen=True):
     """A notification or response that needs nothing (HTTP answers 202)."""
 
 
-Event = Reply | ListTools | CallTool | Listen | Cancelled | Accepted
+Event = Reply | ListTools | CallTool | Listen | Forward | Cancelled | Accepted
 
 EMPTY_OBJECT = msgspec.Raw(b"{}")
 
@@ -247,13 +269,15 @@ class McpServerConnection:
             return self._call(rid, params, headers)
         if method == "server/discover":
             return self._discover(rid, params, headers)
+        if method in FORWARDED:
+            return self._forward(rid, method, params, headers)
         if method == "subscriptions/listen" and modern:
             listen = self._checked(rid, method, params, mcp.ListenParams, headers)
             if isinstance(listen, Reply):
                 return listen
             return Listen(id=rid, wanted=listen.notifications)
         return self._reply_error(
-            rid, mcp.METHOD_NOT_FOUND, f"toolhost mcp does not serve {method!r} (tools only)"
+            rid, mcp.METHOD_NOT_FOUND, f"toolhost mcp does not serve {method!r}"
         )
 
     def _checked(
@@ -303,6 +327,27 @@ class McpServerConnection:
             tracestate=meta.tracestate,
         )
 
+    def _forward(
+        self,
+        rid: mcp.RequestId,
+        method: str,
+        params: msgspec.Raw | None,
+        headers: Mapping[str, str] | None,
+    ) -> Event:
+        try:
+            p = msgspec.json.decode(params or b"{}", type=mcp.OfferRequestParams)
+            body = msgspec.json.decode(params or b"{}", type=dict[str, Any])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._reply_error(rid, mcp.INVALID_PARAMS, f"{method} params: {exc}")
+        if self.era == "modern":
+            name = p.uri if method == "resources/read" else p.name
+            named = name if method in ("resources/read", "prompts/get") else None
+            refused = self._envelope(rid, method, p.meta, named, headers)
+            if refused is not None:
+                return refused
+        body.pop("_meta", None)
+        return Forward(id=rid, method=method, kernel=FORWARDED[method], params=body)
+
     def _initialize(self, rid: mcp.RequestId, params: msgspec.Raw | None) -> Event:
         try:
             p = msgspec.json.decode(params or b"null", type=mcp.InitializeRequestParams)
@@ -336,7 +381,7 @@ class McpServerConnection:
                 return refused
         result: dict[str, Any] = {
             "supportedVersions": list(mcp.MODERN_VERSIONS),
-            "capabilities": {"tools": {"listChanged": True}},
+            "capabilities": mcp.ServerCaps(),
             "ttlMs": LIST_TTL_MS,
             "cacheScope": "public",
         }
@@ -421,6 +466,14 @@ class McpServerConnection:
             page = {"tools": tools, "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
             return self._stamped(rid, page)
         return self.result(rid, {"tools": tools})
+
+    def page(self, rid: mcp.RequestId, key: str, items: list[Any]) -> bytes:
+        """A ``resources/list``, ``resources/templates/list`` or ``prompts/list`` answer (one
+        page, ``key`` naming its items); stateless: with its cache hints."""
+        if self.era == "modern":
+            page = {key: items, "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
+            return self._stamped(rid, page)
+        return self.result(rid, {key: items})
 
     def _stamped(self, rid: mcp.RequestId, result: dict[str, Any]) -> bytes:
         out = dict(result)

@@ -16,6 +16,7 @@ from supervisor.calls.approvals import Approvals
 from supervisor.calls.invoke import Invoker
 from supervisor.host.catalog_feed import CatalogFeed
 from supervisor.host.host import Host
+from supervisor.host.offers import HostedOffers
 from supervisor.host.upgrades import Upgrades
 from supervisor.host.views import HostViews
 from supervisor.telemetry.events import EventBus
@@ -37,6 +38,8 @@ class Backend:
         control: Reloads the registry and restarts a sidecar (the host's lifecycle).
         telemetry: Spans of kernel requests (None: off).
         endpoints: Where the host serves (``server.hello``), filled in as transports start.
+        offers: The hosted MCP servers' resources, prompts and completions (default: from
+            ``views``).
     """
 
     __slots__ = (
@@ -46,6 +49,7 @@ class Backend:
         "events",
         "feed",
         "invoker",
+        "offers",
         "telemetry",
         "upgrades",
         "views",
@@ -63,6 +67,7 @@ class Backend:
         control: Host,
         telemetry: Tracing | None,
         endpoints: dict[str, str],
+        offers: HostedOffers | None = None,
     ) -> None:
         self.invoker = invoker
         self.approvals = approvals
@@ -73,6 +78,7 @@ class Backend:
         self.control = control
         self.telemetry = telemetry
         self.endpoints = endpoints
+        self.offers = offers if offers is not None else HostedOffers(views)
 
     @classmethod
     def of(cls, host: Host) -> Backend:

@@ -35,6 +35,7 @@ from supervisor.contracts.rpc import (
     RestartParams,
     ServerInfo,
 )
+from supervisor.host.offers import OfferError
 from supervisor.packages.errors import PackageError
 from supervisor.server.backend import Backend
 from supervisor.server.codec import BadParams, Codec
@@ -97,6 +98,9 @@ CAPABILITIES = {
     "events": ["workers", "calls", "logs"],
     "extensions": ["sidecar.logs", "registry.reload"],
     "packages": True,
+    "resources": True,
+    "prompts": True,
+    "completions": True,
 }
 
 
@@ -345,6 +349,82 @@ async def packages_rollback(c: RequestContext, raw: msgspec.Raw) -> Any:
         raise _package_failure(exc) from exc
 
 
+# resources.*, prompts.*, completion.complete (PROTOCOL 6): lists from what the host knows,
+# the rest routed to the owning MCP server.
+
+
+class CursorParams(msgspec.Struct, kw_only=True):
+    cursor: str | None = None
+
+
+class UriParams(msgspec.Struct, kw_only=True):
+    uri: str
+
+
+class PromptParams(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: dict[str, str] | None = None
+
+
+class CompleteParams(msgspec.Struct, kw_only=True):
+    ref: dict[str, Any]
+    argument: dict[str, Any]
+    context: dict[str, Any] | None = None
+
+
+def _listing(key: str) -> Handler:
+    def run(c: RequestContext, raw: msgspec.Raw) -> Any:
+        c.params(raw, CursorParams)  # one page: the whole list
+        offers = c.backend.offers
+        return {key: offers.listed(key), "shadowed": offers.shadowed((key,))}
+
+    return run
+
+
+async def _offer_call(c: RequestContext, sid: str, method: str, params: dict[str, Any]) -> Any:
+    try:
+        return await c.backend.offers.request(sid, method, params)
+    except OfferError as exc:
+        raise RpcFailure(exc.code, exc.message, exc.data) from None
+
+
+def _owner(find: Callable[[str], str], what: str) -> str:
+    try:
+        return find(what)
+    except OfferError as exc:
+        raise RpcFailure(exc.code, exc.message, exc.data) from None
+
+
+async def resources_read(c: RequestContext, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, UriParams)
+    sid = _owner(c.backend.offers.owner_of_uri, p.uri)
+    return await _offer_call(c, sid, "resources/read", {"uri": p.uri})
+
+
+async def prompts_get(c: RequestContext, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, PromptParams)
+    sid = _owner(c.backend.offers.owner_of_prompt, p.name)
+    params: dict[str, Any] = {"name": p.name}
+    if p.arguments:
+        params["arguments"] = p.arguments
+    return await _offer_call(c, sid, "prompts/get", params)
+
+
+async def completion_complete(c: RequestContext, raw: msgspec.Raw) -> Any:
+    p = c.params(raw, CompleteParams)
+    offers = c.backend.offers
+    if p.ref.get("type") == "ref/prompt":
+        sid = _owner(offers.owner_of_prompt, str(p.ref.get("name")))
+    elif p.ref.get("type") == "ref/resource":
+        sid = _owner(offers.owner_of_uri, str(p.ref.get("uri")))
+    else:
+        raise RpcFailure("invalid-params", "params.ref.type: ref/prompt or ref/resource")
+    params: dict[str, Any] = {"ref": p.ref, "argument": p.argument}
+    if p.context is not None:
+        params["context"] = p.context
+    return await _offer_call(c, sid, "completion/complete", params)
+
+
 def invoke_changes_state(c: RequestContext, raw: msgspec.Raw) -> bool:
     """``tools.invoke`` changes state unless its tool's manifest says ``readOnly`` (a tool the
     host does not know, or params that do not decode, would only be refused: nothing to keep)."""
@@ -405,6 +485,12 @@ METHODS: dict[str, Method] = {
     "packages.stage": Method(packages_stage, "awaited", _always),
     "packages.apply": Method(packages_apply, "awaited", _always),
     "packages.rollback": Method(packages_rollback, "awaited", _always),
+    "resources.list": Method(_listing("resources"), "quick"),
+    "resources.templates": Method(_listing("resourceTemplates"), "quick"),
+    "resources.read": Method(resources_read, "awaited"),
+    "prompts.list": Method(_listing("prompts"), "quick"),
+    "prompts.get": Method(prompts_get, "awaited"),
+    "completion.complete": Method(completion_complete, "awaited"),
 }
 """Every method of the kernel protocol, by name."""
 

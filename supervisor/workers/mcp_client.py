@@ -1,16 +1,20 @@
 """The MCP client session (PROTOCOL 3.4) both MCP workers run, over the transport they carry.
 
 # Strategy: :class:`McpClient` is the session on one sans-IO
-# :class:`~supervisor.protocols.mcp.McpConnection`: ``initialize`` then
-# ``notifications/initialized`` and every page of ``tools/list`` within ``startTimeoutMs`` (the
+# :class:`~supervisor.protocols.mcp.McpConnection`: ``server/discover`` first (waiting at most
+# min(10 s, half the start timeout); a stateless answer opens the modern era, with
+# ``subscriptions/listen`` kept open for change notifications and ``server/discover`` as the
+# probe), else ``initialize`` then ``notifications/initialized`` (a server that died while the
+# probe was pending is remembered as handshake-only, so a legacy server that exits on an unknown
+# method does not crash-loop), and every page of ``tools/list`` within ``startTimeoutMs`` (the
 # tools become the worker's ``ready`` message, so pools and the catalog treat an MCP server like
 # any sidecar), calls as ``tools/call`` on the worker's slots keyed by request id (also the
-# progress token), ``ping`` as the probe, the tool list re-read after ``tools/list_changed``,
-# requests the server sends answered. It is composed, not inherited: the stdio worker
-# (``mcp.py``, lines on a pipe) and the Streamable HTTP worker (``mcp_http.py``, a POST per
-# message) each own one and are its :class:`McpCarrier`, which says how a message leaves
-# (``send``, ``notify``) and how the worker ends (``kill``). Everything the server says comes back
-# through :meth:`McpClient.receive`, whatever carried it.
+# progress token), ``ping`` (handshake era) as the probe, the tool list re-read after
+# ``tools/list_changed``, requests the server sends answered. It is composed, not inherited: the
+# stdio worker (``mcp.py``, lines on a pipe) and the Streamable HTTP worker (``mcp_http.py``, a
+# POST per message) each own one and are its :class:`McpCarrier`, which says how a message
+# leaves (``send``, ``notify``) and how the worker ends (``kill``). Everything the server says
+# comes back through :meth:`McpClient.receive`, whatever carried it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ from supervisor.protocols.outcome import CallOutcome
 from supervisor.workers.base import ExitReason, LaunchSpec, WorkerState
 from supervisor.workers.slots import SlotTable
 
+DISCOVER_MAX_S = 10.0
+"""``server/discover`` waits at most this long (and at most half the start timeout) before the
+session falls back to the handshake."""
+RELISTEN_BACKOFF_S = (0.05, 5.0)
+"""``subscriptions/listen`` is opened again after its stream ends, backing off between these."""
+HANDSHAKE_ONLY: dict[tuple[str, tuple[str, ...]], bool] = {}
+"""Sidecars (by id and argv) whose server ended while ``server/discover`` was pending: a legacy
+server that exits on a method it does not know before ``initialize``. Their next sessions skip
+the probe, so they never crash-loop on it (a process-wide memory; a new command probes again)."""
 MAX_TOOL_PAGES = 100
 """A server that keeps answering ``nextCursor`` past this many pages is broken."""
 INTERNAL_ERROR = -32603
@@ -167,6 +180,17 @@ class McpClient:
             channel=channel,
         )
         self.start_timeout_s = spec.start_timeout_s
+        self._era_key = (spec.sidecar, tuple(spec.argv))
+        self.offer: dict[str, list[dict[str, object]]] = {}
+        """What the server offers besides tools, as it gave them, kept current on its change
+        notifications: ``resources``, ``resourceTemplates``, ``prompts`` (absent: none)."""
+        self.subscriptions: set[str] = set()
+        """Resource URIs the host subscribed to (``resources/subscribe``)."""
+        self.on_offer: Callable[[], None] | None = None
+        """Called when :attr:`offer` changed after ready (the host's list_changed)."""
+        self.on_updated: Callable[[str], None] | None = None
+        """Called with the URI of a subscribed resource the server says changed."""
+        self._listen_backoff = RELISTEN_BACKOFF_S[0]
         self.relist = Relister(
             self.list_tools,
             spec.start_timeout_s,
@@ -186,16 +210,22 @@ class McpClient:
         failure: str | None = None
         with trio.move_on_after(timeout):
             try:
-                response = await self.request(*self.conn.initialize())
-                if response is None:
+                modern = await self._discover(min(DISCOVER_MAX_S, timeout / 2))
+                if modern is None:
                     return None
-                await carrier.notify(self.conn.initialized(response))
+                if not modern:
+                    response = await self.request(*self.conn.initialize())
+                    if response is None:
+                        return None
+                    await carrier.notify(self.conn.initialized(response))
                 tools = await self.list_tools()
             except proto.RequestFailed as exc:
                 failure = str(exc)
             except ProtocolError as exc:
                 self._broke(exc.message)
                 return None
+        if tools is None or failure is not None:
+            HANDSHAKE_ONLY.pop(self._era_key, None)  # a start that failed probes again next time
         if failure is not None:
             carrier.kill("start-failed", f"{carrier.where()}{failure}")
             return None
@@ -208,14 +238,123 @@ class McpClient:
                     f"startTimeoutMs={ms}",
                 )
             return None
+        with trio.move_on_after(timeout):
+            try:
+                await self.read_offer()
+            except (proto.RequestFailed, ProtocolError) as exc:  # tools still served
+                carrier.stderr.write(f"[toolhost] resources/prompts: {exc}\n".encode())
         server = self.conn.server
         info = server.serverInfo if server is not None else None
+        if self.conn.era == "modern":
+            self.listen()
         return wire.Ready(
             name=info.name if info else "",
             version=info.version if info else "",
             concurrency=carrier.concurrency,
             tools=tools,
         )
+
+    async def _discover(self, wait_s: float) -> bool | None:
+        """``server/discover`` first: True when the server answered in a stateless revision
+        (the session is ready), False for the handshake, None when the worker ended.
+
+        Raises:
+            RequestFailed: The server speaks only stateless revisions, none of ours.
+        """
+        key = self._era_key
+        if HANDSHAKE_ONLY.get(key):
+            return False
+        conn, carrier = self.conn, self.carrier
+        rid, line = conn.discover()
+        # A process is remembered until it answers or outlives the wait: if it dies meanwhile
+        # (the worker's nursery ends this task), its next session skips the probe. (A remote
+        # server that cannot be reached says nothing about its era.)
+        if carrier.TRANSPORT == "pipe":
+            HANDSHAKE_ONLY[key] = True
+        carrier.send(line, rid)
+        response: proto.Response | None = await self.calls.wait_for(rid, wait_s)
+        if response is None:
+            if not carrier.alive:
+                return None
+            HANDSHAKE_ONLY.pop(key, None)
+            conn.abandon_discover()  # never cancelled: the specification asks so
+            carrier.forget(rid)
+            return False
+        HANDSHAKE_ONLY.pop(key, None)
+        return conn.discovered(response)
+
+    async def read_offer(self, kinds: tuple[str, ...] = ("resources", "prompts")) -> None:
+        """List what the capabilities say the server has (``kinds``) into :attr:`offer`."""
+        server = self.conn.server
+        caps = server.capabilities if server is not None else None
+        if caps is None:
+            return
+        lists = []
+        if "resources" in kinds and caps.resources is not None:
+            lists += [
+                ("resources/list", "resources"),
+                ("resources/templates/list", "resourceTemplates"),
+            ]
+        if "prompts" in kinds and caps.prompts is not None:
+            lists.append(("prompts/list", "prompts"))
+        for method, key in lists:
+            items: list[dict[str, object]] = []
+            cursor: str | None = None
+            for _ in range(MAX_TOOL_PAGES):
+                params: dict[str, object] = {} if cursor is None else {"cursor": cursor}
+                response = await self.request(*self.conn.ask(method, params))
+                if response is None:
+                    return
+                if response.error is not None and response.error.code == mcp_types.METHOD_NOT_FOUND:
+                    break  # e.g. no templates
+                page, cursor = proto.list_page(response, key)
+                items.extend(page)
+                if cursor is None:
+                    break
+            self.offer[key] = items
+
+    async def _reoffer(self, kind: str) -> None:
+        with trio.move_on_after(self.start_timeout_s):
+            try:
+                await self.read_offer((kind,))
+            except (proto.RequestFailed, ProtocolError) as exc:
+                self.carrier.stderr.write(f"[toolhost] {kind} after list_changed: {exc}\n".encode())
+                return
+        if self.on_offer is not None:
+            self.on_offer()
+
+    async def ask(
+        self, method: str, params: dict[str, object], name: str | None, timeout_s: float
+    ) -> proto.Response | None:
+        """One request of a ready session, answered within ``timeout_s`` (None: not ready, no
+        answer in time, or the worker ended)."""
+        carrier = self.carrier
+        if not carrier.alive or self.conn.state != "ready":
+            return None
+        rid, line = self.conn.ask(method, params, name)
+        carrier.send(line, rid)
+        response: proto.Response | None = await self.calls.wait_for(rid, timeout_s)
+        if response is None:
+            self.conn.cancel(rid, "the host stopped waiting")
+            carrier.forget(rid)
+        return response
+
+    def listen(self) -> None:
+        """Open ``subscriptions/listen`` (stateless era) without waiting: change notifications
+        come on its stream; its answer means the stream ended (:meth:`_relisten`)."""
+        carrier = self.carrier
+        if carrier.alive and self.conn.state == "ready":
+            rid, line = self.conn.listen(subscriptions=tuple(sorted(self.subscriptions)))
+            carrier.send(line, rid)
+
+    async def _relisten(self, failed: bool) -> None:
+        if failed:
+            await trio.sleep(self._listen_backoff)
+            self._listen_backoff = min(self._listen_backoff * 2, RELISTEN_BACKOFF_S[1])
+        else:
+            self._listen_backoff = RELISTEN_BACKOFF_S[0]
+            await trio.sleep(self._listen_backoff)
+        self.listen()
 
     async def request(self, rid: int, line: bytes) -> proto.Response | None:
         """Send a request and wait for its response (None if the worker ended first)."""
@@ -263,7 +402,7 @@ class McpClient:
         carrier = self.carrier
         if not carrier.alive or self.conn.state != "ready":
             return None
-        rid, line = self.conn.ping()
+        rid, line = self.conn.probe()
         carrier.send(line, rid)
         response = await self.calls.wait_for(rid, timeout_s)
         if response is None:
@@ -298,6 +437,10 @@ class McpClient:
                 outcome = proto.call_answer(event)
                 outcome.pid = carrier.pid
                 self.calls.answer(event.id, outcome)
+            elif event.method == "subscriptions/listen":
+                if carrier.alive:  # the stream ended: listen again (backing off after errors)
+                    failed = event.error is not None
+                    carrier.start_soon(lambda: self._relisten(failed))
             else:
                 self.calls.resolve(event.id, event)
         elif type(event) is proto.Progress:
@@ -307,6 +450,13 @@ class McpClient:
         elif type(event) is proto.ToolsChanged:
             if carrier.state == "ready":
                 carrier.start_soon(self.relist.run)
+        elif type(event) is proto.ListChanged:
+            if carrier.state == "ready":
+                kind = event.kind
+                carrier.start_soon(lambda: self._reoffer(kind))
+        elif type(event) is proto.ResourceUpdated:
+            if self.on_updated is not None and event.uri in self.subscriptions:
+                self.on_updated(event.uri)
         elif type(event) is proto.Log:
             carrier.stderr.write(event.text.encode("utf-8", "replace") + b"\n")
 

@@ -159,6 +159,8 @@ class McpHttpWorker(Worker):
         if slot is None:
             return
         line = self.mcp.cancel_line(slot.id)
+        if self.conn.era == "modern":
+            line = b""  # stateless: closing the call's POST is the cancellation
         if self.alive and self._nursery is not None:
             self._nursery.start_soon(self._cancel, slot.id, line)
         self.calls.release(slot)
@@ -256,6 +258,7 @@ class McpHttpWorker(Worker):
                 version=self.conn.protocol_version,
                 extra=self.extra,
                 body=body,
+                routing=self.conn.http_headers(rid) if rid is not None else None,
             )
             method = "POST" if body is not None else "DELETE"
             out = h.send(h11.Request(method=method, target=ep.target, headers=headers)) or b""
@@ -279,6 +282,9 @@ class McpHttpWorker(Worker):
                 return None
             if status != 200:
                 text = await self._body(h, stream, 4096)
+                if rid is not None and mcp_http.answers(text, rid):
+                    self._receive(mcp_http.json_line(text))  # a JSON-RPC error, as an HTTP error
+                    return None
                 return f"HTTP {status} from {self.url}: {preview(text)}"
             if fields.get("content-type", "").startswith("text/event-stream"):
                 await self._sse(h, stream)

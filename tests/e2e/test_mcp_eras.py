@@ -270,8 +270,8 @@ def test_stateless_http_needs_no_session_so_any_replica_answers(app):
                     assert r.status_code == 405
                     r = await http.post(
                         url_b,
-                        json=_modern(23, "prompts/list"),
-                        headers=_headers(token, "prompts/list"),
+                        json=_modern(23, "logging/setLevel"),
+                        headers=_headers(token, "logging/setLevel"),
                     )
                     assert r.status_code == 404 and r.json()["error"]["code"] == -32601
                     # A notification is acknowledged and dropped.
@@ -316,7 +316,10 @@ def test_a_handshake_session_is_not_answered_by_the_stateless_era(app):
                 r = await http.post(url, json=init, headers=auth)
                 assert r.json()["result"]["protocolVersion"] == "2025-11-25"
                 assert json.loads(r.text)["result"]["capabilities"] == {
-                    "tools": {"listChanged": True}
+                    "tools": {"listChanged": True},
+                    "resources": {"subscribe": False, "listChanged": False},
+                    "prompts": {"listChanged": False},
+                    "completions": {},
                 }
                 assert r.headers["mcp-session-id"]
 

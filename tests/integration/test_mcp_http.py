@@ -121,7 +121,10 @@ async def test_tools_listed_called_with_headers_and_progress(app, tmp_path):
             assert d.stability.runtime == "ready" and d.stability.probe == "healthy"
             assert await whoami(host) == server.proc.pid
             worker = host.pools["remote"].workers[0]
-            assert worker.session  # the server gave us an Mcp-Session-Id
+            # server/discover answered: the stateless era, no session, routing headers instead
+            assert worker.conn.era == "modern" and worker.session is None
+            env = await host.invoker.invoke(InvokeRequest("header", raw({"name": "mcp-method"})))
+            assert env.status == "success" and env.content == "tools/call"
             env = await host.invoker.invoke(InvokeRequest("header", raw({"name": "authorization"})))
             assert env.status == "success" and env.content == "Bearer s3cret"
             env = await host.invoker.invoke(InvokeRequest("header", raw({"name": "x-tenant"})))

@@ -249,7 +249,15 @@ def test_notifications():
         }
     )
     assert c.feed(log) == [proto.Log(text='[warning db] {"n":1}')]
-    other = line({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"})
+    resources = line({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"})
+    assert c.feed(resources) == [proto.ListChanged(kind="resources")]
+    prompts = line({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"})
+    assert c.feed(prompts) == [proto.ListChanged(kind="prompts")]
+    updated = line(
+        {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "a://b"}}
+    )
+    assert c.feed(updated) == [proto.ResourceUpdated(uri="a://b")]
+    other = line({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
     assert c.feed(other) == []
     assert c.feed(line({"jsonrpc": "2.0", "method": "ping"})) == []  # a notification: no answer
 

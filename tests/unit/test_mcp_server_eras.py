@@ -64,7 +64,12 @@ def test_discover_picks_the_stateless_era_and_says_what_we_serve():
         "id": 1,
         "result": {
             "supportedVersions": [V],
-            "capabilities": {"tools": {"listChanged": True}},
+            "capabilities": {
+                "tools": {"listChanged": True},
+                "resources": {"subscribe": False, "listChanged": False},
+                "prompts": {"listChanged": False},
+                "completions": {},
+            },
             "ttlMs": 0,
             "cacheScope": "public",
             "instructions": "use me",

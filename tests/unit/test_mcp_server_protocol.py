@@ -62,7 +62,12 @@ def test_version_negotiation(asked, got):
     [ev] = conn.feed(init(asked))
     result = answer(ev)["result"]
     assert result["protocolVersion"] == got
-    assert result["capabilities"] == {"tools": {"listChanged": True}}
+    assert result["capabilities"] == {
+        "tools": {"listChanged": True},
+        "resources": {"subscribe": False, "listChanged": False},
+        "prompts": {"listChanged": False},
+        "completions": {},
+    }
     assert result["serverInfo"]["name"] == "toolhost"
 
 
@@ -119,7 +124,7 @@ def test_call_without_arguments_gets_an_empty_object():
             },
             -32602,
         ),
-        ({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}, -32601),
+        ({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel"}, -32601),
         ({"jsonrpc": "1.0", "id": 3, "method": "ping"}, -32600),
         ({"jsonrpc": "2.0", "id": None, "method": "ping"}, -32600),
     ],
