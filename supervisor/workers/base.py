@@ -24,6 +24,7 @@ import trio
 from supervisor.calls.call import Call, ProgressSink
 from supervisor.contracts import wire
 from supervisor.processes.child import StderrRing
+from supervisor.processes.confine_spawn import SidecarConfinement
 from supervisor.processes.spawn import Spawner
 from supervisor.protocols.fractalic_yaml import Route
 from supervisor.workers.slots import SlotTable
@@ -102,6 +103,8 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """How the host starts processes (exec, or its zygote when it runs one)."""
     problem: str | None = None
     """mcp-http: why the worker cannot start (a vault key its headers need is not set)."""
+    confine: SidecarConfinement | None = None
+    """The sidecar's walls (PROTOCOL 7); None: unconfined (``host.confinement: off``)."""
 
 
 class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):

@@ -118,6 +118,7 @@ class LineWorker(Worker):
                 env=self.spec.env,
                 limits=self.spec.limits,
                 may_fork=self.spec.spawn == "auto",
+                confine=self.spec.confine,
             )
         except OSError as exc:
             self.state = "exited"
