@@ -29,7 +29,17 @@ from supervisor.processes.walls import read_report
 class Prepared:
     """One worker's confinement, made in the parent before the start."""
 
-    __slots__ = ("_cgroup", "_channel", "_child_fds", "_report", "argv", "env", "pass_fds", "plan")
+    __slots__ = (
+        "_cgroup",
+        "_channel",
+        "_child_fds",
+        "_facts",
+        "_report",
+        "argv",
+        "env",
+        "pass_fds",
+        "plan",
+    )
 
     def __init__(
         self,
@@ -52,6 +62,7 @@ class Prepared:
         self._channel = channel
         self._cgroup = cgroup
         self._report: dict[str, object] | None = None
+        self._facts: ConfinementFacts | None = None
         self.env.setdefault("TMPDIR", tmpdir)
 
     def started(self) -> None:
@@ -75,8 +86,14 @@ class Prepared:
         return self._report
 
     def facts(self, pid: int) -> ConfinementFacts:
-        """``stability.details.confinement`` of the running worker ``pid``."""
-        return confine.facts(self.plan, pid, self.report())
+        """``stability.details.confinement`` of the running worker ``pid`` (read from
+        ``/proc`` once its report came; kept from then on: walls never come down)."""
+        if self._facts is not None:
+            return self._facts
+        facts = confine.facts(self.plan, pid, self.report())
+        if self._report is not None:
+            self._facts = facts
+        return facts
 
     def finish(self) -> None:
         """The worker ended: remove its ``TMPDIR`` and its pids group."""

@@ -4,16 +4,21 @@ fails each attack; with ``host.confinement: off`` the same attacks succeed."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import trio
 
+from supervisor.calls.call import InvokeRequest
 from supervisor.processes.confine import probe
-from tests.conftest import running_host, wait_available
+from tests.conftest import raw, running_host, wait_available
 from tests.integration.confine_kit import HOSTILE, need
 from tests.kernel import served
 
@@ -131,6 +136,7 @@ async def attack_through_host(
         served(host, w["app"]) as srv,
     ):
         await wait_available(host, TOOL[mode], timeout=40)
+        facts = host.catalog.get(TOOL[mode]).stability.details.confinement
         async with srv.peer("unix-json") as kernel:
             todo = attacks(w, srv.sock, tcp, udp, srv.ws_port)
             got = await kernel.request(
@@ -145,6 +151,13 @@ async def attack_through_host(
     planted = (w["app"] / "planted.txt").exists()
     tcp.close()
     udp.close()
+    if mode in ("persistent", "mcp"):  # a long-lived worker: read back from it
+        if confinement == "off":
+            assert facts is None
+        else:
+            assert facts is not None and facts.mode == "best-effort", facts
+            assert facts.filesystem == "enforced" and facts.syscalls == "filtered"
+            assert facts.no_new_privs and facts.network == "isolated"
     return data, quiet, planted
 
 
@@ -172,3 +185,67 @@ async def test_with_confinement_off_the_same_attacks_succeed(
         expected.pop("unshare")
     assert data == expected
     assert not quiet and planted
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def http_server() -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    need(bool(KERNEL.netns), "network namespaces")
+    w = world(tmp_path, monkeypatch)
+    allowed, other = http_server(), http_server()
+    a, o = allowed.server_address[1], other.server_address[1]
+    e = entry("persistent")
+    e["confine"] = {"network": {"allow": [f"127.0.0.1:{a}"]}}
+    host_cfg = {
+        "confinement": "best-effort",
+        "zygote": {"enabled": False},
+        "auditLog": ".toolhost/audit.jsonl",
+    }
+    try:
+        async with running_host(w["app"], {"hostile": e}, host=host_cfg) as host:
+            await wait_available(host, "hostile.attack")
+            todo = {
+                "allowed": {"kind": "http", "url": f"http://127.0.0.1:{a}/"},
+                "other": {"kind": "http", "url": f"http://127.0.0.1:{o}/"},
+                "direct": {"kind": "tcp", "port": a},
+            }
+            env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
+            assert env.status == "success", env
+            data = msgspec.json.decode(env.data)
+            with trio.move_on_after(5):  # a record is made when its connection closes
+                while host.egress.statistics()["hostile"].refused < 1:
+                    await trio.sleep(0.02)
+            stats = host.egress.statistics()["hostile"]
+            if host.audit is not None:
+                host.audit.flush()
+    finally:
+        allowed.shutdown()
+        other.shutdown()
+    assert data["allowed"] == "ok:200:hello"
+    assert data["other"] == "HTTP 403"
+    assert data["direct"] in ("ECONNREFUSED", "ENETUNREACH"), data
+    assert stats.connections == 1 and stats.refused == 1 and stats.bytes_in > 0
+    lines = [
+        json.loads(x) for x in (w["app"] / ".toolhost" / "audit.jsonl").read_text().splitlines()
+    ]
+    egress = [x for x in lines if x.get("event") == "egress"]
+    assert [(x["port"], x["allowed"]) for x in egress] == [(a, True), (o, False)]
