@@ -16,6 +16,8 @@ import contextlib
 import logging
 import os
 
+import msgspec
+
 from supervisor.contracts.confine import ConfinePlan, KernelFacts, Layout
 from supervisor.host.egress import EgressProxy, client_for
 from supervisor.host.loading import Loaded
@@ -24,6 +26,7 @@ from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
 from supervisor.processes.confine_spawn import SidecarConfinement
 from supervisor.processes.pids_cgroup import PidsCgroups
+from supervisor.registry.plan import SidecarPlan
 
 log = logging.getLogger("toolhost.confine")
 
@@ -33,6 +36,26 @@ def _listdir(path: str) -> list[str] | None:
         return os.listdir(path)
     except OSError:
         return None
+
+
+def programs_read(sp: SidecarPlan, cwd: str) -> tuple[str, ...]:
+    """What a sidecar runs besides its command, granted read with it: the folders of the
+    scripts and routes of a simple-json folder (and the files their arguments name), and the
+    entries of ``PYTHONPATH`` in its ``env`` (the entry's author put them there)."""
+    out: list[str] = []
+    argvs = [*sp.scripts.values(), *(r.argv for r in sp.routes.values() if r.argv)]
+    for argv in argvs:
+        program = confine.program_of(argv, cwd)
+        if program:
+            out.append(os.path.dirname(program))
+        for arg in argv[1:]:
+            path = os.path.join(cwd, arg)
+            if not arg.startswith("-") and os.path.isfile(path):
+                out.append(os.path.dirname(os.path.abspath(path)))
+    cfg = sp.config
+    if cfg is not None:
+        out += [p for p in cfg.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return tuple(dict.fromkeys(os.path.abspath(os.path.join(cwd, p)) for p in out))
 
 
 class Confiner:
@@ -104,9 +127,13 @@ class Confiner:
                 secrets=secrets,
                 host_private=loaded.host_private,
             )
+            profile = loaded.known.profile_for(cfg)
+            extra = programs_read(sp, cwd)
+            if extra:
+                profile = msgspec.structs.replace(profile, read=(*profile.read, *extra))
             plan = resolve(
                 sp.id,
-                loaded.known.profile_for(cfg),
+                profile,
                 mode=mode,
                 kernel=kernel,
                 layout=layout,
