@@ -112,7 +112,7 @@ class AuditLog:
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
-        self._queue: deque[_Pending | AuditEvent] = deque()
+        self._queue: deque[_Pending | AuditEvent | dict[str, object]] = deque()
         self._wake = trio.Event()
         self._fd: int | None = None
         self._size = 0
@@ -175,6 +175,15 @@ class AuditLog:
         if len(self._queue) == 1:
             self._wake.set()
 
+    def line(self, record: msgspec.Struct) -> None:
+        """Queue a line that is not a call (an ``egress`` record of the proxy, PROTOCOL 7),
+        stamped with the time."""
+        fields = msgspec.to_builtins(record)
+        assert isinstance(fields, dict)
+        self._queue.append({"time": self._timestamp(time.time()), **fields})
+        if len(self._queue) == 1:
+            self._wake.set()
+
     def open(self) -> None:
         """Open (or create) the file now, so a bad one stops the host at start.
 
@@ -210,7 +219,7 @@ class AuditLog:
         items = list(self._queue)
         self._queue.clear()
         lines = b"".join(
-            self._encoder.encode(p) + b"\n" if isinstance(p, AuditEvent) else self._encode(p)
+            self._encode(p) if isinstance(p, _Pending) else self._encoder.encode(p) + b"\n"
             for p in items
         )
         try:

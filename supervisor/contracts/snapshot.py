@@ -7,6 +7,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct
 
+from supervisor.contracts.confine import ConfinementFacts
+
 Discovery = Literal["configured", "missing", "disabled"]
 ManifestState = Literal["valid", "invalid"]
 PathState = Literal["resolved", "unresolved", "outside-root-denied"]
@@ -63,6 +65,8 @@ class StabilityDetails(Struct, frozen=True, kw_only=True, omit_defaults=True):
     retryAfterMs: int | None = None
     protocolError: str | None = None
     install: str | None = None
+    confinement: ConfinementFacts | None = None
+    """What the running worker's kernel walls are, read from it (PROTOCOL 7)."""
 
 
 class Stability(Struct, frozen=True, kw_only=True):

@@ -27,10 +27,13 @@ from supervisor.calls.approvals import Approvals
 from supervisor.calls.audit import AuditLog
 from supervisor.calls.invoke import Invoker
 from supervisor.calls.timers import Timers
+from supervisor.contracts.confine import EgressRecord
 from supervisor.contracts.registry import HostConfig
 from supervisor.contracts.snapshot import ZygoteStatus
 from supervisor.host import launch
 from supervisor.host.catalog_feed import CatalogFeed
+from supervisor.host.confinement import Confiner
+from supervisor.host.egress import EgressProxy
 from supervisor.host.loading import HostOptions, Loaded, load
 from supervisor.host.reload import ReloadResult, diff_plans, needs_restart
 from supervisor.host.services import HostServices
@@ -116,6 +119,10 @@ class Host:
         self.pools: dict[str, Pool] = {}
         self.endpoints: dict[str, str] = {}
         self.zygote: zygote.Zygote | None = None
+        self.egress = EgressProxy(audit=self._audit_line)
+        """The egress proxy of confined sidecars (``network.allow``, ``loopback``)."""
+        self.confiner = Confiner()
+        """Each sidecar's confinement plan and walls (PROTOCOL 7), per registry load."""
         self.spawner = Spawner()
         """How workers start: exec, or from :attr:`zygote` once it runs (handed to every worker in
         its launch spec)."""
@@ -219,6 +226,7 @@ class Host:
         self.upgrades.refresh()
         self.feed.load(self.plan)
         self.usage.configure(self.registry, self.plan)
+        self.confiner.configure(self.loaded)
         try:
             self._open_private_files()
             async with trio.open_nursery() as nursery:
@@ -226,6 +234,8 @@ class Host:
                 if self.audit is not None:
                     await nursery.start(self.audit.run)
                 await nursery.start(self.invoker.run_timers)
+                if self.registry.host.confinement != "off":
+                    self.confiner.attach(await nursery.start(self.egress.run))
                 await nursery.start(self.services.run)
                 await self.usage.start(nursery)
                 await self._start_zygote(nursery)
@@ -242,6 +252,7 @@ class Host:
                 nursery.cancel_scope.cancel()
         finally:
             self.feed.close()
+            self.confiner.close()
             await self._stop_telemetry()
             self._stopped.set()
 
@@ -297,6 +308,10 @@ class Host:
             return
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await trio.to_thread.run_sync(tel.shutdown, abandon_on_cancel=True)
+
+    def _audit_line(self, record: EgressRecord) -> None:
+        if self.audit is not None:
+            self.audit.line(record)
 
     def _queue_depths(self) -> list[tuple[str, int]]:
         """``(sidecar, calls queued)`` of every pool (the queue-depth gauge)."""
@@ -364,6 +379,7 @@ class Host:
                 diff.plan, allow_degraded=new.registry.host.allow_degraded, reset=set(diff.stop)
             )
             self.usage.configure(loaded.registry, diff.plan)
+            self.confiner.configure(loaded)
             result.errors += self.tokens.reload(self.registry.host.approval_source)
             if self.zygote is not None:  # no worker may start from stale preloaded code
                 self.zygote.preload = zygote.preload_list(self.registry.host.zygote.preload)
@@ -436,6 +452,7 @@ class Host:
             cancel_grace_ms=self.options.cancel_grace_ms,
             stop_grace_ms=self.options.stop_grace_ms,
             spawner=self.spawner,
+            confiner=self.confiner,
         )
 
     async def restart_sidecar(self, sidecar: str) -> bool:

@@ -35,6 +35,7 @@ import msgspec
 from supervisor import telemetry
 from supervisor.contracts import wire
 from supervisor.contracts.registry import SidecarConfig
+from supervisor.host.confinement import Confiner
 from supervisor.host.vault import Vault, VaultError
 from supervisor.policy.spawn import eligible
 from supervisor.pools.spec import ChildSpec, WorkerFactory
@@ -132,6 +133,8 @@ class LaunchContext(msgspec.Struct, frozen=True, kw_only=True):
     stop_grace_ms: int
     spawner: Spawner
     """How workers start: exec'd, or forked by the host's zygote once it runs."""
+    confiner: Confiner | None = None
+    """Each sidecar's walls for this registry load (PROTOCOL 7; None: none)."""
 
 
 def child_spec(
@@ -207,6 +210,7 @@ def launch_spec(sp: SidecarPlan, ctx: LaunchContext) -> LaunchSpec:
         else "exec",
         spawner=ctx.spawner,
         problem=problem,
+        confine=ctx.confiner.get(sp.id) if ctx.confiner is not None else None,
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import msgspec
 
+from supervisor.contracts.confine import ConfinementFacts
 from supervisor.contracts.facts import STARTING_REASON, SidecarFacts, ToolProbe, ToolRuntime
 from supervisor.contracts.snapshot import ProbeState, Reason, RuntimeState, StabilityDetails
 from supervisor.contracts.wire import ToolInfo
@@ -55,6 +56,8 @@ class PoolState(msgspec.Struct, frozen=True, kw_only=True):
     exit_message: str | None = None
     exit_code: int | None = None
     stderr_tail: str | None = None
+    confinement: ConfinementFacts | None = None
+    """The walls of a running worker, read from it (PROTOCOL 7)."""
     restarts: int = 0
     next_restart_ms: float | None = None
     probed: bool = True
@@ -128,6 +131,7 @@ def sidecar_facts(s: PoolState) -> SidecarFacts:
             stderrTail=s.stderr_tail if s.exit_reason is not None else None,
             nextRestartMs=s.next_restart_ms,
             restarting=restarting,
+            confinement=s.confinement,
         ),
     )
 

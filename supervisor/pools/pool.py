@@ -189,6 +189,7 @@ class Pool:
             exit_reason=ex.reason if ex else None,
             exit_message=ex.message if ex else None,
             exit_code=ex.exit_code if ex else None,
+            confinement=next((f for w in self.workers if (f := w.confinement()) is not None), None),
             stderr_tail=(self._masked(keeper.last_stderr[-1024:]) or None) if ex else None,
             restarts=keeper.restart_state.total,
             next_restart_ms=round(max(0.0, nxt - now * 1000.0), 1) if nxt is not None else None,

@@ -19,11 +19,14 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from supervisor.processes.warden import Warden
+
+if TYPE_CHECKING:
+    from supervisor.processes.confine_spawn import Prepared
 
 STDERR_RING_BYTES = 64 * 1024
 
@@ -77,6 +80,7 @@ class Child:
         "_pidfd",
         "_popen",
         "_warden",
+        "confinement",
         "pid",
         "returncode",
         "started_by",
@@ -107,6 +111,8 @@ class Child:
         self._warden = warden
         self._popen = popen
         self._pidfd: int | None = None
+        self.confinement: Prepared | None = None
+        """Its walls (a confined start): the report, the facts, the cleanup at exit."""
         with contextlib.suppress(AttributeError, OSError):
             self._pidfd = os.pidfd_open(pid)
 
@@ -143,6 +149,8 @@ class Child:
 
     def _reaped(self, rc: int) -> int:
         self.returncode = rc
+        if self.confinement is not None:
+            self.confinement.finish()
         if self._popen is not None:
             self._popen.returncode = rc
         if self._pidfd is not None:

@@ -38,7 +38,7 @@ if __name__ == "__main__":  # pragma: no cover - run as a script by the spawn pa
             os._exit(126)
         program = argv[3:]
         try:
-            os.execv(program[0], program)
+            os.execvp(program[0], program)  # a bare name is looked up on the child's PATH
         except OSError as exc:
             os.write(2, f"toolhost: cannot execute {program[0]}: {exc.strerror}\n".encode())
             os._exit(126)

@@ -27,6 +27,7 @@ import trio
 
 from supervisor.policy.paths import host_path
 from supervisor.processes.child import Child
+from supervisor.processes.confine_spawn import SidecarConfinement
 from supervisor.processes.linux import make_preexec
 from supervisor.processes.warden import Warden, process_warden
 
@@ -72,6 +73,7 @@ def exec_child(
     stdout: bool = True,
     stderr: bool = True,
     warden: Warden,
+    pass_fds: Sequence[int] = (),
 ) -> Child:
     """Fork and exec ``argv`` in its own session with pipes; it never outlives the host.
 
@@ -84,6 +86,7 @@ def exec_child(
         stdout: Give the child a stdout pipe (else /dev/null).
         stderr: Give the child a stderr pipe (else /dev/null).
         warden: The warden the child's group is registered with.
+        pass_fds: Descriptors the child inherits (a confined start's walls).
 
     Raises:
         OSError: The program could not be executed (the message names it).
@@ -113,6 +116,7 @@ def exec_child(
             stderr=err_w if stderr else subprocess.DEVNULL,
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
             preexec_fn=make_preexec(limits),
         )
     except BaseException:
@@ -161,6 +165,7 @@ class Spawner:
         stdout: bool = True,
         stderr: bool = True,
         may_fork: bool = False,
+        confine: SidecarConfinement | None = None,
     ) -> Child:
         """Start ``argv`` in its own session with pipes; it never outlives the host.
 
@@ -175,10 +180,14 @@ class Spawner:
             may_fork: The sidecar allows forking from the host's zygote (``spawn: auto``); when
                 there is one and the worker qualifies it is forked there, else exec'd with one
                 log line saying why (:mod:`supervisor.processes.zygote`).
+            confine: The sidecar's walls (PROTOCOL 7): the start goes through the exec shim
+                (``processes.confine_spawn``), with a private ``TMPDIR``; never the zygote.
 
         Raises:
             OSError: The program could not be executed (the message names it).
         """
+        if confine is not None and confine.plan.active:
+            return self._confined(argv, cwd, env, limits, stdin, stdout, stderr, confine)
         z = self.zygote
         if may_fork and z is not None and stdin and stdout and stderr:
             child, why = z.fork(argv, cwd=cwd, env=env, limits=limits)
@@ -195,3 +204,34 @@ class Spawner:
             stderr=stderr,
             warden=self.warden,
         )
+
+    def _confined(
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        limits: Sequence[tuple[int, int, int]],
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+        confine: SidecarConfinement,
+    ) -> Child:
+        prepared = confine.prepare(argv)
+        try:
+            child = exec_child(
+                prepared.argv,
+                cwd=cwd,
+                env={**env, **prepared.env},
+                limits=limits,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                warden=self.warden,
+                pass_fds=prepared.pass_fds,
+            )
+        except BaseException:
+            prepared.finish()
+            raise
+        prepared.started()
+        child.confinement = prepared
+        return child

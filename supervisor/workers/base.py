@@ -23,7 +23,9 @@ import trio
 
 from supervisor.calls.call import Call, ProgressSink
 from supervisor.contracts import wire
+from supervisor.contracts.confine import ConfinementFacts
 from supervisor.processes.child import StderrRing
+from supervisor.processes.confine_spawn import SidecarConfinement
 from supervisor.processes.spawn import Spawner
 from supervisor.protocols.fractalic_yaml import Route
 from supervisor.workers.slots import SlotTable
@@ -102,6 +104,8 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """How the host starts processes (exec, or its zygote when it runs one)."""
     problem: str | None = None
     """mcp-http: why the worker cannot start (a vault key its headers need is not set)."""
+    confine: SidecarConfinement | None = None
+    """The sidecar's walls (PROTOCOL 7); None: unconfined (``host.confinement: off``)."""
 
 
 class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,6 +132,8 @@ class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """When it became ready (None: not yet)."""
     last_active: float
     """When a call last started or ended on it (idle retirement reads this)."""
+    confinement: ConfinementFacts | None = None
+    """Its process's walls, read from it (PROTOCOL 7; None: unconfined or no process)."""
 
 
 class ProcessView(msgspec.Struct, frozen=True):
@@ -233,7 +239,12 @@ class Worker(ABC):
             started_at=self.started_at,
             ready_at=self.ready_at,
             last_active=calls.last_active,
+            confinement=self.confinement(),
         )
+
+    def confinement(self) -> ConfinementFacts | None:
+        """The walls of this worker's long-lived process, read from it (None: none)."""
+        return None
 
     def processes(self) -> list[ProcessView]:
         """The live processes of this worker and the calls in each (for the sampler)."""

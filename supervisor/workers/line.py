@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from supervisor.calls.call import Call
+from supervisor.contracts.confine import ConfinementFacts
 from supervisor.processes.child import Child
 from supervisor.processes.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
 from supervisor.processes.limits import cpu_limit_of
@@ -73,6 +74,12 @@ class LineWorker(Worker):
     def alive(self) -> bool:
         return self._end is None and not self._exited.is_set()
 
+    def confinement(self) -> ConfinementFacts | None:
+        proc = self.proc
+        if proc is None or proc.confinement is None or proc.returncode is not None:
+            return None
+        return proc.confinement.facts(proc.pid)
+
     def processes(self) -> list[ProcessView]:
         if self.pid is None or not self.alive:
             return []
@@ -118,6 +125,7 @@ class LineWorker(Worker):
                 env=self.spec.env,
                 limits=self.spec.limits,
                 may_fork=self.spec.spawn == "auto",
+                confine=self.spec.confine,
             )
         except OSError as exc:
             self.state = "exited"

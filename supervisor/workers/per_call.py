@@ -315,6 +315,7 @@ class PerCallWorker(Worker):
                 env=full_env,
                 limits=self.spec.limits,
                 stdin=stdin_data is not None,
+                confine=self.spec.confine,
             )
         except OSError as exc:
             raise SpawnFailed(argv[0] if argv else "?", exc) from exc

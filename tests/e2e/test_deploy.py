@@ -178,6 +178,7 @@ def test_kubernetes_registry_configmap_is_a_valid_registry(tmp_path):
     reg = load_registry(str(tmp_path), use_global=False)
     assert reg.errors == []
     assert reg.sidecars["utility"].config.critical is True
+    assert reg.host.confinement == "required"  # issue 28: deploy confines every sidecar
 
 
 def test_systemd_unit_verifies(tmp_path):

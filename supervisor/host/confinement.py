@@ -1,0 +1,186 @@
+"""The host's part of confinement (PROTOCOL 7): each sidecar's plan and walls, per registry load.
+
+# Strategy: :meth:`Confiner.configure` runs at start and at every reload. For each runnable
+# sidecar it resolves the plan (``policy.confine.resolve``: the entry's profile over its family's,
+# ``host.confinement``, this kernel, the host's layout) and, when the plan is active and
+# enforceable, prepares its walls once (``processes.confine.SidecarWalls``: the Landlock
+# ruleset, the network namespace, the temp root), reusing what an unchanged plan already has.
+# Workers get them through the launch context (``host/launch.py``), never a global. A plan
+# ``required`` cannot meet, or walls that cannot be prepared under ``required``, leave the
+# sidecar without walls and with a ``problem``: its workers refuse to start with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+import msgspec
+
+from supervisor.contracts.confine import ConfinePlan, KernelFacts, Layout
+from supervisor.host.egress import EgressProxy, client_for
+from supervisor.host.loading import Loaded
+from supervisor.policy.confine import resolve
+from supervisor.policy.egress import proxy_env
+from supervisor.processes import confine
+from supervisor.processes.confine_spawn import SidecarConfinement
+from supervisor.processes.pids_cgroup import PidsCgroups
+from supervisor.registry.plan import SidecarPlan
+
+log = logging.getLogger("toolhost.confine")
+
+
+def _listdir(path: str) -> list[str] | None:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return None
+
+
+def programs_read(sp: SidecarPlan, cwd: str) -> tuple[str, ...]:
+    """What a sidecar runs besides its command, granted read with it: the folders of the
+    scripts and routes of a simple-json folder (and the files their arguments name), and the
+    entries of ``PYTHONPATH`` in its ``env`` (the entry's author put them there)."""
+    out: list[str] = []
+    argvs = [*sp.scripts.values(), *(r.argv for r in sp.routes.values() if r.argv)]
+    for argv in argvs:
+        program = confine.program_of(argv, cwd)
+        if program:
+            out.append(os.path.dirname(program))
+        for arg in argv[1:]:
+            path = os.path.join(cwd, arg)
+            if not arg.startswith("-") and os.path.isfile(path):
+                out.append(os.path.dirname(os.path.abspath(path)))
+    cfg = sp.config
+    if cfg is not None:
+        out += [p for p in cfg.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return tuple(dict.fromkeys(os.path.abspath(os.path.join(cwd, p)) for p in out))
+
+
+class Confiner:
+    """Every sidecar's confinement plan and prepared walls, for the registry loaded now."""
+
+    def __init__(self) -> None:
+        self.plans: dict[str, ConfinePlan] = {}
+        """The plan of every runnable sidecar (``toolhost doctor`` and the facts read it)."""
+        self.problems: dict[str, str] = {}
+        """Sidecars that must not start, and why (``confinement-unavailable``)."""
+        self._held: dict[str, SidecarConfinement] = {}
+        self._cgroups: PidsCgroups | None = None
+        self._probed = False
+        self.proxy: EgressProxy | None = None
+        """The host's egress proxy, once it runs (:meth:`attach`)."""
+        self._served: set[int] = set()
+
+    def attach(self, proxy: EgressProxy) -> None:
+        """The egress proxy runs: serve every sidecar's listeners now and after each load."""
+        self.proxy = proxy
+        self._serve()
+
+    def _serve(self) -> None:
+        """Hand the listeners of walls not served yet to the proxy (the proxy's port, and a
+        relay per ``loopback`` grant)."""
+        proxy = self.proxy
+        if proxy is None:
+            return
+        for sid, held in self._held.items():
+            walls = held.walls
+            if walls is None or id(walls) in self._served:
+                continue
+            self._served.add(id(walls))
+            plan = held.plan
+            for port, listener in walls.listeners.items():
+                client = client_for(sid, plan.allow)
+                relay = 0 if port == plan.proxy_port else port
+                proxy.serve_listener(listener, client, relay_to=relay)
+
+    def get(self, sidecar: str) -> SidecarConfinement | None:
+        """The walls a worker of ``sidecar`` starts behind (None: unconfined)."""
+        return self._held.get(sidecar)
+
+    def configure(self, loaded: Loaded) -> None:
+        """Resolve every sidecar's plan for ``loaded`` and prepare the walls of active ones."""
+        registry = loaded.registry
+        mode = registry.host.confinement
+        kernel = confine.probe() if mode != "off" else KernelFacts()
+        if mode != "off" and kernel.pids_cgroup and not self._probed:
+            self._probed = True
+            self._cgroups = PidsCgroups.probe()
+        secrets = registry.host_secrets() if mode != "off" else ()
+        install = confine.install_paths() if mode != "off" else ()
+        plans: dict[str, ConfinePlan] = {}
+        problems: dict[str, str] = {}
+        held: dict[str, SidecarConfinement] = {}
+        for sp in loaded.plan.sidecars.values():
+            cfg = sp.config
+            if not sp.runnable or cfg is None:
+                continue
+            cwd = sp.cwd or registry.app_root
+            layout = Layout(
+                app_root=registry.app_root,
+                project_dir=registry.project_dir,
+                cwd=cwd,
+                program=confine.program_of(sp.argv, cwd),
+                home=os.environ.get("HOME", ""),
+                install=install,
+                secrets=secrets,
+                host_private=loaded.host_private,
+            )
+            profile = loaded.known.profile_for(cfg)
+            extra = programs_read(sp, cwd)
+            if extra:
+                profile = msgspec.structs.replace(profile, read=(*profile.read, *extra))
+            plan = resolve(
+                sp.id,
+                profile,
+                mode=mode,
+                kernel=kernel,
+                layout=layout,
+                listdir=_listdir,
+                realpath=os.path.realpath,
+            )
+            plans[sp.id] = plan
+            for why in plan.refused:
+                log.warning("sidecar %s: confine grant refused: %s", sp.id, why)
+            if plan.unavailable:
+                problems[sp.id] = plan.unavailable
+                log.warning("sidecar %s: %s", sp.id, plan.unavailable)
+                held[sp.id] = SidecarConfinement(plan, None, refused=plan.unavailable)
+                continue
+            if not plan.active:
+                continue
+            old = self._held.get(sp.id)
+            if old is not None and old.plan == plan:
+                held[sp.id] = old
+                continue
+            try:
+                walls = confine.SidecarWalls(plan)
+                env = proxy_env(f"http://127.0.0.1:{plan.proxy_port}") if plan.proxy_port else {}
+                held[sp.id] = SidecarConfinement(plan, walls, self._cgroups, env)
+            except OSError as exc:
+                message = f"confinement-unavailable: sidecar {sp.id}: walls not prepared: {exc}"
+                if plan.mode == "required":
+                    problems[sp.id] = message
+                    held[sp.id] = SidecarConfinement(plan, None, refused=message)
+                else:
+                    log.warning("%s (best-effort: it runs unconfined)", message)
+        for sid, old in self._held.items():
+            if held.get(sid) is not old:
+                if self.proxy is not None and old.walls is not None:
+                    self.proxy.forget(sid)
+                    self._served.discard(id(old.walls))
+                with contextlib.suppress(OSError):
+                    old.close()
+        self.plans, self.problems, self._held = plans, problems, held
+        self._serve()
+
+    def close(self) -> None:
+        """Release every sidecar's walls (the host stops)."""
+        for held in self._held.values():
+            with contextlib.suppress(OSError):
+                held.close()
+        self._held = {}
+        if self._cgroups is not None:
+            with contextlib.suppress(OSError):
+                self._cgroups.close()

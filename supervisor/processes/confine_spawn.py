@@ -1,0 +1,185 @@
+"""One confined worker start: what the spawn path adds to an exec for a sidecar's walls.
+
+# Strategy: the host holds one :class:`SidecarConfinement` per sidecar (its
+# :class:`~supervisor.processes.confine.SidecarWalls`, made at registry load, and the host's
+# pids groups) and hands it down in the launch spec. :meth:`SidecarConfinement.prepare` makes
+# one worker's parts in the parent: its private ``TMPDIR``, its pids group, the walls written to
+# a ``memfd`` (the shim reads it to EOF; no pipe buffer to fill), the report channel (a
+# socketpair), and the shim's command line (``confine.shim_argv``). Confined starts go through
+# the exec shim, never the zygote (first version: the zygote's fork does not yet carry the
+# descriptors); the shim costs one bare interpreter start. :class:`Prepared` closes the child's
+# descriptors once the child runs, reads the report, and removes the ``TMPDIR`` and the group
+# when the worker ends (:meth:`Prepared.finish`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+from collections.abc import Sequence
+
+from supervisor.contracts.confine import ConfinementFacts, ConfinePlan
+from supervisor.processes import confine, limits
+from supervisor.processes.pids_cgroup import PidsCgroups
+from supervisor.processes.walls import read_report
+
+
+class Prepared:
+    """One worker's confinement, made in the parent before the start."""
+
+    __slots__ = (
+        "_cgroup",
+        "_channel",
+        "_child_fds",
+        "_facts",
+        "_report",
+        "argv",
+        "env",
+        "pass_fds",
+        "plan",
+    )
+
+    def __init__(
+        self,
+        plan: ConfinePlan,
+        argv: list[str],
+        env: dict[str, str],
+        pass_fds: list[int],
+        child_fds: list[int],
+        channel: socket.socket | None,
+        tmpdir: str,
+        cgroup: str,
+    ) -> None:
+        self.plan = plan
+        self.argv = argv
+        """The shim's command line (it execs the sidecar's)."""
+        self.env = env
+        """What the worker's environment gets: ``TMPDIR`` (and the proxy's variables)."""
+        self.pass_fds = pass_fds
+        self._child_fds = child_fds
+        self._channel = channel
+        self._cgroup = cgroup
+        self._report: dict[str, object] | None = None
+        self._facts: ConfinementFacts | None = None
+        self.env.setdefault("TMPDIR", tmpdir)
+
+    def started(self) -> None:
+        """The child runs (or never will): close the descriptors only it needed."""
+        for fd in self._child_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._child_fds = []
+
+    def report(self) -> dict[str, object] | None:
+        """What the child's walls reported (None: nothing came yet)."""
+        if self._report is None and self._channel is not None:
+            try:
+                data = self._channel.recv(65536, socket.MSG_DONTWAIT)
+            except (BlockingIOError, OSError):
+                return None
+            with contextlib.suppress(ValueError):
+                self._report = read_report(data)
+            self._channel.close()
+            self._channel = None
+        return self._report
+
+    def facts(self, pid: int) -> ConfinementFacts:
+        """``stability.details.confinement`` of the running worker ``pid`` (read from
+        ``/proc`` once its report came; kept from then on: walls never come down)."""
+        if self._facts is not None:
+            return self._facts
+        facts = confine.facts(self.plan, pid, self.report())
+        if self._report is not None:
+            self._facts = facts
+        return facts
+
+    def finish(self) -> None:
+        """The worker ended: remove its ``TMPDIR`` and its pids group."""
+        self.started()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        tmpdir = self.env.get("TMPDIR", "")
+        if tmpdir:
+            confine.remove_tmpdir(tmpdir)
+        if self._cgroup:
+            with contextlib.suppress(OSError):
+                PidsCgroups.remove(self._cgroup)
+            self._cgroup = ""
+
+
+class SidecarConfinement:
+    """What a spawner needs to confine one sidecar's workers (held by the host per plan).
+
+    Args:
+        plan: The sidecar's plan.
+        walls: Its prepared walls (``confine.SidecarWalls``; None with ``refused``).
+        cgroups: The host's pids groups (None: none here).
+        proxy_env: The egress proxy's variables for this sidecar's workers (empty: none).
+        refused: Why no worker may start (``confinement-unavailable`` under ``required``).
+    """
+
+    def __init__(
+        self,
+        plan: ConfinePlan,
+        walls: confine.SidecarWalls | None,
+        cgroups: PidsCgroups | None = None,
+        proxy_env: dict[str, str] | None = None,
+        refused: str = "",
+    ) -> None:
+        self.plan = plan
+        self.walls = walls
+        self.cgroups = cgroups
+        self.proxy_env = dict(proxy_env or {})
+        self.refused = refused
+        self._count = 0
+
+    def prepare(self, argv: Sequence[str]) -> Prepared:
+        """One worker's parts: ``TMPDIR``, pids group, the walls for the shim, the channel.
+
+        Raises:
+            OSError: A part could not be made.
+        """
+        plan = self.plan
+        if self.walls is None:
+            raise PermissionError(errno.EACCES, self.refused or "confinement-unavailable")
+        self._count += 1
+        cgroup = ""
+        if plan.pids == "cgroup" and self.cgroups is not None:
+            name = f"{plan.sidecar}-{os.getpid()}-{self._count}"
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+            with contextlib.suppress(OSError):
+                cgroup = self.cgroups.create(safe, plan.processes)
+        nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        walls, tmpdir = self.walls.worker(
+            cgroup=cgroup or None, nproc=nproc, channel=child.fileno()
+        )
+        memfd = os.memfd_create("toolhost-walls", 0)
+        try:
+            data = walls.dumps()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(memfd, view) :]
+            os.lseek(memfd, 0, os.SEEK_SET)
+        except OSError:
+            os.close(memfd)
+            raise
+        child_fd = child.detach()
+        pass_fds = [*self.walls.inherited(walls), memfd]
+        return Prepared(
+            plan,
+            confine.shim_argv(argv, memfd),
+            dict(self.proxy_env),
+            sorted(set(pass_fds)),
+            [memfd, child_fd],
+            parent,
+            tmpdir,
+            cgroup,
+        )
+
+    def close(self) -> None:
+        if self.walls is not None:
+            self.walls.close()

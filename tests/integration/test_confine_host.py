@@ -1,0 +1,251 @@
+"""Issue 28, through the real host: a hostile sidecar hosted as process-json (and as a per-call
+oneshot), started by the host's spawn path behind its walls, called over the kernel socket,
+fails each attack; with ``host.confinement: off`` the same attacks succeed."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from supervisor.calls.call import InvokeRequest
+from supervisor.processes.confine import probe
+from tests.conftest import raw, running_host, wait_available
+from tests.integration.confine_kit import HOSTILE, need
+from tests.kernel import served
+
+KERNEL = probe()
+ROOT = os.geteuid() == 0
+SIDECAR = str(HOSTILE.parent / "hostile_sidecar.py")
+SIMPLE = str(HOSTILE.parent / "hostile_simple.py")
+MCP = str(HOSTILE.parent / "hostile_mcp.py")
+
+
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    app, home = tmp_path / "app", tmp_path / "home"
+    for d in (app / ".toolhost", app / "workspace", home / ".ssh"):
+        d.mkdir(parents=True)
+    key = home / ".ssh" / "id_ed25519"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    vault = app / ".toolhost" / "vault.json"
+    vault.write_text("{}")
+    token = app / ".toolhost" / "operator.token"
+    token.write_text("operator-secret\n")
+    for f in (vault, token):
+        f.chmod(0o600)
+    (app / ".toolhost" / "ws.token").write_text("ws-secret-token\n")
+    (app / ".toolhost" / "ws.token").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    return {"app": app, "home": home, "key": key, "vault": vault, "token": token}
+
+
+def listener(kind: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", 0))
+    if kind == socket.SOCK_STREAM:
+        s.listen(4)
+    s.setblocking(False)
+    return s
+
+
+def nothing_came(s: socket.socket) -> bool:
+    try:
+        if s.type == socket.SOCK_STREAM:
+            conn, _ = s.accept()
+            conn.close()
+        else:
+            s.recv(64)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def attacks(w: dict[str, Path], sock: Path, tcp: socket.socket, udp: socket.socket, ws: int):
+    host = os.getpid()
+    return {
+        "key": {"kind": "read", "path": str(w["key"])},
+        "vault": {"kind": "read", "path": str(w["vault"])},
+        "token": {"kind": "read", "path": str(w["token"])},
+        "write_outside": {"kind": "write", "path": str(w["app"] / "planted.txt")},
+        "kernel_socket": {"kind": "unix", "path": str(sock)},
+        "tcp": {"port": tcp.getsockname()[1]},
+        "udp": {"port": udp.getsockname()[1]},
+        "gateway": {"kind": "tcp", "port": ws},
+        "signal": {"pid": host},
+        "environ": {"pid": host},
+        "unshare": {},
+        "cat": {"path": str(w["key"])},
+        "tmpdir": {},
+    }
+
+
+DENIED = {
+    "key": "EACCES",
+    "vault": "EACCES",
+    "token": "EACCES",
+    "write_outside": "EACCES",
+    "kernel_socket": "EPERM",
+    "tcp": "EPERM",
+    "udp": "EPERM",
+    "gateway": "EPERM",
+    "signal": "EPERM",
+    "environ": "EACCES",
+    "unshare": "EPERM",
+    "cat": "EACCES",
+    "tmpdir": "ok",
+}
+
+
+TOOL = {"persistent": "hostile.attack", "oneshot": "hostile.attack", "simple": "hostile.simple"}
+TOOL["mcp"] = "attack"
+
+
+def entry(mode: str) -> dict[str, Any]:
+    e: dict[str, Any] = {
+        "command": "python",
+        "args": [SIDECAR],
+        "tools": [TOOL[mode]],
+        "restart": {"backoffMs": 20, "maxBackoffMs": 200},
+    }
+    if mode == "oneshot":
+        e["mode"] = "oneshot"
+    elif mode == "simple":
+        e.update(protocol="simple-json", args=[SIMPLE], probe={"timeoutMs": 5000})
+    elif mode == "mcp":
+        e.update(protocol="mcp", args=[MCP], probe={"startTimeoutMs": 20_000})
+        del e["tools"]
+    return e
+
+
+async def attack_through_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str, mode: str
+) -> tuple[dict[str, str], bool, bool]:
+    w = world(tmp_path, monkeypatch)
+    tcp, udp = listener(socket.SOCK_STREAM), listener(socket.SOCK_DGRAM)
+    host_cfg = {"confinement": confinement, "zygote": {"enabled": False}}
+    async with (
+        running_host(w["app"], {"hostile": entry(mode)}, host=host_cfg) as host,
+        served(host, w["app"]) as srv,
+    ):
+        await wait_available(host, TOOL[mode], timeout=40)
+        facts = host.catalog.get(TOOL[mode]).stability.details.confinement
+        async with srv.peer("unix-json") as kernel:
+            todo = attacks(w, srv.sock, tcp, udp, srv.ws_port)
+            got = await kernel.request(
+                1, "tools.invoke", {"tool": TOOL[mode], "input": {"attacks": todo}}
+            )
+    result = got["result"]
+    assert result["status"] == "success", result
+    data = result.get("data")
+    if mode == "mcp" or not isinstance(data, dict) or "key" not in data:
+        data = json.loads(result["content"])
+    quiet = nothing_came(tcp) and nothing_came(udp)
+    planted = (w["app"] / "planted.txt").exists()
+    tcp.close()
+    udp.close()
+    if mode in ("persistent", "mcp"):  # a long-lived worker: read back from it
+        if confinement == "off":
+            assert facts is None
+        else:
+            assert facts is not None and facts.mode == "best-effort", facts
+            assert facts.filesystem == "enforced" and facts.syscalls == "filtered"
+            assert facts.no_new_privs and facts.network == "isolated"
+    return data, quiet, planted
+
+
+@pytest.mark.parametrize("mode", ["persistent", "oneshot", "simple", "mcp"])
+async def test_a_hostile_process_json_sidecar_fails_every_attack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
+    data, quiet, planted = await attack_through_host(tmp_path, monkeypatch, "best-effort", mode)
+    assert data == DENIED
+    assert quiet and not planted
+
+
+@pytest.mark.parametrize("mode", ["persistent", "simple", "mcp"])
+async def test_with_confinement_off_the_same_attacks_succeed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    data, quiet, planted = await attack_through_host(tmp_path, monkeypatch, "off", mode)
+    expected = {name: "ok" for name in DENIED}
+    data.pop("tmpdir")  # no private TMPDIR without confinement
+    expected.pop("tmpdir")
+    if not ROOT:
+        data.pop("unshare")
+        expected.pop("unshare")
+    assert data == expected
+    assert not quiet and planted
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def http_server() -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    need(bool(KERNEL.netns), "network namespaces")
+    w = world(tmp_path, monkeypatch)
+    allowed, other = http_server(), http_server()
+    a, o = allowed.server_address[1], other.server_address[1]
+    e = entry("persistent")
+    e["confine"] = {"network": {"allow": [f"127.0.0.1:{a}"]}}
+    host_cfg = {
+        "confinement": "best-effort",
+        "zygote": {"enabled": False},
+        "auditLog": ".toolhost/audit.jsonl",
+    }
+    try:
+        async with running_host(w["app"], {"hostile": e}, host=host_cfg) as host:
+            await wait_available(host, "hostile.attack")
+            todo = {
+                "allowed": {"kind": "http", "url": f"http://127.0.0.1:{a}/"},
+                "other": {"kind": "http", "url": f"http://127.0.0.1:{o}/"},
+                "direct": {"kind": "tcp", "port": a},
+            }
+            env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
+            assert env.status == "success", env
+            data = msgspec.json.decode(env.data)
+            with trio.move_on_after(5):  # a record is made when its connection closes
+                while host.egress.statistics()["hostile"].refused < 1:
+                    await trio.sleep(0.02)
+            stats = host.egress.statistics()["hostile"]
+            if host.audit is not None:
+                host.audit.flush()
+    finally:
+        allowed.shutdown()
+        other.shutdown()
+    assert data["allowed"] == "ok:200:hello"
+    assert data["other"] == "HTTP 403"
+    assert data["direct"] in ("ECONNREFUSED", "ENETUNREACH"), data
+    assert stats.connections == 1 and stats.refused == 1 and stats.bytes_in > 0
+    lines = [
+        json.loads(x) for x in (w["app"] / ".toolhost" / "audit.jsonl").read_text().splitlines()
+    ]
+    egress = [x for x in lines if x.get("event") == "egress"]
+    assert [(x["port"], x["allowed"]) for x in egress] == [(a, True), (o, False)]
