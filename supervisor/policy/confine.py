@@ -158,6 +158,12 @@ def _blocked(path: str, never: Sequence[str]) -> str | None:
     return None
 
 
+def never_hit(path: str, never: Sequence[str]) -> str | None:
+    """The never-granted entry of ``never`` (a plan's ``never``) that ``path`` is or lies
+    below (None: none)."""
+    return _blocked(posixpath.normpath(path), never)
+
+
 def _holds(path: str, never: Sequence[str]) -> bool:
     """Some never-granted path lies strictly below ``path``."""
     for n in never:
