@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import trio
 
-from supervisor.cli import doctor_folders
+from supervisor.cli import doctor_confine, doctor_folders
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
 from supervisor.cli.render import zygote_text
 from supervisor.contracts.snapshot import Descriptor
@@ -32,6 +32,8 @@ class SidecarReport(msgspec.Struct, kw_only=True):
     hints: list[str] = msgspec.field(default_factory=list)
     stderr: str = ""
     tools: dict[str, str] = msgspec.field(default_factory=dict)
+    confinement: doctor_confine.ConfineReport | None = None
+    """Its profile, what the plan enforces and what its worker has (PROTOCOL 7)."""
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -119,6 +121,7 @@ def _report(host: Host) -> Report:
                 rep.ok = False
             rep.stderr = pool.stderr_tail(2048).strip()
         rep.problems.extend(sp.entry.warnings)
+        rep.confinement = doctor_confine.report(host, sid)
         if not rep.ok:
             all_ok = False
         sidecars.append(rep)
@@ -162,6 +165,8 @@ def render(report: Report) -> str:
         out.append(f"[{mark}] sidecar {s.id}: {s.state}")
         for name, eff in sorted(s.tools.items()):
             out.append(f"       {name}: {eff}")
+        if s.confinement is not None:
+            out.extend(doctor_confine.render(s.confinement))
         for p in s.problems:
             out.append(f"     problem: {p}")
         for h in s.hints:

@@ -50,6 +50,7 @@ def status_text(cat: Catalog) -> str:
                 starts,
                 str(s.restarts),
                 str(s.queued),
+                s.confinement or "-",
                 (s.lastExitReason or "") if s.runtime != "ready" else "",
             ]
         )
@@ -69,7 +70,17 @@ def status_text(cat: Catalog) -> str:
         parts.append("registry problems:\n" + "\n".join(f"  - {e}" for e in cat.registry.errors))
     parts.append(
         table(
-            ["SIDECAR", "STATE", "WORKERS", "PIDS", "STARTED", "RESTARTS", "QUEUED", "LAST EXIT"],
+            [
+                "SIDECAR",
+                "STATE",
+                "WORKERS",
+                "PIDS",
+                "STARTED",
+                "RESTARTS",
+                "QUEUED",
+                "CONFINED",
+                "LAST EXIT",
+            ],
             side_rows,
         )
         if side_rows

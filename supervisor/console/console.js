@@ -507,6 +507,7 @@
         { class: "facts" },
         el("span", {}, "queue " + (sc.queued || 0)),
         el("span", {}, "restarts " + (sc.restarts || 0)),
+        sc.confinement ? el("span", { "data-confinement": sc.confinement, title: "kernel confinement (PROTOCOL 7): what its worker has, read from it" }, "confined " + sc.confinement) : null,
         sc.nextRestartMs !== undefined ? el("span", {}, "next restart in " + duration(sc.nextRestartMs)) : null,
         sc.lastExitReason ? el("span", {}, "last exit: " + sc.lastExitReason + (sc.lastExitCode !== undefined ? " (status " + sc.lastExitCode + ")" : "")) : null,
         st.calls !== undefined ? el("span", {}, "calls " + st.calls + ", failed " + (st.failed || 0)) : null,

@@ -157,3 +157,7 @@ class SidecarStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
     lastExitReason: str | None = None
     nextRestartMs: float | None = None
     errors: list[str] = msgspec.field(default_factory=list)
+    confinement: str | None = None
+    """Its kernel walls in one word (PROTOCOL 7, ``toolhost status``): ``fs+net+seccomp``
+    (what a worker of it has, read from it; before one ran, what its plan enforces), ``off``,
+    or ``denied`` (``host.confinement: required`` cannot be met: nothing is started)."""

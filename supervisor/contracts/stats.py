@@ -6,6 +6,8 @@ from __future__ import annotations
 import msgspec
 from msgspec import Struct
 
+from supervisor.contracts.confine import EgressStats
+
 
 class Latency(Struct, kw_only=True):
     """Latency of calls that reached a worker (refusals are not timed), from a log-scale
@@ -90,6 +92,10 @@ class SidecarStats(CallCounts, kw_only=True):
     workerStats: list[WorkerStats] = msgspec.field(default_factory=list)
     quota: dict[str, int] = msgspec.field(default_factory=dict)
     limitedTools: list[str] = msgspec.field(default_factory=list)
+    egress: EgressStats | None = None
+    """Its connections through the host's egress proxy since the host started (PROTOCOL 7:
+    ``connections`` allowed, ``refused``, ``bytesIn`` from the destinations, ``bytesOut`` to
+    them, ``open`` now); None: it made none."""
 
 
 class HostStats(Struct, kw_only=True):

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import trio
 
 from supervisor.contracts.rpc import CatalogChanged
@@ -64,6 +66,11 @@ class CatalogFeed:
     ) -> None:
         """Show the package manager's ``upgrade`` state for ``sidecar`` (None: the registry's)."""
         self.publish(self.catalog.set_upgrade(sidecar, state, reason))
+
+    def set_denied(self, denied: Mapping[str, Reason]) -> None:
+        """Show these sidecars' tools ``sandbox: denied`` with their reasons (PROTOCOL 7:
+        a confinement ``required`` cannot meet); every other sidecar's as the registry says."""
+        self.publish(self.catalog.set_denied(denied))
 
     # publishing ----------------------------------------------------------------------------
 

@@ -15,13 +15,30 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections import deque
+from collections.abc import Callable
 
 import msgspec
+import trio
 
-from supervisor.contracts.confine import ConfinePlan, KernelFacts, Layout
+from supervisor.contracts.confine import (
+    ConfinementFacts,
+    ConfinePlan,
+    EgressRecord,
+    KernelFacts,
+    Layout,
+    Profile,
+)
+from supervisor.contracts.snapshot import Reason
 from supervisor.host.egress import EgressProxy, client_for
 from supervisor.host.loading import Loaded
 from supervisor.policy.confine import resolve
+from supervisor.policy.confine_explain import (
+    denial_hints,
+    label,
+    unavailable_reason,
+    walls_reason,
+)
 from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
 from supervisor.processes.confine_spawn import SidecarConfinement
@@ -29,6 +46,8 @@ from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.registry.plan import SidecarPlan
 
 log = logging.getLogger("toolhost.confine")
+REFUSALS_KEPT = 32
+"""Egress refusals kept per sidecar for the hints of failed calls."""
 
 
 def _listdir(path: str) -> list[str] | None:
@@ -61,11 +80,21 @@ def programs_read(sp: SidecarPlan, cwd: str) -> tuple[str, ...]:
 class Confiner:
     """Every sidecar's confinement plan and prepared walls, for the registry loaded now."""
 
-    def __init__(self) -> None:
+    def __init__(self, probe: Callable[[], KernelFacts] = confine.probe) -> None:
+        self.probe = probe
+        """What this kernel can enforce (``processes.confine.probe``; a test may describe
+        another kernel)."""
         self.plans: dict[str, ConfinePlan] = {}
         """The plan of every runnable sidecar (``toolhost doctor`` and the facts read it)."""
         self.problems: dict[str, str] = {}
         """Sidecars that must not start, and why (``confinement-unavailable``)."""
+        self.profiles: dict[str, Profile] = {}
+        """The effective profile of every runnable sidecar (``toolhost doctor``)."""
+        self.denials: dict[str, Reason] = {}
+        """The same sidecars' ``sandbox: denied`` reasons (the catalog shows them; no worker
+        of theirs is started)."""
+        self._host_private: tuple[str, ...] = ()
+        self._refusals: dict[str, deque[tuple[float, EgressRecord]]] = {}
         self._held: dict[str, SidecarConfinement] = {}
         self._cgroups: PidsCgroups | None = None
         self._probed = False
@@ -103,14 +132,16 @@ class Confiner:
         """Resolve every sidecar's plan for ``loaded`` and prepare the walls of active ones."""
         registry = loaded.registry
         mode = registry.host.confinement
-        kernel = confine.probe() if mode != "off" else KernelFacts()
+        kernel = self.probe() if mode != "off" else KernelFacts()
         if mode != "off" and kernel.pids_cgroup and not self._probed:
             self._probed = True
             self._cgroups = PidsCgroups.probe()
         secrets = registry.host_secrets() if mode != "off" else ()
         install = confine.install_paths() if mode != "off" else ()
         plans: dict[str, ConfinePlan] = {}
+        profiles: dict[str, Profile] = {}
         problems: dict[str, str] = {}
+        denials: dict[str, Reason] = {}
         held: dict[str, SidecarConfinement] = {}
         for sp in loaded.plan.sidecars.values():
             cfg = sp.config
@@ -127,7 +158,7 @@ class Confiner:
                 secrets=secrets,
                 host_private=loaded.host_private,
             )
-            profile = loaded.known.profile_for(cfg)
+            profile = profiles[sp.id] = loaded.known.profile_for(cfg)
             extra = programs_read(sp, cwd)
             if extra:
                 profile = msgspec.structs.replace(profile, read=(*profile.read, *extra))
@@ -143,8 +174,10 @@ class Confiner:
             plans[sp.id] = plan
             for why in plan.refused:
                 log.warning("sidecar %s: confine grant refused: %s", sp.id, why)
-            if plan.unavailable:
+            reason = unavailable_reason(plan)
+            if reason is not None:
                 problems[sp.id] = plan.unavailable
+                denials[sp.id] = reason
                 log.warning("sidecar %s: %s", sp.id, plan.unavailable)
                 held[sp.id] = SidecarConfinement(plan, None, refused=plan.unavailable)
                 continue
@@ -162,6 +195,7 @@ class Confiner:
                 message = f"confinement-unavailable: sidecar {sp.id}: walls not prepared: {exc}"
                 if plan.mode == "required":
                     problems[sp.id] = message
+                    denials[sp.id] = walls_reason(sp.id, str(exc))
                     held[sp.id] = SidecarConfinement(plan, None, refused=message)
                 else:
                     log.warning("%s (best-effort: it runs unconfined)", message)
@@ -172,8 +206,43 @@ class Confiner:
                     self._served.discard(id(old.walls))
                 with contextlib.suppress(OSError):
                     old.close()
-        self.plans, self.problems, self._held = plans, problems, held
+        self.plans, self.problems, self.denials, self._held = plans, problems, denials, held
+        self.profiles = profiles
+        self._host_private = tuple(loaded.host_private)
         self._serve()
+
+    # what an operator is told ----------------------------------------------------------------
+
+    def label(self, sidecar: str, facts: ConfinementFacts | None) -> str:
+        """The sidecar's confinement column (``fs+net+seccomp``, ``off``, ``denied``): from
+        ``facts`` read from a worker when one ran, else from the plan."""
+        return label(self.plans.get(sidecar), facts, denied=sidecar in self.denials)
+
+    def note_egress(self, record: EgressRecord) -> None:
+        """The egress proxy ended a connection: keep its refusals a while, for the hints of
+        the calls that failed meanwhile."""
+        if record.allowed:
+            return
+        kept = self._refusals.setdefault(record.sidecar, deque(maxlen=REFUSALS_KEPT))
+        kept.append((trio.current_time(), record))
+
+    def explainer(self, sidecar: str) -> Callable[[str, float], list[str]] | None:
+        """What a worker of ``sidecar`` calls when a call fails: the failure's text and when
+        the call began (trio clock) in, the grants that would allow what was denied out
+        (``policy.confine_explain``); also logged. None: the sidecar is not confined."""
+        plan = self.plans.get(sidecar)
+        if plan is None or not plan.active:
+            return None
+
+        def explain(text: str, since: float) -> list[str]:
+            now_plan = self.plans.get(sidecar, plan)
+            refusals = [r for t, r in self._refusals.get(sidecar, ()) if t >= since]
+            hints = denial_hints(now_plan, text, host_private=self._host_private, refusals=refusals)
+            if hints:
+                log.warning("sidecar %s hit its confinement: %s", sidecar, "; ".join(hints))
+            return hints
+
+        return explain
 
     def close(self) -> None:
         """Release every sidecar's walls (the host stops)."""

@@ -277,17 +277,18 @@ class EgressProxy:
             stats = self._stat(client.sidecar)
             if stats.open >= limits.per_sidecar:
                 reason = f"sidecar {client.sidecar} has {stats.open} egress connections open"
-                await _answer(stream, 503, reason)
+                # Recorded before the answer: the call that fails on it must find it.
                 self._record(
                     _record(client, host, port, method, False, "too-many-connections", reason)
                 )
+                await _answer(stream, 503, reason)
                 return
             decision = await self._decide(client, host, port)
             if not decision.allowed:
-                await _answer(stream, 403, decision.reason)
                 self._record(
                     _record(client, host, port, method, False, decision.rule, decision.reason)
                 )
+                await _answer(stream, 403, decision.reason)
                 return
             stats.open += 1
             counts = [0, 0]

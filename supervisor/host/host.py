@@ -179,6 +179,8 @@ class Host:
             self.usage,
             started_at=started_at,
             zygote=self._zygote_status,
+            confinement=self.confiner.label,
+            egress=self.egress.statistics,
         )
         self.services = HostServices(
             self.invoker,
@@ -227,6 +229,7 @@ class Host:
         self.feed.load(self.plan)
         self.usage.configure(self.registry, self.plan)
         self.confiner.configure(self.loaded)
+        self.feed.set_denied(self.confiner.denials)
         try:
             self._open_private_files()
             async with trio.open_nursery() as nursery:
@@ -310,6 +313,7 @@ class Host:
             await trio.to_thread.run_sync(tel.shutdown, abandon_on_cancel=True)
 
     def _audit_line(self, record: EgressRecord) -> None:
+        self.confiner.note_egress(record)
         if self.audit is not None:
             self.audit.line(record)
 
@@ -380,6 +384,12 @@ class Host:
             )
             self.usage.configure(loaded.registry, diff.plan)
             self.confiner.configure(loaded)
+            self.feed.set_denied(self.confiner.denials)
+            async with trio.open_nursery() as nursery:  # now refused: no worker of theirs runs
+                for sid in self.confiner.denials:
+                    pool = self.pools.pop(sid, None)
+                    if pool is not None:
+                        nursery.start_soon(partial(pool.stop, drain_s=self._grace_s()))
             result.errors += self.tokens.reload(self.registry.host.approval_source)
             if self.zygote is not None:  # no worker may start from stale preloaded code
                 self.zygote.preload = zygote.preload_list(self.registry.host.zygote.preload)
@@ -415,8 +425,8 @@ class Host:
             return sidecar in self.pools
 
     async def _start_pool(self, sp: SidecarPlan) -> None:
-        if not sp.runnable or sp.config is None:
-            return
+        if not sp.runnable or sp.config is None or sp.id in self.confiner.denials:
+            return  # a denied sidecar (PROTOCOL 7 ``required``) is never started
 
         def publish(sidecar: str, facts: SidecarFacts) -> None:
             # A pool a reload replaced may still publish (its last "stopped", late): only the

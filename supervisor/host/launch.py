@@ -211,6 +211,7 @@ def launch_spec(sp: SidecarPlan, ctx: LaunchContext) -> LaunchSpec:
         spawner=ctx.spawner,
         problem=problem,
         confine=ctx.confiner.get(sp.id) if ctx.confiner is not None else None,
+        explain=ctx.confiner.explainer(sp.id) if ctx.confiner is not None else None,
     )
 
 

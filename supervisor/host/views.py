@@ -16,6 +16,7 @@ from typing import Literal
 import msgspec
 import trio
 
+from supervisor.contracts.confine import ConfinementFacts, EgressStats
 from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.registry import HostConfig, SidecarConfig
 from supervisor.contracts.rpc import Catalog, HealthCounts, HealthResult, RegistryStatus
@@ -38,6 +39,9 @@ class HostViews:
         usage: Accounting, quotas and guard (``system.stats``).
         started_at: When the host started (``trio.current_time``), for uptimes.
         zygote: The zygote's status now (None: no zygote).
+        confinement: A sidecar's confinement column from the facts read from its worker
+            (``Confiner.label``; None: no column).
+        egress: The egress proxy's bytes and connections per sidecar (``system.stats``).
     """
 
     def __init__(
@@ -49,6 +53,8 @@ class HostViews:
         *,
         started_at: float,
         zygote: Callable[[], ZygoteStatus | None],
+        confinement: Callable[[str, ConfinementFacts | None], str] | None = None,
+        egress: Callable[[], dict[str, EgressStats]] | None = None,
     ) -> None:
         self.loaded = loaded
         self.catalog = catalog
@@ -56,6 +62,8 @@ class HostViews:
         self.usage = usage
         self.started_at = started_at
         self.zygote = zygote
+        self.confinement = confinement
+        self.egress = egress
 
     # the kernel protocol's views -----------------------------------------------------------
 
@@ -87,6 +95,11 @@ class HostViews:
                     # file name is no tool once the script listed its tools.
                     owned = sorted(d.name for d in self.catalog.tools() if d.sidecar == sid)
                     status = msgspec.structs.replace(status, tools=owned)
+                if self.confinement is not None:
+                    walls = pool.statistics().confinement
+                    status = msgspec.structs.replace(
+                        status, confinement=self.confinement(sid, walls)
+                    )
                 out.append(status)
                 continue
             cfg = sp.config
@@ -103,12 +116,19 @@ class HostViews:
                     errors=[*sp.entry.errors, *sp.entry.warnings]
                     + ([sp.problem] if sp.problem and sp.problem not in sp.entry.errors else [])
                     + ([facts_reason] if facts_reason else []),
+                    confinement=self.confinement(sid, None)
+                    if self.confinement is not None and cfg is not None
+                    else None,
                 )
             )
         return out
 
     def catalog_reason(self, sidecar: str) -> str | None:
-        """Why the catalog says ``sidecar``'s tools do not run (its ``runtime`` reason)."""
+        """Why the catalog says ``sidecar``'s tools do not run (its ``runtime`` reason, or the
+        ``sandbox: denied`` one that keeps it from starting)."""
+        denied = self.catalog.denied_reason(sidecar)
+        if denied is not None:
+            return f"{denied.code}: {denied.message}; fix: {denied.hint}"
         for d in self.catalog.tools():
             if d.sidecar == sidecar:
                 for r in d.stability.reasons:
@@ -158,8 +178,15 @@ class HostViews:
         )
 
     def stats(self) -> StatsResult:
-        """``system.stats``: accounting per sidecar, tool and worker."""
-        return self.usage.stats(self.uptime_ms())
+        """``system.stats``: accounting per sidecar, tool and worker, and each confined
+        sidecar's egress (``egress``: connections, refusals, bytes through the host's proxy)."""
+        result = self.usage.stats(self.uptime_ms())
+        if self.egress is not None:
+            for sid, egress in self.egress().items():
+                row = result.sidecars.get(sid)
+                if row is not None:
+                    row.egress = egress
+        return result
 
     def uptime_ms(self) -> float:
         return (trio.current_time() - self.started_at) * 1000.0

@@ -129,6 +129,9 @@ class Pool:
             self._keeper.recycle(worker)
         if self.dispatch.queued:
             self.dispatch.pump()
+        last = self._last_facts
+        if last is not None and last.details.confinement is None and worker.confinement():
+            self._publish()  # a per-call worker's first process reported its walls
 
     def on_tools(self, worker: Worker) -> None:
         """A worker re-listed its tools (MCP ``tools/list_changed``): publish the new list."""

@@ -309,6 +309,8 @@ def facts(plan: ConfinePlan, pid: int, report: Mapping[str, object] | None) -> C
     else:
         fs = "enforced"
     isolated = own_netns(pid)
+    if isolated is None:  # exited (not reaped yet): its namespace is gone; the report says
+        isolated = bool(report.get("netns"))
     if plan.network == "host" or not plan.active:
         network = "host"
     elif isolated or plan.socket_filter == "none" or report.get("tcp"):

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import msgspec
 from msgspec import UNSET
@@ -46,6 +46,7 @@ class CatalogState:
         self._owner: dict[str, str] = {}
         self._dependents: set[str] = set()
         self._upgrade: dict[str, tuple[UpgradeField, Reason | None]] = {}
+        self._denied: dict[str, Reason] = {}
         self._left: set[str] = set()
 
     # reading -----------------------------------------------------------------------------
@@ -152,6 +153,22 @@ class CatalogState:
         names = {n for n, o in self._owner.items() if o == sidecar}
         names |= {n for n, tp in self._plan.tools.items() if tp.sidecar == sidecar}
         return self._refresh(names)
+
+    def set_denied(self, denied: Mapping[str, Reason]) -> list[Descriptor]:
+        """The sidecars whose tools policy refuses before any call (``sandbox: denied``: a
+        confinement ``required`` cannot meet, PROTOCOL 7), each with its reason; replaces the
+        previous set. Their runtime reasons are left out (no worker of theirs is started)."""
+        if dict(denied) == self._denied:
+            return []
+        touched = set(denied) | set(self._denied)
+        self._denied = dict(denied)
+        names = {n for n, o in self._owner.items() if o in touched}
+        names |= {n for n, tp in self._plan.tools.items() if tp.sidecar in touched}
+        return self._refresh(names)
+
+    def denied_reason(self, sidecar: str) -> Reason | None:
+        """Why ``sidecar``'s tools are ``sandbox: denied`` before any call (None: they are not)."""
+        return self._denied.get(sidecar)
 
     def upgrade_of(self, sidecar: str) -> UpgradeField | None:
         """The overriding ``upgrade`` value for ``sidecar``, if any."""
@@ -313,6 +330,12 @@ class CatalogState:
         sandbox = tp.sandbox
         if retry_after is not None and sandbox != "denied":
             sandbox = "quota-limited"
+        denial = self._denied.get(tp.sidecar) if tp.sidecar else None
+        if denial is not None:
+            sandbox = "denied"
+            specific["sandbox"] = denial
+            if tp.sidecar not in self._facts:  # never started: nothing is starting either
+                runtime, probe = "failed", "skipped"
         f = Facts(
             discovery=tp.discovery,
             manifest=tp.manifest_state,
@@ -324,8 +347,9 @@ class CatalogState:
             upgrade=upgrade,
         )
         eff, reasons = assess(f, specific, tp.sidecar)
-        if any(r.field in STATIC_FIELDS for r in reasons):
-            # A tool that cannot run for a static reason: runtime noise would only distract.
+        if denial is not None or any(r.field in STATIC_FIELDS for r in reasons):
+            # A tool that cannot run for a static reason (or that policy keeps from starting):
+            # runtime noise would only distract.
             reasons = [r for r in reasons if r.field not in ("runtime", "probe")]
         manifest = tp.manifest
         requires = list(manifest.requires) if manifest else []

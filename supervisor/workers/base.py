@@ -28,6 +28,7 @@ from supervisor.processes.child import StderrRing
 from supervisor.processes.confine_spawn import SidecarConfinement
 from supervisor.processes.spawn import Spawner
 from supervisor.protocols.fractalic_yaml import Route
+from supervisor.protocols.outcome import CallOutcome
 from supervisor.workers.slots import SlotTable
 
 ExitReason = Literal[
@@ -106,6 +107,9 @@ class LaunchSpec(msgspec.Struct, kw_only=True):
     """mcp-http: why the worker cannot start (a vault key its headers need is not set)."""
     confine: SidecarConfinement | None = None
     """The sidecar's walls (PROTOCOL 7); None: unconfined (``host.confinement: off``)."""
+    explain: Callable[[str, float], list[str]] | None = None
+    """A confined sidecar: which grants would allow what a failed call's text (its error,
+    its stderr) says was refused, given when the call began (``Confiner.explainer``)."""
 
 
 class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -194,6 +198,8 @@ class Worker(ABC):
         self.stderr = StderrRing()
         self.calls = SlotTable(self, hooks)
         """The calls in flight here."""
+        if spec.explain is not None and spec.confine is not None:
+            self.calls.explain = self._explain_failure
         self._end: tuple[ExitReason, str] | None = None
         """Why it ends, once something decided it does (the first reason wins)."""
 
@@ -245,6 +251,25 @@ class Worker(ABC):
     def confinement(self) -> ConfinementFacts | None:
         """The walls of this worker's long-lived process, read from it (None: none)."""
         return None
+
+    def _explain_failure(self, call: Call, outcome: CallOutcome) -> None:
+        """A call failed on a confined worker: when its text says the walls refused something,
+        name the grant that would allow it (``details.confinement.hints`` and the message)."""
+        explain = self.spec.explain
+        if explain is None:
+            return
+        text = "\n".join(t for t in (outcome.error, outcome.stderr) if t)
+        if not text:
+            return
+        hints = explain(text, call.t0)
+        if not hints:
+            return
+        details = dict(outcome.details or {})
+        details["confinement"] = {"hints": hints}
+        outcome.details = details
+        outcome.error = (outcome.error or "call failed") + "".join(
+            f"\nconfinement: {h}" for h in hints
+        )
 
     def processes(self) -> list[ProcessView]:
         """The live processes of this worker and the calls in each (for the sampler)."""

@@ -30,6 +30,7 @@ import trio
 
 from supervisor.calls.call import Call
 from supervisor.contracts import wire
+from supervisor.contracts.confine import ConfinementFacts
 from supervisor.processes.child import Child, StderrRing
 from supervisor.processes.limits import cpu_limit_of
 from supervisor.protocols import oneshot
@@ -122,10 +123,29 @@ class PerCallWorker(Worker):
         self._nursery: trio.Nursery | None = None
         self._ended = trio.Event()
         self._live: dict[int, _LiveCall] = {}
+        self._confinement: ConfinementFacts | None = None
 
     @property
     def alive(self) -> bool:
         return self._end is None
+
+    def confinement(self) -> ConfinementFacts | None:
+        """The walls of the last call process that reported them (read from it while it ran),
+        else of one running now (PROTOCOL 7)."""
+        if self._confinement is not None:
+            return self._confinement
+        for live in list(self._live.values()):
+            prepared = live.proc.confinement
+            if prepared is not None and live.proc.returncode is None:
+                return prepared.facts(live.proc.pid)
+        return None
+
+    def _read_confinement(self, proc: Child) -> None:
+        """Keep the walls of ``proc`` (its output ended: it ran, so its report came; the
+        process is alive or not yet reaped, so ``/proc`` still answers)."""
+        prepared = proc.confinement
+        if prepared is not None and proc.returncode is None and prepared.report() is not None:
+            self._confinement = prepared.facts(proc.pid)
 
     def processes(self) -> list[ProcessView]:
         return [
@@ -378,6 +398,7 @@ class PerCallWorker(Worker):
                     too_large = True
                 except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
                     pass
+                self._read_confinement(proc)
                 if too_large:
                     proc.kill()
                 elif first.done:

@@ -71,7 +71,16 @@ class SlotTable:
             queued call over).
     """
 
-    __slots__ = ("_idle", "_listener", "_owner", "_waiters", "last_active", "slots", "started")
+    __slots__ = (
+        "_idle",
+        "_listener",
+        "_owner",
+        "_waiters",
+        "explain",
+        "last_active",
+        "slots",
+        "started",
+    )
 
     def __init__(self, owner: object, listener: CapacityListener) -> None:
         self.slots: dict[int, CallSlot] = {}
@@ -84,6 +93,9 @@ class SlotTable:
         self._listener = listener
         self._waiters: dict[Any, list[Any]] = {}
         self._idle = trio.Event()
+        self.explain: Callable[[Call, CallOutcome], None] | None = None
+        """Told of every failed outcome before its call ends (a confined worker adds which
+        grant would allow what its walls refused, PROTOCOL 7)."""
 
     # calls -------------------------------------------------------------------------------
 
@@ -107,6 +119,8 @@ class SlotTable:
         if not self.slots:
             self._idle.set()
         if not slot.abandoned:
+            if not outcome.ok and self.explain is not None:
+                self.explain(slot.call, outcome)
             slot.call.ended(outcome)
         self._listener.on_capacity(self._owner)
 
