@@ -3,6 +3,12 @@ reason, and which grant would allow what a sidecar was denied (pure: a fake file
 
 from __future__ import annotations
 
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from supervisor.contracts.confine import ConfinementFacts, EgressRecord, KernelFacts, Profile
@@ -159,3 +165,17 @@ def test_labels() -> None:
         no_new_privs=True,
     )
     assert FULL.netns == "root"
+
+
+def test_install_paths_grant_the_bundled_sidecars_outside_the_repository(tmp_path: Path) -> None:
+    # From another folder, an editable install finds ``sidecars`` only through its own finder:
+    # the walls must grant it all the same, or every bundled sidecar fails to import its SDK.
+    import sidecars
+
+    code = "from supervisor.processes.confine import install_paths; print(install_paths())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    folder = os.path.dirname(os.path.abspath(sidecars.__file__))
+    granted = ast.literal_eval(done.stdout.strip())
+    assert any(folder == g or folder.startswith(g + "/") for g in granted), granted
