@@ -121,7 +121,7 @@ def _report(host: Host) -> Report:
                 rep.ok = False
             rep.stderr = pool.stderr_tail(2048).strip()
         rep.problems.extend(sp.entry.warnings)
-        rep.confinement = doctor_confine.report(host, sid)
+        rep.confinement = doctor_confine.report(host, sid, rep.stderr if not rep.ok else "")
         if not rep.ok:
             all_ok = False
         sidecars.append(rep)

@@ -30,6 +30,9 @@ class ConfineReport(msgspec.Struct, kw_only=True):
     refused: list[str] = msgspec.field(default_factory=list)
     denied: str = ""
     """Why no worker is started (``confinement-unavailable``)."""
+    hints: list[str] = msgspec.field(default_factory=list)
+    """What the last worker's stderr says its walls refused, and the grant that would allow it
+    (a sidecar that cannot start because its profile misses a path)."""
 
 
 def _profile(profile: Profile) -> dict[str, Any]:
@@ -69,8 +72,9 @@ def _plan(plan: ConfinePlan) -> dict[str, Any]:
     }
 
 
-def report(host: Host, sidecar: str) -> ConfineReport | None:
-    """``sidecar``'s confinement (None: not runnable, no plan)."""
+def report(host: Host, sidecar: str, stderr: str = "") -> ConfineReport | None:
+    """``sidecar``'s confinement (None: not runnable, no plan); ``stderr``: its last worker's
+    (searched for what the walls refused)."""
     confiner = host.confiner
     plan = confiner.plans.get(sidecar)
     if plan is None:
@@ -88,6 +92,7 @@ def report(host: Host, sidecar: str) -> ConfineReport | None:
         source="worker" if facts is not None else "plan",
         refused=list(plan.refused),
         denied=f"{denial.message}; fix: {denial.hint}" if denial is not None else "",
+        hints=confiner.hints(sidecar, stderr) if stderr else [],
     )
 
 
@@ -134,4 +139,6 @@ def render(rep: ConfineReport) -> list[str]:
         out.append(f"       grant refused: {r}")
     if rep.denied:
         out.append(f"       denied: {rep.denied}")
+    for h in rep.hints:
+        out.append(f"       fix (its stderr shows the walls refused it): {h}")
     return out

@@ -226,18 +226,27 @@ class Confiner:
         kept = self._refusals.setdefault(record.sidecar, deque(maxlen=REFUSALS_KEPT))
         kept.append((trio.current_time(), record))
 
+    def hints(self, sidecar: str, text: str, since: float | None = None) -> list[str]:
+        """The grants that would allow what ``text`` (a failure's error and stderr) says
+        ``sidecar``'s walls refused, with the egress proxy's refusals since ``since`` (trio
+        clock; None: none) (``policy.confine_explain``)."""
+        plan = self.plans.get(sidecar)
+        if plan is None:
+            return []
+        kept = self._refusals.get(sidecar, ()) if since is not None else ()
+        refusals = [r for t, r in kept if since is not None and t >= since]
+        return denial_hints(plan, text, host_private=self._host_private, refusals=refusals)
+
     def explainer(self, sidecar: str) -> Callable[[str, float], list[str]] | None:
         """What a worker of ``sidecar`` calls when a call fails: the failure's text and when
         the call began (trio clock) in, the grants that would allow what was denied out
-        (``policy.confine_explain``); also logged. None: the sidecar is not confined."""
+        (:meth:`hints`); also logged. None: the sidecar is not confined."""
         plan = self.plans.get(sidecar)
         if plan is None or not plan.active:
             return None
 
         def explain(text: str, since: float) -> list[str]:
-            now_plan = self.plans.get(sidecar, plan)
-            refusals = [r for t, r in self._refusals.get(sidecar, ()) if t >= since]
-            hints = denial_hints(now_plan, text, host_private=self._host_private, refusals=refusals)
+            hints = self.hints(sidecar, text, since)
             if hints:
                 log.warning("sidecar %s hit its confinement: %s", sidecar, "; ".join(hints))
             return hints

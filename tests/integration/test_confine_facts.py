@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from supervisor.calls.call import InvokeRequest
-from supervisor.cli import doctor_confine
+from supervisor.cli import doctor, doctor_confine
 from supervisor.cli.render import status_text
 from supervisor.contracts.confine import KernelFacts
 from supervisor.host.host import build_host
@@ -225,3 +225,30 @@ async def test_per_call_workers_show_the_walls_read_from_their_processes(
         assert got.no_new_privs
         status = next(s for s in host.views.sidecar_statuses() if s.id == "hostile")
         assert status.confinement == "fs+net+seccomp"
+
+
+async def test_doctor_says_which_grant_a_sidecar_that_cannot_start_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    w = world(tmp_path, monkeypatch)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    e = denied_entry(tmp_path / "marks")
+    e["env"] = {"DENIED_MARKER": str(outside / "started")}  # not granted: it cannot start
+    write_registry(w["app"], {"denied": e}, host={"confinement": "best-effort"})
+    options = HostOptions(
+        app_root=str(w["app"]),
+        use_global=False,
+        manifest_dirs=[],
+        restart_policy="never",
+        audit=False,
+    )
+    report = await doctor.examine(options, 30)
+    rep = next(s for s in report.sidecars if s.id == "denied")
+    assert not rep.ok and rep.confinement is not None
+    assert rep.confinement.label == "fs+net+seccomp"
+    hint = f"confine.read would allow {outside / 'started'}"
+    assert any(hint in h for h in rep.confinement.hints), rep.confinement.hints
+    assert f"fix (its stderr shows the walls refused it): {hint}" in doctor.render(report)
+    assert not (outside / "started").exists()
