@@ -383,6 +383,7 @@ class Host:
                 diff.plan, allow_degraded=new.registry.host.allow_degraded, reset=set(diff.stop)
             )
             self.usage.configure(loaded.registry, diff.plan)
+            was_denied = set(self.confiner.denials)
             self.confiner.configure(loaded)
             self.feed.set_denied(self.confiner.denials)
             async with trio.open_nursery() as nursery:  # now refused: no worker of theirs runs
@@ -390,6 +391,9 @@ class Host:
                     pool = self.pools.pop(sid, None)
                     if pool is not None:
                         nursery.start_soon(partial(pool.stop, drain_s=self._grace_s()))
+            # Refused before, allowed now (host.confinement changed): start them.
+            allowed = sorted(was_denied - set(self.confiner.denials) - set(diff.start))
+            diff.start += [s for s in allowed if s in diff.plan.sidecars and s not in self.pools]
             result.errors += self.tokens.reload(self.registry.host.approval_source)
             if self.zygote is not None:  # no worker may start from stale preloaded code
                 self.zygote.preload = zygote.preload_list(self.registry.host.zygote.preload)

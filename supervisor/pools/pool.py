@@ -130,7 +130,12 @@ class Pool:
         if self.dispatch.queued:
             self.dispatch.pump()
         last = self._last_facts
-        if last is not None and last.details.confinement is None and worker.confinement():
+        if (
+            worker.spec.confine is not None
+            and last is not None
+            and last.details.confinement is None
+            and worker.confinement()
+        ):
             self._publish()  # a per-call worker's first process reported its walls
 
     def on_tools(self, worker: Worker) -> None:

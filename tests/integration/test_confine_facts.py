@@ -252,3 +252,34 @@ async def test_doctor_says_which_grant_a_sidecar_that_cannot_start_needs(
     assert any(hint in h for h in rep.confinement.hints), rep.confinement.hints
     assert f"fix (its stderr shows the walls refused it): {hint}" in doctor.render(report)
     assert not (outside / "started").exists()
+
+
+async def test_a_reload_that_changes_host_confinement_denies_or_starts_the_sidecar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(KERNEL.landlock_abi >= 5, "Landlock ABI 5")
+    w = world(tmp_path, monkeypatch)
+    marks = tmp_path / "marks"
+    e = denied_entry(marks)
+
+    def registry(mode: str) -> None:
+        write_registry(
+            w["app"], {"denied": e}, host={"zygote": {"enabled": False}, "confinement": mode}
+        )
+
+    async with host_on(w["app"], {"denied": e}, OLD_KERNEL, confinement="best-effort") as host:
+        await wait_available(host, "denied.read", timeout=40)  # best-effort: what it can
+        assert (marks / "started").exists()
+        (marks / "started").unlink()
+        registry("required")
+        result = await host.reload()
+        assert result.applied and "denied" not in host.pools
+        d = host.catalog.get("denied.read")
+        assert (d.stability.sandbox, d.stability.effective) == ("denied", "unavailable")
+        assert [r.code for r in d.stability.reasons] == ["confinement-unavailable"]
+        assert not (marks / "started").exists()
+        registry("best-effort")
+        await host.reload()
+        await wait_available(host, "denied.read", timeout=40)
+        assert host.catalog.get("denied.read").stability.sandbox == "allowed"
+        assert (marks / "started").exists()
