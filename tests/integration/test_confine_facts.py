@@ -283,3 +283,23 @@ async def test_a_reload_that_changes_host_confinement_denies_or_starts_the_sidec
         await wait_available(host, "denied.read", timeout=40)
         assert host.catalog.get("denied.read").stability.sandbox == "allowed"
         assert (marks / "started").exists()
+
+
+async def test_a_oneshot_call_that_hits_its_walls_names_the_grant_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    w = world(tmp_path, monkeypatch)
+    planted = tmp_path / "outside" / "data.txt"
+    planted.parent.mkdir()
+    planted.write_text("planted")
+    e = denied_entry(tmp_path / "marks", mode="oneshot")
+    async with host_on(w["app"], {"denied": e}, confinement="best-effort") as host:
+        await wait_available(host, "denied.read", timeout=40)
+        env = await host.invoker.invoke(InvokeRequest("denied.read", raw({"path": str(planted)})))
+        assert env.status == "failed", env
+        assert f"confine.read would allow {planted}" in env.error.message
+        # the call's process reported its walls: the descriptor shows them
+        d = host.catalog.get("denied.read")
+        facts = d.stability.details.confinement
+        assert facts is not None and facts.filesystem == "enforced", d.stability.details
