@@ -102,6 +102,7 @@ def run_as_nobody(place: Path, python: str, confinement: str, attacks: dict[str,
 
 def attacks(place: Path, tcp: socket.socket, udp: socket.socket) -> dict[str, Any]:
     return {
+        "unix_socket": {"kind": "unix", "path": str(place / "k.sock")},
         "key": {"kind": "read", "path": str(place / "home" / ".ssh" / "id_ed25519")},
         "vault": {"kind": "read", "path": str(place / "app" / ".toolhost" / "vault.json")},
         "write_outside": {"kind": "write", "path": str(place / "app" / "planted.txt")},
@@ -114,6 +115,16 @@ def attacks(place: Path, tcp: socket.socket, udp: socket.socket) -> dict[str, An
         "cat": {"path": str(place / "home" / ".ssh" / "id_ed25519")},
         "bomb": {"kind": "fork_bomb", "max": 300},
     }
+
+
+def unix_listener(place: Path) -> socket.socket:
+    """A Unix socket the unprivileged user may connect to (as the kernel socket is its
+    host's): without confinement it reaches it, confined ``socket(AF_UNIX)`` is refused."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(place / "k.sock"))
+    sock.listen(4)
+    os.chown(place / "k.sock", NOBODY, NOBODY)
+    return sock
 
 
 def listeners() -> tuple[socket.socket, socket.socket]:
@@ -154,7 +165,7 @@ def test_the_walls_hold_for_a_normal_user(place: Path, python: str) -> None:
     need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
     need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
     tcp, udp = listeners()
-    with tcp, udp:
+    with tcp, udp, unix_listener(place):
         out = run_as_nobody(place, python, "best-effort", attacks(place, tcp, udp))
         quiet = nothing_came(tcp) and nothing_came(udp)
     assert out["uid"] == NOBODY and out["kernel"]["root"] is False
@@ -162,6 +173,7 @@ def test_the_walls_hold_for_a_normal_user(place: Path, python: str) -> None:
     results = out["results"]
     bomb = results.pop("bomb")
     assert results == {
+        "unix_socket": "EPERM",
         "key": "EACCES",
         "vault": "EACCES",
         "write_outside": "EACCES",
@@ -187,7 +199,7 @@ def test_without_confinement_the_same_user_reaches_it_all(place: Path, python: s
     tcp, udp = listeners()
     todo = attacks(place, tcp, udp)
     del todo["bomb"], todo["unshare"]  # unbounded, and needs privileges anyway
-    with tcp, udp:
+    with tcp, udp, unix_listener(place):
         out = run_as_nobody(place, python, "off", todo)
         quiet = nothing_came(tcp) and nothing_came(udp)
     assert out["status"] == "success", out
