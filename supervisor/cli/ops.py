@@ -172,6 +172,8 @@ def logs(args: argparse.Namespace) -> int:
             "sidecar.logs", {"sidecar": args.sidecar, "bytes": args.bytes}
         )
         sys.stdout.write(result["stderr"])
+        for hint in (result.get("confinement") or {}).get("hints", []):
+            sys.stderr.write(f"toolhost: its walls refused it: {hint}\n")
         return EXIT_OK
 
     return _run(args, body)

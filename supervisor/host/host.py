@@ -181,6 +181,7 @@ class Host:
             zygote=self._zygote_status,
             confinement=self.confiner.label,
             egress=self.egress.statistics,
+            hints=self.confiner.hints,
         )
         self.services = HostServices(
             self.invoker,

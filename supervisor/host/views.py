@@ -42,6 +42,8 @@ class HostViews:
         confinement: A sidecar's confinement column from the facts read from its worker
             (``Confiner.label``; None: no column).
         egress: The egress proxy's bytes and connections per sidecar (``system.stats``).
+        hints: The grants that would allow what a sidecar's text (its stderr) says its walls
+            refused (``Confiner.hints``; ``sidecar.logs``).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class HostViews:
         zygote: Callable[[], ZygoteStatus | None],
         confinement: Callable[[str, ConfinementFacts | None], str] | None = None,
         egress: Callable[[], dict[str, EgressStats]] | None = None,
+        hints: Callable[[str, str], list[str]] | None = None,
     ) -> None:
         self.loaded = loaded
         self.catalog = catalog
@@ -64,6 +67,7 @@ class HostViews:
         self.zygote = zygote
         self.confinement = confinement
         self.egress = egress
+        self.hints = hints
 
     # the kernel protocol's views -----------------------------------------------------------
 
@@ -213,6 +217,11 @@ class HostViews:
         not running)."""
         pool = self.pools.get(sidecar)
         return pool.stderr_tail(max_bytes) if pool is not None else None
+
+    def confinement_hints(self, sidecar: str, text: str) -> list[str]:
+        """Which grants would allow what ``text`` (``sidecar``'s stderr) says its walls refused
+        (empty: nothing, or the sidecar is not confined)."""
+        return self.hints(sidecar, text) if self.hints is not None and text else []
 
     def workload(self, sidecar: str) -> tuple[int, list[int]] | None:
         """A running sidecar's calls running or queued and its workers' pids (None: not

@@ -176,11 +176,15 @@ class LogsParams(msgspec.Struct, kw_only=True):
 
 
 def sidecar_logs(c: RequestContext, raw: msgspec.Raw) -> Any:
-    """Extension: the stderr tail of a sidecar (live worker, else the last exited one)."""
+    """Extension: the stderr tail of a sidecar (live worker, else the last exited one), with
+    ``confinement.hints`` when it shows the sidecar's walls refused something."""
     p = c.params(raw, LogsParams)
     tail = c.backend.views.stderr_tail(p.sidecar, max(1, min(p.bytes, 64 * 1024)))
     if tail is None:
         raise RpcFailure("not-found", f"no running sidecar named {p.sidecar!r}")
+    hints = c.backend.views.confinement_hints(p.sidecar, tail)
+    if hints:  # what its walls refused, and the grant that would allow it (PROTOCOL 7)
+        return {"sidecar": p.sidecar, "stderr": tail, "confinement": {"hints": hints}}
     return {"sidecar": p.sidecar, "stderr": tail}
 
 

@@ -303,3 +303,30 @@ async def test_a_oneshot_call_that_hits_its_walls_names_the_grant_too(
         d = host.catalog.get("denied.read")
         facts = d.stability.details.confinement
         assert facts is not None and facts.filesystem == "enforced", d.stability.details
+
+
+async def test_sidecar_logs_name_the_grant_its_stderr_shows_was_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    w = world(tmp_path, monkeypatch)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    e = denied_entry(tmp_path / "marks")
+    e["env"] = {"DENIED_MARKER": str(outside / "started")}  # not granted: it cannot start
+    async with (
+        host_on(w["app"], {"denied": e}, confinement="best-effort") as host,
+        served(host, w["app"]) as srv,
+    ):
+
+        def failed() -> bool:
+            d = host.catalog.get("denied.read")
+            return d is not None and d.stability.runtime == "failed"
+
+        await wait_for(host, failed, timeout=40, what="the start to fail")
+        async with srv.peer("unix-json") as kernel:
+            got = await kernel.request(1, "sidecar.logs", {"sidecar": "denied"})
+    result = got["result"]
+    assert "Permission denied" in result["stderr"]
+    hint = f"confine.read would allow {outside / 'started'}"
+    assert any(hint in h for h in result["confinement"]["hints"]), result.get("confinement")
