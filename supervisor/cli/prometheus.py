@@ -180,6 +180,27 @@ def exposition(stats: dict[str, Any]) -> str:
             for rule, n in sorted((row.get("limitActions") or {}).items())
         ),
     )
+    egress = [(lb, row["egress"]) for lb, row in side_rows if row.get("egress")]
+    fam.add(
+        "sidecar_egress_bytes_total",
+        "counter",
+        "Bytes through the host's egress proxy (in: from destinations, out: to them).",
+        (
+            ("", {**lb, "direction": way}, e.get(key, 0))
+            for lb, e in egress
+            for way, key in (("in", "bytesIn"), ("out", "bytesOut"))
+        ),
+    )
+    fam.add(
+        "sidecar_egress_connections_total",
+        "counter",
+        "Connections to the host's egress proxy, allowed or refused.",
+        (
+            ("", {**lb, "allowed": allowed}, e.get(key, 0))
+            for lb, e in egress
+            for allowed, key in (("true", "connections"), ("false", "refused"))
+        ),
+    )
     worker_rows = [
         ({"sidecar": sid, "worker": str(w.get("index", 0))}, w)
         for sid, row in sorted(sidecars.items())

@@ -133,6 +133,14 @@ def _mb(n: Any) -> str:
     return f"{(n or 0) / 1048576:.1f}"
 
 
+def _egress(e: dict[str, Any] | None) -> str:
+    """A sidecar's bytes through the egress proxy, in/out (``-``: none)."""
+    if not e:
+        return "-"
+    text = f"{e.get('bytesIn', 0)}/{e.get('bytesOut', 0)}"
+    return text + (f" ({e['refused']} refused)" if e.get("refused") else "")
+
+
 def _latency(row: dict[str, Any]) -> list[str]:
     lat = row.get("latency") or {}
     return [f"{lat.get('p50', 0):.1f}", f"{lat.get('p99', 0):.1f}"]
@@ -158,6 +166,7 @@ def stats_text(data: dict[str, Any]) -> str:
                 str(s.get("workers", 0)),
                 str(s.get("queued", 0)),
                 str(s.get("restarts", 0)),
+                _egress(s.get("egress")),
                 exits or "-",
             ]
         )
@@ -178,6 +187,7 @@ def stats_text(data: dict[str, Any]) -> str:
                 "WORKERS",
                 "QUEUED",
                 "RESTARTS",
+                "EGRESS_IN/OUT",
                 "EXITS",
             ],
             rows,

@@ -18,7 +18,8 @@ import trio
 
 from supervisor.calls.call import InvokeRequest
 from supervisor.cli import doctor, doctor_confine
-from supervisor.cli.render import status_text
+from supervisor.cli.prometheus import exposition
+from supervisor.cli.render import stats_text, status_text
 from supervisor.contracts.confine import KernelFacts
 from supervisor.host.host import build_host
 from supervisor.host.loading import HostOptions
@@ -166,6 +167,15 @@ async def test_a_confined_sidecar_that_hits_its_walls_is_told_which_grant_would_
             egress = got["result"]["sidecars"]["denied"]["egress"]
             assert egress["connections"] == 1 and egress["refused"] == 1, egress
             assert egress["bytesIn"] > 0 and egress["bytesOut"] > 0
+            row = next(x for x in stats_text(got["result"]).splitlines() if x.startswith("denied"))
+            assert f"{egress['bytesIn']}/{egress['bytesOut']} (1 refused)" in row
+            metrics = exposition(got["result"])
+            line = 'toolhost_sidecar_egress_bytes_total{sidecar="denied",direction="in"} '
+            assert line + str(egress["bytesIn"]) in metrics
+            assert (
+                'toolhost_sidecar_egress_connections_total{sidecar="denied",allowed="false"} 1'
+                in metrics
+            )
             # toolhost status and doctor: the walls read from the worker
             status = next(s for s in host.views.sidecar_statuses() if s.id == "denied")
             assert status.confinement == "fs+proxy+seccomp"
