@@ -108,9 +108,9 @@ async def test_required_on_a_kernel_that_cannot_enforce_the_profile_denies_befor
 async def test_required_on_a_kernel_that_can_enforce_it_starts_confined(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
-    need(bool(KERNEL.seccomp and KERNEL.arch and KERNEL.netns), "seccomp and namespaces")
-    need(KERNEL.pids_cgroup or not KERNEL.root, "a pids cgroup (root)")
+    full = KERNEL.landlock_abi >= 6 and KERNEL.seccomp and KERNEL.arch and KERNEL.netns
+    if not (full and (KERNEL.pids_cgroup or not KERNEL.root)):
+        pytest.skip("this kernel cannot enforce the whole strict profile (the test above)")
     w = world(tmp_path, monkeypatch)
     marks = tmp_path / "marks"
     async with host_on(w["app"], {"denied": denied_entry(marks)}, confinement="required") as host:
