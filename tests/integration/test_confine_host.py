@@ -297,9 +297,10 @@ async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
     assert [(x["port"], x["allowed"]) for x in egress] == [(a, True), (o, False)]
 
 
+@pytest.mark.parametrize("spawn", SPAWNS)
 @pytest.mark.parametrize("confinement", ["best-effort", "off"])
 async def test_a_unix_grant_does_not_open_the_kernel_socket(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str, spawn: str
 ) -> None:
     """Landlock does not control ``connect`` on a socket file, so a sidecar granted ``unix`` (as
     the computer family is, for the X server) can name the kernel socket: the socket itself
@@ -311,16 +312,13 @@ async def test_a_unix_grant_does_not_open_the_kernel_socket(
     e = entry("persistent")
     e["pool"] = {"min": 1, "max": 2}  # with confinement off, a second worker runs the inner call
     e["confine"] = {"unix": [str(w["app"] / "x11.sock")]}
-    host_cfg = {
-        "confinement": confinement,
-        "zygote": {"enabled": False},
-        "auditLog": ".toolhost/audit.jsonl",
-    }
+    host_cfg = {**host_config(confinement, spawn), "auditLog": ".toolhost/audit.jsonl"}
     async with (
         running_host(w["app"], {"hostile": e}, host=host_cfg) as host,
         served(host, w["app"]) as srv,
     ):
         await wait_available(host, "hostile.attack", timeout=40)
+        assert_started_by(host, spawn, "persistent", confinement)
         inner = {"tool": "hostile.attack", "input": {"attacks": {}}}
         todo = {"kernel_socket": {"kind": "invoke", "path": str(srv.sock), **inner}}
         env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
