@@ -162,7 +162,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             fields = status_line.split(None, 2)
             status = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
             if status == 200:
-                if rest.split(b"\r\n\r\n", 1)[1]:
+                if answer.split(b"\r\n\r\n", 1)[1]:
                     raise httpcore.ProxyError("the egress proxy sent bytes before the tunnel")
                 return stream
             body = answer.split(b"\r\n\r\n", 1)[1]
