@@ -158,7 +158,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 if not chunk or len(answer) > HEAD_LIMIT:
                     raise httpcore.ProxyError(f"the egress proxy closed the tunnel to {target}")
                 answer += chunk
-            status_line, _, rest = answer.partition(b"\r\n")
+            status_line = answer.partition(b"\r\n")[0]
             fields = status_line.split(None, 2)
             status = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
             if status == 200:
