@@ -13,7 +13,7 @@ recovery    SIGKILL a worker while calls run: calls failed, time until served ag
 footprint   host RSS idle and under load, RSS per worker
 services    host services from a worker: child tools.invoke, state.get/set
 compare     this tree's call path against ``--against TREE``'s, alternating, in one run
-confine     kernel confinement: µs to apply the walls, fork and exec starts with and without
+confine     confinement: the walls in a child; spawn -> ready, host CPU, web.fetch, confined and not
 ==========  ==================================================================================
 """
 

@@ -8,14 +8,15 @@
   (``landlock-build``); the cgroup join is a migration, which waits for an RCU grace period
   unless another migration just happened (so ``cgroup`` alone, measured right after the
   previous one, is fast, and ``apply`` shows what an isolated worker start pays);
-- ``fork`` (the zygote's way): fork a warm process -> the child's first line, with and without
-  the walls (target: at most 1.2x);
-- ``exec`` (the shim): exec a program -> its first line, directly and through
-  ``confine_exec.py`` with the walls, for ``/bin/true``-like C programs and for a Python worker
-  that imports the SDK (target for worker spawn -> ready: at most 1.2x).
+- ``fork``: fork a warm process -> the child's first line, with and without the walls;
+- on the real paths (``bench/confine_paths.py``, ``toolhost serve`` hosts confined and not):
+  worker spawn -> ready through the zygote, exec'd, and through the exec shim (target: at most
+  1.2x without); host CPU per call (at most 1.05x); ``web.fetch`` of a 100 KB loopback page
+  through the egress proxy against directly (at most 1.2x).
 
-Every pair is measured alternating in the same run. ``python -m bench.confine`` runs it alone
-(``--rounds N``, ``--out FILE``); ``toolhost bench --only confine`` runs it in the harness.
+Every pair is measured alternating in the same run; the ratios are of medians over the rounds.
+``python -m bench.confine`` runs it alone (``--rounds N``, ``--out FILE``); ``python -m bench
+--only confine`` (``toolhost bench --only confine``) runs it in the harness.
 """
 
 from __future__ import annotations
@@ -25,25 +26,22 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import confine_paths
 from bench.run import Bench
 from bench.stats import Figure, Row, Stats, Target
 from supervisor.contracts.confine import ConfinePlan, Layout, Profile
 from supervisor.policy.confine import resolve
-from supervisor.processes.confine import SidecarWalls, install_paths, probe, shim_argv
+from supervisor.processes.confine import SidecarWalls, install_paths, probe
 from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.processes.walls import Walls, arm
 
 REPO = Path(__file__).resolve().parents[1]
-WORKER = [sys.executable, "-c", "import sidecars.sdk, sys; sys.stdout.write('ready\\n')"]
-TINY = ["/bin/echo", "ready"]
 
 
 def plan_for(root: str) -> ConfinePlan:
@@ -112,29 +110,17 @@ def _fork_line_s(armed_walls: Walls | None) -> float:
     return elapsed
 
 
-def _exec_line_s(argv: list[str], walls: Walls | None, inherit: Sequence[int] = ()) -> float:
-    """Exec -> the program's first line, directly or through the shim."""
-    pass_fds: list[int] = []
-    if walls is not None:
-        r, w = os.pipe()
-        os.write(w, walls.dumps())
-        os.close(w)
-        argv = shim_argv(argv, r)
-        pass_fds = [r, *inherit]
-    t = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, pass_fds=pass_fds, cwd=REPO)
-    assert proc.stdout is not None
-    proc.stdout.readline()
-    elapsed = time.perf_counter() - t
-    proc.stdout.close()
-    proc.wait()
-    if pass_fds:
-        os.close(pass_fds[0])
-    return elapsed
+def measure(
+    rounds: int, log: Any = print, *, paths: tuple[int, int, int, int] = (6, 5, 3000, 30)
+) -> dict[str, Any]:
+    """Every figure of the scenario (times in seconds per sample).
 
-
-def measure(rounds: int, log: Any = print) -> dict[str, Any]:
-    """Every figure of the scenario (times in seconds per sample)."""
+    Args:
+        rounds: Rounds of the in-process walls measurements.
+        log: Progress lines.
+        paths: The real paths' rounds, starts per configuration per round, calls per CPU
+            window, ``web.fetch`` calls per round.
+    """
     root = tempfile.mkdtemp(prefix="bench-confine-")
     plan = plan_for(root)
     groups = PidsCgroups.probe(f"toolhost-bench-{os.getpid()}")
@@ -168,8 +154,7 @@ def measure(rounds: int, log: Any = print) -> dict[str, Any]:
         "caps": Walls(drop_caps=plan.drop_caps),
     }
     out: dict[str, Any] = {"rules": shared.rules, "plan_missing": list(plan.missing)}
-    keys = ["apply", *parts, "fork", "fork+walls", "exec tiny", "exec tiny+shim"]
-    keys += ["exec worker", "exec worker+shim"]
+    keys = ["apply", *parts, "fork", "fork+walls"]
     samples.update({k: [] for k in keys})
     for i in range(rounds):
         if i % 10 == 0:
@@ -179,13 +164,6 @@ def measure(rounds: int, log: Any = print) -> dict[str, Any]:
             samples[name].append(_apply_us(walls() if callable(walls) else walls) / 1e6)
         samples["fork"].append(_fork_line_s(None))
         samples["fork+walls"].append(_fork_line_s(full()))
-        samples["exec tiny"].append(_exec_line_s(TINY, None))
-        w = full()
-        samples["exec tiny+shim"].append(_exec_line_s(TINY, w, shared.inherited(w)))
-        if i % 2 == 0:  # the worker start is slow: every other round
-            samples["exec worker"].append(_exec_line_s(WORKER, None))
-            w = full()
-            samples["exec worker+shim"].append(_exec_line_s(WORKER, w, shared.inherited(w)))
     for group in made:
         PidsCgroups.remove(group)
     if groups is not None:
@@ -193,6 +171,27 @@ def measure(rounds: int, log: Any = print) -> dict[str, Any]:
     shared.close()
     shutil.rmtree(root, ignore_errors=True)
     out["samples"] = samples
+    path_rounds, starts, cpu_calls, fetches = paths
+    spawn = confine_paths.spawn_to_ready(path_rounds, starts, log)
+    out["spawn"] = {f"spawn {k}": v for k, v in spawn.items()}
+    out["cpu"] = confine_paths.host_cpu(path_rounds, cpu_calls, log)
+    out["fetch"] = {
+        f"web.fetch {k}": v for k, v in confine_paths.web_fetch(path_rounds, fetches, log).items()
+    }
+    return out
+
+
+SPAWN_PAIRS = [(f"spawn {a}", f"spawn {b}") for a, b in confine_paths.PAIRS]
+FETCH_PAIR = ("web.fetch proxy", "web.fetch direct")
+
+
+def ratios(data: dict[str, Any]) -> dict[str, float]:
+    """The targets' ratios: medians confined / not."""
+    med = statistics.median
+    out = {f"{a} / {b}": med(data["spawn"][a]) / med(data["spawn"][b]) for a, b in SPAWN_PAIRS}
+    out["host CPU per call walls / off"] = med(data["cpu"]["walls"]) / med(data["cpu"]["off"])
+    a, b = FETCH_PAIR
+    out[f"{a} / {b}"] = med(data["fetch"][a]) / med(data["fetch"][b])
     return out
 
 
@@ -201,23 +200,41 @@ def _median_ms(values: list[float]) -> float:
 
 
 def confine(b: Bench) -> None:
-    """The harness's scenario (``toolhost bench --only confine``)."""
-    rounds = 10 if b.settings.quick else 60
-    data = measure(rounds, b.log)
+    """The harness's scenario (``python -m bench --only confine``)."""
+    quick = b.settings.quick
+    data = measure(10 if quick else 60, b.log, paths=(2, 2, 500, 10) if quick else (6, 5, 3000, 30))
     s = data["samples"]
     rows = {}
     for key in s:
         rows[key] = b.results.add(
             Row(scenario="confine", name=f"confine {key}", stats=Stats.of(s[key]))
         )
-    pairs = [
-        ("fork+walls", "fork", None),
-        ("exec tiny+shim", "exec tiny", None),
-        ("exec worker+shim", "exec worker", Target("spawn -> ready <= 1.2x without", 1.2)),
-    ]
-    for key, base, target in pairs:
+    rows["fork+walls"].baseline = rows["fork"].name
+    for group in ("spawn", "fetch"):
+        for key, values in data[group].items():
+            rows[key] = b.results.add(Row(scenario="confine", name=key, stats=Stats.of(values)))
+    for key, base in SPAWN_PAIRS:
         rows[key].baseline = rows[base].name
-        rows[key].target = target
+        rows[key].target = Target("spawn -> ready <= 1.2x without", 1.2)
+    key, base = FETCH_PAIR
+    rows[key].baseline = rows[base].name
+    rows[key].target = Target("web.fetch through the proxy <= 1.2x direct", 1.2)
+    cpu = data["cpu"]
+    for k in ("walls", "off"):
+        b.results.figure(
+            Figure(
+                "confine", f"host CPU per call, confinement {k}", statistics.median(cpu[k]), "µs"
+            )
+        )
+    b.results.figure(
+        Figure(
+            "confine",
+            "host CPU per call, confined / not",
+            statistics.median(cpu["walls"]) / statistics.median(cpu["off"]),
+            "x",
+            target=Target("host CPU per call <= 1.05x", 1.05),
+        )
+    )
     b.results.figure(
         Figure("confine", "Landlock rules of the strict profile", data["rules"], "rules")
     )
@@ -240,18 +257,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"strict profile: {data['rules']} Landlock rules; missing here: {missing}")
     for key, med, unit in table:
         print(f"  {key:<18} p50 {med:9.1f} {unit}")
-    for key, base in (
-        ("fork+walls", "fork"),
-        ("exec tiny+shim", "exec tiny"),
-        ("exec worker+shim", "exec worker"),
-    ):
-        ratio = statistics.median(s[key]) / statistics.median(s[base])
-        print(f"  {key} / {base}: {ratio:.2f}x")
+    for group in ("spawn", "fetch"):
+        for key, values in data[group].items():
+            print(f"  {key:<24} p50 {statistics.median(values) * 1e3:9.1f} ms (n={len(values)})")
+    for key, values in data["cpu"].items():
+        print(f"  host CPU per call {key:<6} p50 {statistics.median(values):9.1f} µs")
+    for key, ratio in ratios(data).items():
+        print(f"  {key}: {ratio:.2f}x")
     if args.out:
         summary = {k: statistics.median(v) for k, v in s.items()}
-        args.out.write_text(
-            json.dumps({"rules": data["rules"], "p50_s": summary, "samples": s}, indent=1)
-        )
+        record = {
+            "rules": data["rules"],
+            "p50_s": summary,
+            "samples": s,
+            "spawn_s": data["spawn"],
+            "hostCpuUsPerCall": data["cpu"],
+            "fetch_s": data["fetch"],
+            "ratios": ratios(data),
+        }
+        args.out.write_text(json.dumps(record, indent=1))
     return 0
 
 

@@ -40,6 +40,7 @@ class BenchHost:
         ws: Also open the WebSocket gateway (on a free port picked here).
         tree: The checkout whose ``supervisor`` runs (``--against`` compares two).
         python: The interpreter that runs it (the tree's own venv's for another tree).
+        host: More of the registry's ``host`` settings (``confinement``, ``zygote``).
 
     The registry is always written here, in a temporary app root with its own socket: the bench
     never reads the operator's ``tools/`` and never binds their addresses.
@@ -52,6 +53,7 @@ class BenchHost:
         ws: bool = False,
         tree: Path = REPO,
         python: str = sys.executable,
+        host: dict[str, Any] | None = None,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="toolhost-bench-")
         self.tree = tree
@@ -60,7 +62,7 @@ class BenchHost:
         self.sidecars = sidecars or {}
         self.ws_port = free_port() if ws else None
         (self.root / "tools").mkdir()
-        host: dict[str, Any] = {}
+        host = dict(host or {})
         if self.ws_port is not None:
             host["ws"] = {
                 "listen": f"127.0.0.1:{self.ws_port}",

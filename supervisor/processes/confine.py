@@ -90,6 +90,8 @@ def program_of(argv: Sequence[str], cwd: str) -> str:
         return ""
     args = list(argv[1:])
     name = os.path.basename(argv[0])
+    if name.startswith("python"):
+        args = _past_interpreter_flags(args)
     if name.startswith("python") and args:
         if args[0] == "-m" and len(args) > 1:
             top = args[1].split(".", 1)[0]
@@ -103,6 +105,37 @@ def program_of(argv: Sequence[str], cwd: str) -> str:
         if not args[0].startswith("-"):
             return os.path.normpath(os.path.join(cwd, args[0]))
     return os.path.normpath(os.path.join(cwd, argv[0]))
+
+
+_FLAG_ARGUMENT = ("W", "X")
+"""Interpreter options whose value may be the next argument (``-W error``, ``-X dev``)."""
+
+
+def _past_interpreter_flags(args: list[str]) -> list[str]:
+    """``args`` of a Python command from its ``-m`` or script on (``-B``, ``-u``, ``-X dev``,
+    ``-W error`` skipped); a ``-c`` command runs no file (nothing left)."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-m" or not a.startswith("-") or a == "-":
+            return args[i:]
+        if a == "--":
+            return args[i + 1 :]
+        if a.startswith("--"):  # --check-hash-based-pycs MODE (others take none)
+            i += 2 if a == "--check-hash-based-pycs" else 1
+            continue
+        letters = a[1:]
+        for j, letter in enumerate(letters):
+            if letter == "c":
+                return []
+            if letter == "m":  # -um mod: the module follows
+                return ["-m", *(args[i + 1 :] if j == len(letters) - 1 else [letters[j + 1 :]])]
+            if letter in _FLAG_ARGUMENT:
+                if j == len(letters) - 1:
+                    i += 1  # its value is the next argument
+                break
+        i += 1
+    return []
 
 
 def private_tmpdir(sidecar: str, root: str | None = None) -> str:

@@ -5,11 +5,13 @@
 # pids groups) and hands it down in the launch spec. :meth:`SidecarConfinement.prepare` makes
 # one worker's parts in the parent: its private ``TMPDIR``, its pids group, the walls written to
 # a ``memfd`` (the shim reads it to EOF; no pipe buffer to fill), the report channel (a
-# socketpair), and the shim's command line (``confine.shim_argv``). Confined starts go through
-# the exec shim, never the zygote (first version: the zygote's fork does not yet carry the
-# descriptors); the shim costs one bare interpreter start. :class:`Prepared` closes the child's
-# descriptors once the child runs, reads the report, and removes the ``TMPDIR`` and the group
-# when the worker ends (:meth:`Prepared.finish`).
+# socketpair), and the shim's command line (``confine.shim_argv``). The spawner hands them to
+# the host's zygote when it runs one (the memfd and the descriptors the walls name go by
+# ``SCM_RIGHTS``; its child puts the walls up, then runs the Python worker or execs the program:
+# no interpreter start), else to the exec shim (``TOOLHOST_SPAWN=exec``, not Linux, a zygote
+# that is down or slow), which costs one bare interpreter start. :class:`Prepared` closes the
+# child's descriptors once the child runs, reads the report, and removes the ``TMPDIR`` and the
+# group when the worker ends (:meth:`Prepared.finish`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,12 @@ class Prepared:
         "_report",
         "argv",
         "env",
+        "inherited",
         "pass_fds",
         "plan",
+        "program",
+        "via",
+        "walls_fd",
     )
 
     def __init__(
@@ -51,10 +57,22 @@ class Prepared:
         channel: socket.socket | None,
         tmpdir: str,
         cgroup: str,
+        *,
+        program: list[str],
+        walls_fd: int,
+        inherited: list[int],
     ) -> None:
         self.plan = plan
+        self.program = program
+        """The sidecar's command line."""
         self.argv = argv
         """The shim's command line (it execs the sidecar's)."""
+        self.walls_fd = walls_fd
+        """The memfd holding the walls (``Walls.dumps``)."""
+        self.inherited = inherited
+        """The descriptors the walls name (the zygote's request carries them after the memfd)."""
+        self.via = ""
+        """Who put the walls up: ``zygote`` or ``shim`` (set by the spawner)."""
         self.env = env
         """What the worker's environment gets: ``TMPDIR`` (and the proxy's variables)."""
         self.pass_fds = pass_fds
@@ -137,7 +155,7 @@ class SidecarConfinement:
         self._count = 0
 
     def prepare(self, argv: Sequence[str]) -> Prepared:
-        """One worker's parts: ``TMPDIR``, pids group, the walls for the shim, the channel.
+        """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel.
 
         Raises:
             OSError: A part could not be made.
@@ -168,16 +186,19 @@ class SidecarConfinement:
             os.close(memfd)
             raise
         child_fd = child.detach()
-        pass_fds = [*self.walls.inherited(walls), memfd]
+        inherited = self.walls.inherited(walls)
         return Prepared(
             plan,
             confine.shim_argv(argv, memfd),
             dict(self.proxy_env),
-            sorted(set(pass_fds)),
+            sorted({*inherited, memfd}),
             [memfd, child_fd],
             parent,
             tmpdir,
             cgroup,
+            program=list(argv),
+            walls_fd=memfd,
+            inherited=inherited,
         )
 
     def close(self) -> None:

@@ -2,9 +2,12 @@
 
 # Strategy: one module, standard library only, imported by both sides of a fork: by the host
 # (the exec start's ``preexec``, the zygote's supervision) and by the zygote's own interpreter
-# (``zygote_main``, which must not import trio or anything the preload list did not ask for).
-# ``prctl`` comes from libc through ctypes, loaded once at import; where it is missing (not
-# Linux, no libc) :data:`PRCTL` is None and what needs it says so or does without. Everything
+# (``zygote_main``, which must not import trio or anything the preload list did not ask for),
+# and by the walls (``walls``, ``seccomp``), also in the exec shim's bare ``python -I -S``.
+# ``prctl`` comes from libc through ctypes, loaded once at import (:func:`load_prctl`, the one
+# place that binds it: the process's own symbols, no library search, which would start
+# ``ldconfig``); where it is missing (not Linux, no libc) :data:`PRCTL` is None and what needs it
+# says so or does without. Everything
 # that runs between fork and exec (:func:`make_preexec`, :func:`die_with_parent`,
 # :func:`set_rlimits`) allocates little and raises nothing. The host becomes a child subreaper
 # only while it runs a zygote; the orphans that adopts are reaped by :func:`reap_orphans`.
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import resource
 import signal
@@ -28,14 +30,20 @@ Prctl = Callable[[int, int, int, int, int], int]
 
 
 def load_prctl() -> Prctl | None:
-    """libc's ``prctl`` (None: not Linux, or no libc to load)."""
+    """libc's ``prctl``, with ``errno`` kept for ``ctypes.get_errno`` (None: not Linux, or no
+    libc to load). Looked up in the process's own symbols (the interpreter links libc), then in
+    ``libc.so.6``; never through ``ctypes.util.find_library``, which runs ``ldconfig``."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
+    fn = None
+    for name in (None, "libc.so.6"):
+        try:
+            fn = ctypes.CDLL(name, use_errno=True).prctl
+            break
+        except (OSError, AttributeError):
+            continue
+    if fn is None:
         return None
-    fn = libc.prctl
     fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     fn.restype = ctypes.c_int
     fn_typed: Prctl = fn

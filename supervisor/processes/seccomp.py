@@ -22,6 +22,11 @@ import os
 import struct
 import sys
 
+try:  # inside the package, or loaded by the exec shim from this folder
+    from supervisor.processes import linux
+except ImportError:  # pragma: no cover - the shim without the package on sys.path
+    import linux  # type: ignore[no-redef]
+
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
 DENIED = (
@@ -243,16 +248,7 @@ class Filter:
         self._buf = ctypes.create_string_buffer(code, len(code))
         self._prog = _SockFprog(len(code) // 8, ctypes.addressof(self._buf))
         self._ptr = ctypes.addressof(self._prog)
-        libc = ctypes.CDLL(None, use_errno=True)
-        self._prctl = libc.prctl
-        self._prctl.argtypes = [
-            ctypes.c_int,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-        ]
-        self._prctl.restype = ctypes.c_int
+        self._prctl = linux.PRCTL
 
     def install(self) -> None:
         """Set ``no_new_privs`` and install the filter (irreversible).
@@ -261,6 +257,8 @@ class Filter:
             OSError: The kernel refused.
         """
         prctl = self._prctl
+        if prctl is None:
+            raise OSError(38, "prctl is not available")
         if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS) refused")
@@ -278,9 +276,8 @@ def available() -> bool:
                 return False
     except OSError:
         return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
+    prctl = linux.PRCTL
+    if prctl is None:
         return False
     # PR_GET_SECCOMP answers 0 (none) or 2 (filter) when the kernel has seccomp at all.
-    return int(libc.prctl(21, 0, 0, 0, 0)) in (0, 2)
+    return int(prctl(21, 0, 0, 0, 0)) in (0, 2)

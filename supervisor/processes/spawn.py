@@ -9,9 +9,12 @@
 # PDEATHSIG=SIGKILL and its rlimits set between fork and exec (:mod:`supervisor.processes.linux`),
 # an allow-listed environment, and its group registered with the warden. A sidecar that allows
 # forking (``spawn: auto``) is first offered to the zygote, which answers with a child or with
-# why it cannot (then this start is exec'd and the zygote counts the fallback). The zygote is
-# seen through :class:`Forker`, so this module does not import it (the zygote imports
-# :func:`allowed_env` from here).
+# why it cannot (then this start is exec'd and the zygote counts the fallback). A confined start
+# (PROTOCOL 7) goes to the zygote too, whatever its program: its child puts the walls up, then
+# runs the Python worker or execs the program; only when the zygote cannot take it (none,
+# ``TOOLHOST_SPAWN=exec``, down, slow) is it exec'd through the shim, a bare interpreter that
+# puts them up (``confine_exec.py``). The zygote is seen through :class:`Forker`, so this module
+# does not import it (the zygote imports :func:`allowed_env` from here).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import trio
 
 from supervisor.policy.paths import host_path
 from supervisor.processes.child import Child
-from supervisor.processes.confine_spawn import SidecarConfinement
+from supervisor.processes.confine_spawn import Prepared, SidecarConfinement
 from supervisor.processes.linux import make_preexec
 from supervisor.processes.warden import Warden, process_warden
 
@@ -54,8 +57,14 @@ class Forker(Protocol):
         cwd: str,
         env: Mapping[str, str],
         limits: Sequence[tuple[int, int, int]],
+        walls: Prepared | None = None,
+        run: bool = True,
+        stdin: bool = True,
+        stdout: bool = True,
+        stderr: bool = True,
     ) -> tuple[Child | None, str]:
-        """``(child, "")``, or ``(None, why this start must be exec'd)``."""
+        """``(child, "")``, or ``(None, why this start must be exec'd)``; with ``walls``, a
+        child exec'd by the zygote may come with why it was not run in its interpreter."""
         ...
 
     def fell_back(self, why: str) -> None:
@@ -180,14 +189,17 @@ class Spawner:
             may_fork: The sidecar allows forking from the host's zygote (``spawn: auto``); when
                 there is one and the worker qualifies it is forked there, else exec'd with one
                 log line saying why (:mod:`supervisor.processes.zygote`).
-            confine: The sidecar's walls (PROTOCOL 7): the start goes through the exec shim
-                (``processes.confine_spawn``), with a private ``TMPDIR``; never the zygote.
+            confine: The sidecar's walls (PROTOCOL 7), with a private ``TMPDIR``: put up by
+                the zygote's child when there is a zygote to take the start, else by the exec
+                shim (``processes.confine_spawn``).
 
         Raises:
             OSError: The program could not be executed (the message names it).
         """
         if confine is not None and confine.plan.active:
-            return self._confined(argv, cwd, env, limits, stdin, stdout, stderr, confine)
+            return self._confined(
+                argv, cwd, env, limits, (stdin, stdout, stderr), may_fork, confine
+            )
         z = self.zygote
         if may_fork and z is not None and stdin and stdout and stderr:
             child, why = z.fork(argv, cwd=cwd, env=env, limits=limits)
@@ -211,17 +223,47 @@ class Spawner:
         cwd: str,
         env: Mapping[str, str],
         limits: Sequence[tuple[int, int, int]],
-        stdin: bool,
-        stdout: bool,
-        stderr: bool,
+        stdio: tuple[bool, bool, bool],
+        may_fork: bool,
         confine: SidecarConfinement,
     ) -> Child:
         prepared = confine.prepare(argv)
+        full_env = {**env, **prepared.env}
+        stdin, stdout, stderr = stdio
+        z = self.zygote
+        if z is not None:
+            try:
+                child, why = z.fork(
+                    argv,
+                    cwd=cwd,
+                    env=full_env,
+                    limits=limits,
+                    walls=prepared,
+                    run=may_fork,
+                    stdin=stdin,
+                    stdout=stdout,
+                    stderr=stderr,
+                )
+            except BaseException:
+                prepared.finish()
+                raise
+            if may_fork and (child is None or child.started_by != "zygote"):
+                z.fell_back(why)
+            if child is not None:
+                prepared.via = "zygote"
+                prepared.started()
+                child.confinement = prepared
+                return child
+            # The zygote may have got the request and answered late: its worker (killed as a
+            # late answer) may hold this worker's parts. The shim gets fresh ones.
+            prepared.finish()
+            prepared = confine.prepare(argv)
+            full_env = {**env, **prepared.env}
         try:
             child = exec_child(
                 prepared.argv,
                 cwd=cwd,
-                env={**env, **prepared.env},
+                env=full_env,
                 limits=limits,
                 stdin=stdin,
                 stdout=stdout,
@@ -232,6 +274,7 @@ class Spawner:
         except BaseException:
             prepared.finish()
             raise
+        prepared.via = "shim"
         prepared.started()
         child.confinement = prepared
         return child

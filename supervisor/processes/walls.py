@@ -1,18 +1,20 @@
 """The walls of one worker, put up in the child between fork and exec: :func:`arm` in the
 parent, :meth:`Armed.apply` in the child.
 
-# Strategy: the standard library only (with :mod:`landlock`, :mod:`seccomp`, :mod:`netns`), so
-# the exec shim (``confine_exec``) runs it in a bare ``python -I -S``. :class:`Walls` is plain
-# data (JSON for the shim). :func:`arm` does everything that allocates or may take a lock in the
-# parent: the BPF program, the Landlock buffers, the encoded paths, the bound libc functions,
-# ``cap_last_cap``. :meth:`Armed.apply` then runs, in this order, only syscalls: join the pids
-# cgroup (while writing ``/sys`` is still allowed), set ``RLIMIT_NPROC`` where no cgroup exists,
-# enter the network namespace and listen on the granted ports, build the Landlock ruleset (while
-# every path can still be opened), drop every capability (bounding set, ambient, effective,
-# permitted, inheritable; ``SECBIT_NOROOT`` locked), set ``no_new_privs``, enter the Landlock
-# domain, install the syscall filter, and send the report (with the listening sockets) to the
-# host over the channel. With ``strict`` (``host.confinement: required``) a failed step raises,
-# so nothing runs with less than was promised; else it is reported and the rest still goes up.
+# Strategy: the standard library only (with :mod:`landlock`, :mod:`seccomp`, :mod:`netns` and
+# :mod:`linux`, whose ``prctl`` it shares), so the exec shim (``confine_exec``) runs it in a
+# bare ``python -I -S``, and the zygote's child (``zygote_main``) before the worker's first
+# instruction. :class:`Walls` is plain data (``marshal``, for the shim and the zygote).
+# :func:`arm` does everything that allocates or may take a lock: the BPF program, the Landlock
+# buffers, the encoded paths, the bound libc functions, ``cap_last_cap`` (in the parent, or in a
+# single-threaded child). :meth:`Armed.apply` then runs, in this order, only syscalls: join the
+# pids cgroup (while writing ``/sys`` is still allowed), set ``RLIMIT_NPROC`` where no cgroup
+# exists, enter the network namespace (and close its descriptors), build the Landlock ruleset
+# (while every path can still be opened), drop every capability (bounding set, ambient,
+# effective, permitted, inheritable; ``SECBIT_NOROOT`` locked), set ``no_new_privs``, enter the
+# Landlock domain, install the syscall filter, and send the report to the host over the
+# channel. With ``strict`` (``host.confinement: required``) a failed step raises, so nothing
+# runs with less than was promised; else it is reported and the rest still goes up.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import os
 import resource
 
 try:  # inside the package, or loaded by the exec shim from this folder
-    from supervisor.processes import landlock, seccomp
+    from supervisor.processes import landlock, linux, seccomp
 except ImportError:  # pragma: no cover - the shim without the package on sys.path
     import landlock  # type: ignore[no-redef]
+    import linux  # type: ignore[no-redef]
     import seccomp  # type: ignore[no-redef]
 
 PR_CAPBSET_DROP = 24
@@ -188,17 +191,8 @@ class Armed:
         )
         self.join = _netns().Join(w.netns_fds) if w.netns_fds else None
         self.cgroup = os.fsencode(w.cgroup_procs) if w.cgroup_procs else b""
-        libc = ctypes.CDLL(None, use_errno=True)
-        self._prctl = libc.prctl
-        self._prctl.argtypes = [
-            ctypes.c_int,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-        ]
-        self._prctl.restype = ctypes.c_int
-        self._capset = libc.capset
+        self._prctl = linux.PRCTL or _no_prctl
+        self._capset = ctypes.CDLL(None, use_errno=True).capset
         self._cap_header = _CapHeader(CAP_VERSION_3, 0)
         self._cap_data = (_CapData * 2)()
         self._last_cap = _last_cap()
@@ -266,6 +260,12 @@ class Armed:
                 r["netns"] = True
             except OSError as exc:
                 self._fail("network namespace", exc)
+            finally:  # the worker must not hold them (nor a program it execs)
+                for fd in self.join.fds:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
         ruleset = self.ruleset
         if ruleset is not None and ruleset.fd < 0:
             try:
@@ -319,6 +319,12 @@ class Armed:
             self._fail("report", exc)
         finally:
             os.close(channel)
+
+
+def _no_prctl(*_args: int) -> int:
+    """Where libc has no ``prctl``: every call fails (``ENOSYS``), so the report says so."""
+    ctypes.set_errno(38)
+    return -1
 
 
 def _netns():  # type: ignore[no-untyped-def]

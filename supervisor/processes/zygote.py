@@ -39,6 +39,7 @@ from supervisor.policy import restart
 from supervisor.policy.spawn import startup_env_difference
 from supervisor.processes import linux
 from supervisor.processes.child import Child
+from supervisor.processes.confine_spawn import Prepared
 from supervisor.processes.limits import host_limits
 from supervisor.processes.spawn import allowed_env
 from supervisor.processes.warden import Warden, process_warden
@@ -113,6 +114,8 @@ class Zygote:
         self.reason: str | None = None
         self.last_fallback: str | None = None
         self.forks = 0
+        self.execs = 0
+        """Confined programs the zygote forked, walled and exec'd (not in ``forks``)."""
         self.fallbacks = 0
         self.restarts = 0
         self.hello: dict[str, Any] = {}
@@ -211,24 +214,51 @@ class Zygote:
         cwd: str,
         env: Mapping[str, str],
         limits: Sequence[tuple[int, int, int]],
+        walls: Prepared | None = None,
+        run: bool = True,
+        stdin: bool = True,
+        stdout: bool = True,
+        stderr: bool = True,
     ) -> tuple[Child | None, str]:
-        """Ask the zygote for a worker; ``(child, "")`` or ``(None, why it must be exec'd)``."""
+        """Ask the zygote for a worker; ``(child, "")`` or ``(None, why it must be exec'd)``.
+
+        Args:
+            argv: Program and arguments.
+            cwd: Working directory.
+            env: The complete environment.
+            limits: ``(resource, soft, hard)`` rlimits.
+            walls: A confined start's walls (PROTOCOL 7): sent with the request, put up by the
+                worker before its first instruction. A confined worker that cannot run in the
+                zygote's interpreter is forked, walled and ``execve`` d there (``startedBy:
+                exec``; the second value then says why it was not run in the interpreter).
+            run: The worker may run in the zygote's preloaded interpreter (``spawn: auto``).
+            stdin: Give the worker a stdin pipe (else /dev/null).
+            stdout: Give the worker a stdout pipe (else /dev/null).
+            stderr: Give the worker a stderr pipe (else /dev/null).
+        """
         if self.state != "ready" or self._sock is None:
             return None, f"zygote {self.state}" + (f" ({self.reason})" if self.reason else "")
-        why = self.unqualified(argv, cwd, env)
-        if why is not None:
+        if not argv:
+            return None, "no command"
+        why = "the worker's sidecar does not allow forking" if not run else None
+        if why is None and not (stdin and stdout and stderr):
+            why = "a worker without stdio pipes"
+        if why is None:
+            why = self.unqualified(argv, cwd, env)
+        if why is not None and walls is None:
             return None, why
         self._collect_late()
         if self._pending:
             return None, "the zygote has not answered an earlier request yet"
         self._next_id += 1
         rid = self._next_id
-        module = argv[2] if argv[1] == "-m" else None
+        execve = why is not None
+        module = argv[2] if not execve and argv[1] == "-m" else None
         mask = linux.current_umask()
         rl = host_limits()
         for which, soft, hard in limits:
             rl[which] = (soft, hard)
-        req = {
+        req: dict[str, Any] = {
             "id": rid,
             "argv": list(argv),
             "module": module,
@@ -237,47 +267,65 @@ class Zygote:
             "umask": mask,
             "rlimits": [[w, s, h] for w, (s, h) in rl.items()],
         }
+        if execve:
+            req["exec"] = True
+        extra: list[int] = []
+        if walls is not None:
+            req["walls"] = {"fds": list(walls.inherited)}
+            extra = [walls.walls_fd, *walls.inherited]
         fds: list[int] = []
+        ours: list[int | None] = []
+        theirs: list[int] = []
         try:
-            in_r, in_w = os.pipe()
-            fds += (in_r, in_w)
-            out_r, out_w = os.pipe()
-            fds += (out_r, out_w)
-            err_r, err_w = os.pipe()
-            fds += (err_r, err_w)
-            for fd in (in_w, out_r, err_r):
-                os.set_inheritable(fd, False)
-            socket.send_fds(self._sock, [json.dumps(req).encode()], [in_r, out_w, err_w])
+            for i, wanted in enumerate((stdin, stdout, stderr)):
+                if not wanted:  # /dev/null, as an exec'd child gets it
+                    null = os.open(os.devnull, (os.O_WRONLY if i else os.O_RDONLY) | os.O_CLOEXEC)
+                    fds.append(null)
+                    ours.append(None)
+                    theirs.append(null)
+                    continue
+                r, w = os.pipe()
+                fds += (r, w)
+                mine, child_end = (r, w) if i else (w, r)
+                os.set_inheritable(mine, False)
+                ours.append(mine)
+                theirs.append(child_end)
+            socket.send_fds(self._sock, [json.dumps(req).encode()], [*theirs, *extra])
         except OSError as exc:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._lost(f"request failed: {exc}")
             return None, f"zygote request failed: {exc}"
-        for fd in (in_r, out_w, err_w):
+        for fd in theirs:
             os.close(fd)
         self._pending.add(rid)
         reply = self._await_reply(rid)
         if reply is not None:
             self._pending.discard(rid)
         if reply is None or "pid" not in reply:
-            for fd in (in_w, out_r, err_r):
-                os.close(fd)
+            for end in ours:
+                if end is not None:
+                    os.close(end)
             if reply is None:
                 return None, f"zygote did not answer within {self.reply_timeout_s * 1000:.0f} ms"
             return None, f"zygote refused: {reply.get('error')}"
         pid = int(reply["pid"])
         self._warden.watch(pid)
-        self.forks += 1
+        if execve:
+            self.execs += 1
+        else:
+            self.forks += 1
+        in_w, out_r, err_r = (trio.lowlevel.FdStream(fd) if fd is not None else None for fd in ours)
         child = Child(
             pid,
-            trio.lowlevel.FdStream(in_w),
-            trio.lowlevel.FdStream(out_r),
-            trio.lowlevel.FdStream(err_r),
-            started_by="zygote",
+            in_w,
+            out_r,
+            err_r,
+            started_by="exec" if execve else "zygote",
             warden=self._warden,
         )
-        return child, ""
+        return child, why or ""
 
     def _await_reply(self, rid: int) -> dict[str, Any] | None:
         sock = self._sock

@@ -15,9 +15,20 @@
 # ``python script`` would have; then :func:`main` *returns* the request and the bootstrap runs
 # the module or script as ``__main__`` with no zygote frame left on the stack.
 #
-# This module imports only the standard library and :mod:`supervisor.processes.linux` (standard
-# library only, shared with the host's side): it is the zygote's first import and must not
-# preload anything the preload list did not ask for (no trio).
+# A confined start (PROTOCOL 7) also brings the worker's walls: the ``memfd`` holding them
+# (``Walls.dumps``) and the descriptors they name (the report channel, the Landlock ruleset, the
+# namespaces), after the three stdio ends; the request maps the host's numbers of those
+# descriptors to their place in the message. The worker keeps them through the fd sweep, puts
+# the walls up (:mod:`supervisor.processes.walls`, the code the exec shim runs) once it is
+# otherwise what an exec'd worker would be, and before its first instruction; then it runs the
+# Python worker, or (``exec``: any other program) ``execve`` s it. A wall that fails under
+# ``required``, or a program that cannot be executed, ends the worker with status 126 and one
+# line on stderr, as the shim does.
+#
+# This module imports only the standard library and :mod:`supervisor.processes.linux`,
+# :mod:`~supervisor.processes.walls` and :mod:`~supervisor.processes.netns` (standard library
+# only, shared with the host's side and the exec shim): it is the zygote's first import and must
+# not preload anything the preload list did not ask for (no trio).
 """
 
 from __future__ import annotations
@@ -33,13 +44,21 @@ import socket
 import sys
 import time
 import types
-from typing import Any
+from typing import Any, NoReturn
 
-from supervisor.processes import linux
+from supervisor.processes import linux, netns, walls
+
+_FOR_CONFINED_STARTS = (netns,)
+"""Imported by the zygote, so that a confined worker does not import it after the fork."""
 
 ZYGOTE_FD = 3
 """The zygote's end of its socketpair with the host."""
 MAX_MESSAGE = 1 << 20
+MAX_FDS = 16
+"""Descriptors one request may carry: stdio, the walls' memfd and what the walls name."""
+CONFINEMENT_FAILED = 126
+"""The worker's exit status when its walls could not go up (``required``) or its program could
+not be executed (the exec shim's)."""
 ADOPT_DEADLINE_S = 2.0
 
 # What a fresh interpreter has, recorded before the zygote touches anything.
@@ -145,7 +164,7 @@ def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
     )
     while True:
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 3)
+            msg, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
         except InterruptedError:
             continue
         except OSError:
@@ -160,10 +179,11 @@ def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
                 os.close(fd)
             continue
         threads = thread_count()
-        if threads != 1 or len(fds) != 3:
+        expected = _fd_count(req)
+        if threads != 1 or len(fds) != expected:
             for fd in fds:
                 os.close(fd)
-            why = f"zygote has {threads} threads" if threads != 1 else "expected 3 fds"
+            why = f"zygote has {threads} threads" if threads != 1 else f"expected {expected} fds"
             _send(sock, {"id": rid, "error": why})
             if threads != 1:
                 return None  # refuse to fork ever again; the host starts a fresh zygote
@@ -171,6 +191,15 @@ def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
         worker = _fork_worker(sock, fds, req, host_pid)
         if worker is not None:
             return worker
+
+
+def _fd_count(req: dict[str, Any]) -> int:
+    """Descriptors a request must carry: stdio, and for a confined start the walls' memfd and
+    the descriptors its walls name."""
+    confined = req.get("walls")
+    if not isinstance(confined, dict):
+        return 3
+    return 4 + len(confined.get("fds", ()))
 
 
 def _fork_worker(
@@ -229,13 +258,13 @@ def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], hos
         os._exit(1)
     # 3. A new session and process group, like start_new_session=True.
     os.setsid()
-    # 4. stdio on 0/1/2, every other fd closed. The zygote's socket object gives up its fd first
-    #    so that no finaliser closes a number the worker reuses.
+    # 4. stdio on 0/1/2, every other fd closed but a confined start's walls. The zygote's socket
+    #    object gives up its fd first so that no finaliser closes a number the worker reuses.
     sock.detach()
-    for target, fd in enumerate(fds):
+    for target, fd in enumerate(fds[:3]):
         if fd != target:
             os.dup2(fd, target)
-    os.closerange(3, _fd_ceiling())
+    _close_all_but(fds[3:])
     # 5. Signal dispositions of a fresh interpreter, empty mask, no wakeup fd.
     signal.set_wakeup_fd(-1)
     for sig, handler in _FRESH_SIGNALS.items():
@@ -256,7 +285,12 @@ def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], hos
     os.chdir(req["cwd"])
     os.umask(int(req["umask"]))
     linux.set_rlimits(req["rlimits"])
-    # 7. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
+    # 7. The walls, before the worker's first instruction; an exec'd program now replaces us.
+    if req.get("walls") is not None:
+        _put_up_walls(fds[3:], req["walls"]["fds"])
+    if req.get("exec"):
+        _execve(req["argv"], env)
+    # 8. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
     argv = req["argv"]
     sys.orig_argv = list(argv)
     if req["module"]:
@@ -268,7 +302,7 @@ def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], hos
         sys.path[:] = [os.path.dirname(os.path.realpath(script)), *_FRESH_PATH]
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
-    # 8. A fresh __main__ module, a fresh random state, GC as the interpreter starts it.
+    # 9. A fresh __main__ module, a fresh random state, GC as the interpreter starts it.
     main_mod = types.ModuleType("__main__")
     import builtins
 
@@ -276,6 +310,71 @@ def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], hos
     main_mod.__annotations__ = {}
     sys.modules["__main__"] = main_mod
     random.seed()
+
+
+def _close_all_but(keep: list[int]) -> None:
+    """Close every descriptor from 3 up but ``keep``."""
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, _fd_ceiling())
+
+
+def _fail(message: str) -> NoReturn:
+    """End the worker as the exec shim does: one line on stderr, status 126."""
+    try:
+        os.write(2, f"toolhost: {message}\n".encode(errors="replace"))
+    finally:
+        os._exit(CONFINEMENT_FAILED)
+
+
+def _put_up_walls(fds: list[int], host_fds: list[int]) -> None:
+    """Read the walls from the memfd (``fds[0]``), give them this process's numbers of the
+    descriptors they name (``fds[1:]``, which the host numbered ``host_fds``), and put them up
+    (the code the exec shim runs); close what is left of them. A failure ends the worker."""
+    memfd, passed = fds[0], fds[1:]
+    try:
+        size = os.fstat(memfd).st_size
+        data = b""
+        while len(data) < size:  # pread: the file offset is shared with the host
+            chunk = os.pread(memfd, size - len(data), len(data))
+            if not chunk:
+                break
+            data += chunk
+        w = walls.Walls.loads(data)
+        mine = dict(zip(host_fds, passed, strict=True))
+        if w.ruleset_fd >= 0:
+            w.ruleset_fd = mine[w.ruleset_fd]
+        w.netns_fds = [mine[fd] for fd in w.netns_fds]
+        if w.channel >= 0:
+            w.channel = mine[w.channel]
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+        _fail(f"confinement failed: the walls did not arrive ({exc!r})")
+    try:
+        walls.arm(w).apply()
+    except OSError as exc:
+        _fail(f"confinement failed: {exc}")
+    for fd in fds:  # what the walls did not consume (the memfd, a ruleset never entered)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _execve(argv: list[str], env: dict[str, str]) -> None:
+    """Replace this worker with ``argv`` (looked up on the worker's PATH when bare), with the
+    signal dispositions an exec from the host gives (``SIGPIPE`` and ``SIGXFSZ`` back to
+    default, as ``subprocess`` restores them)."""
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        _fail(f"cannot execute {argv[0]}: {exc.strerror or exc}")
 
 
 def _fd_ceiling() -> int:

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from supervisor.calls.call import InvokeRequest
+from supervisor.processes import zygote
 from supervisor.processes.confine import probe
 from tests.conftest import raw, running_host, wait_available
 from tests.integration.confine_kit import HOSTILE, need
@@ -125,12 +126,52 @@ def entry(mode: str) -> dict[str, Any]:
     return e
 
 
+SPAWNS = [
+    "shim",
+    pytest.param(
+        "zygote",
+        marks=pytest.mark.skipif(
+            zygote.forced_exec() or zygote.platform_problem() is not None,
+            reason=f"no zygote: {zygote.platform_problem() or 'TOOLHOST_SPAWN=exec'}",
+        ),
+    ),
+]
+"""How the walls go up: the exec shim (no zygote), or the zygote's child (a persistent worker
+forked and run in its interpreter; the other protocols forked, walled and exec'd there)."""
+
+
+def host_config(confinement: str, spawn: str) -> dict[str, Any]:
+    if spawn == "shim":
+        return {"confinement": confinement, "zygote": {"enabled": False}}
+    # Patient: on a loaded machine a slow answer would (correctly) send the start to the shim.
+    return {"confinement": confinement, "zygote": {"replyTimeoutMs": 1000}}
+
+
+def assert_started_by(host: Any, spawn: str, mode: str, confinement: str) -> None:
+    """The start took the path the test is about (not a fallback)."""
+    ws = next(s for s in host.views.snapshot().sidecars if s.id == "hostile").workers
+    if spawn == "shim":
+        assert host.zygote is None
+        assert all(w.startedBy == "exec" for w in ws)
+        return
+    z = host.zygote
+    assert z is not None and z.fallbacks == 0, z.status()
+    if mode == "persistent":
+        assert [w.startedBy for w in ws] == ["zygote"] and z.forks >= 1
+    elif confinement != "off":  # forked, walled and exec'd by the zygote, not by the shim
+        assert z.execs >= 1 and all(w.startedBy == "exec" for w in ws)
+
+
 async def attack_through_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str, mode: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    confinement: str,
+    mode: str,
+    spawn: str = "shim",
 ) -> tuple[dict[str, str], bool, bool]:
     w = world(tmp_path, monkeypatch)
     tcp, udp = listener(socket.SOCK_STREAM), listener(socket.SOCK_DGRAM)
-    host_cfg = {"confinement": confinement, "zygote": {"enabled": False}}
+    host_cfg = host_config(confinement, spawn)
     async with (
         running_host(w["app"], {"hostile": entry(mode)}, host=host_cfg) as host,
         served(host, w["app"]) as srv,
@@ -142,6 +183,7 @@ async def attack_through_host(
             got = await kernel.request(
                 1, "tools.invoke", {"tool": TOOL[mode], "input": {"attacks": todo}}
             )
+        assert_started_by(host, spawn, mode, confinement)
     result = got["result"]
     assert result["status"] == "success", result
     data = result.get("data")
@@ -161,22 +203,26 @@ async def attack_through_host(
     return data, quiet, planted
 
 
+@pytest.mark.parametrize("spawn", SPAWNS)
 @pytest.mark.parametrize("mode", ["persistent", "oneshot", "simple", "mcp"])
 async def test_a_hostile_process_json_sidecar_fails_every_attack(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, spawn: str
 ) -> None:
     need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
     need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
-    data, quiet, planted = await attack_through_host(tmp_path, monkeypatch, "best-effort", mode)
+    data, quiet, planted = await attack_through_host(
+        tmp_path, monkeypatch, "best-effort", mode, spawn
+    )
     assert data == DENIED
     assert quiet and not planted
 
 
+@pytest.mark.parametrize("spawn", SPAWNS)
 @pytest.mark.parametrize("mode", ["persistent", "simple", "mcp"])
 async def test_with_confinement_off_the_same_attacks_succeed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, spawn: str
 ) -> None:
-    data, quiet, planted = await attack_through_host(tmp_path, monkeypatch, "off", mode)
+    data, quiet, planted = await attack_through_host(tmp_path, monkeypatch, "off", mode, spawn)
     expected = {name: "ok" for name in DENIED}
     data.pop("tmpdir")  # no private TMPDIR without confinement
     expected.pop("tmpdir")
@@ -252,9 +298,10 @@ async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
     assert sorted((x["allowed"], x["port"]) for x in egress) == [(False, o), (True, a)]
 
 
+@pytest.mark.parametrize("spawn", SPAWNS)
 @pytest.mark.parametrize("confinement", ["best-effort", "off"])
 async def test_a_unix_grant_does_not_open_the_kernel_socket(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str, spawn: str
 ) -> None:
     """Landlock does not control ``connect`` on a socket file, so a sidecar granted ``unix`` (as
     the computer family is, for the X server) can name the kernel socket: the socket itself
@@ -266,16 +313,13 @@ async def test_a_unix_grant_does_not_open_the_kernel_socket(
     e = entry("persistent")
     e["pool"] = {"min": 1, "max": 2}  # with confinement off, a second worker runs the inner call
     e["confine"] = {"unix": [str(w["app"] / "x11.sock")]}
-    host_cfg = {
-        "confinement": confinement,
-        "zygote": {"enabled": False},
-        "auditLog": ".toolhost/audit.jsonl",
-    }
+    host_cfg = {**host_config(confinement, spawn), "auditLog": ".toolhost/audit.jsonl"}
     async with (
         running_host(w["app"], {"hostile": e}, host=host_cfg) as host,
         served(host, w["app"]) as srv,
     ):
         await wait_available(host, "hostile.attack", timeout=40)
+        assert_started_by(host, spawn, "persistent", confinement)
         inner = {"tool": "hostile.attack", "input": {"attacks": {}}}
         todo = {"kernel_socket": {"kind": "invoke", "path": str(srv.sock), **inner}}
         env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))

@@ -78,6 +78,11 @@ async def test_a_forked_worker_sees_what_an_exec_worker_sees(app, form):
         assert [w.startedBy for w in workers(host, "ex")] == ["exec"]
         forked = await view(host, "view.report")
         execd = await view(host, "view.report2")
+        confined = host.registry.host.confinement != "off"
+    if confined:  # each worker has its own private TMPDIR (PROTOCOL 7)
+        for d in (forked, execd):
+            for envs in (d["env"], d["cEnv"]):
+                assert "/toolhost-" in envs.pop("TMPDIR")
     assert forked["pid"] != execd["pid"]
     assert forked["ppid"] == execd["ppid"] == os.getpid()
     assert forked["seedDraw"] != execd["seedDraw"]
