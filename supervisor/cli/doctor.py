@@ -16,7 +16,7 @@ import trio
 
 from supervisor.cli import doctor_folders
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
-from supervisor.cli.render import zygote_text
+from supervisor.cli.render import shadowed_lines, zygote_text
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.host.host import Host, build_host
 from supervisor.host.loading import HostOptions
@@ -32,6 +32,8 @@ class SidecarReport(msgspec.Struct, kw_only=True):
     hints: list[str] = msgspec.field(default_factory=list)
     stderr: str = ""
     tools: dict[str, str] = msgspec.field(default_factory=dict)
+    shadowed: list[dict[str, str]] = msgspec.field(default_factory=list)
+    """What of this MCP sidecar another sidecar owns: ``{kind, name, shadowedBy}``."""
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -118,6 +120,7 @@ def _report(host: Host) -> Report:
             ):
                 rep.ok = False
             rep.stderr = pool.stderr_tail(2048).strip()
+            rep.shadowed = host.views.shadowed(sid, pool.status().tools)
         rep.problems.extend(sp.entry.warnings)
         if not rep.ok:
             all_ok = False
@@ -162,6 +165,7 @@ def render(report: Report) -> str:
         out.append(f"[{mark}] sidecar {s.id}: {s.state}")
         for name, eff in sorted(s.tools.items()):
             out.append(f"       {name}: {eff}")
+        out.extend(f"     {line}" for line in shadowed_lines(s.id, s.shadowed))
         for p in s.problems:
             out.append(f"     problem: {p}")
         for h in s.hints:

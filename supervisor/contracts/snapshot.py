@@ -157,3 +157,6 @@ class SidecarStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
     lastExitReason: str | None = None
     nextRestartMs: float | None = None
     errors: list[str] = msgspec.field(default_factory=list)
+    shadowed: list[dict[str, str]] = msgspec.field(default_factory=list)
+    """MCP sidecars: what this sidecar's server publishes that another sidecar earlier in the
+    registry owns, ``{kind: tool|resource|resourceTemplate|prompt, name, shadowedBy}``."""

@@ -40,7 +40,11 @@ from supervisor.protocols.mcp_server import (
 log = logging.getLogger("toolhost.mcp")
 
 Notify = Callable[[bytes], None]
-OnChange = Callable[[], None]
+OnChange = Callable[[str], None]
+"""Called with the kind of list that changed: ``tools``, ``resources`` or ``prompts``."""
+OnUpdated = Callable[[str], None]
+"""Called with the URI of a subscribed resource that changed."""
+_RESOURCE_METHODS = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 Connect = Callable[[], Awaitable[trio.SocketStream]]
 """Opens a fresh kernel connection (one per MCP session)."""
 
@@ -207,7 +211,7 @@ class McpFace:
             raw_ref = params.get("ref")
             ref: dict[str, Any] = raw_ref if isinstance(raw_ref, dict) else {}
             target: tuple[Any, str] | None = None
-            if ev.method == "resources/read":
+            if ev.method in _RESOURCE_METHODS:
                 target = ("resource", str(params.get("uri", "")))
             elif ev.method == "prompts/get":
                 target = ("prompt", str(params.get("name", "")))
@@ -223,7 +227,7 @@ class McpFace:
         except RpcError as exc:
             code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
             if exc.code == "not-found":
-                code = RESOURCE_NOT_FOUND if ev.method == "resources/read" else mcp.INVALID_PARAMS
+                code = RESOURCE_NOT_FOUND if ev.method in _RESOURCE_METHODS else mcp.INVALID_PARAMS
             return conn.error(ev.id, code, exc.message, {"code": exc.code})
         except ConnectionLost:
             return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
@@ -257,21 +261,64 @@ class McpFace:
         except (RpcError, ConnectionLost) as exc:
             log.warning("could not cancel kernel call %s: %s", krid, exc)
 
+    async def subscribe(self, uris: list[str]) -> list[str]:
+        """Subscribe this session's kernel connection to ``uris`` (a listen stream's
+        ``resourceSubscriptions``); the ones subscribed (outside the profile, or offered by no
+        available server: left out)."""
+        done = []
+        for uri in uris:
+            if self.profile is not None and not self.profile.allows("resource", uri):
+                continue
+            try:
+                await self.kernel.request("resources.subscribe", {"uri": uri})
+            except RpcError as exc:
+                log.info("listen: cannot subscribe to %s: %s", uri, exc)
+                continue
+            done.append(uri)
+        return done
+
+    async def unsubscribe(self, uris: list[str]) -> None:
+        for uri in uris:
+            try:
+                await self.kernel.request("resources.unsubscribe", {"uri": uri})
+            except (RpcError, ConnectionLost) as exc:
+                log.info("listen: cannot unsubscribe from %s: %s", uri, exc)
+
     async def watch_catalog(
-        self, on_change: OnChange, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        on_change: OnChange,
+        *,
+        on_updated: OnUpdated | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Call ``on_change`` whenever the tools this client sees change; ``started`` once
-        subscribed; returns when the kernel connection closes."""
+        """Call ``on_change("tools")`` whenever the tools this client sees change,
+        ``on_change("resources" | "prompts")`` when the hosted resources (or templates) or
+        prompts change, and ``on_updated(uri)`` at each update of a resource this kernel
+        connection subscribed to; ``started`` once subscribed; returns when the kernel
+        connection closes."""
         try:
             await self.kernel.subscribe()
             self._visible = _fingerprint(await self._tools())
             task_status.started()
             async for event in self.kernel.events:
-                if event.get("event") != "catalog.changed":
+                name = event.get("event")
+                data = event.get("data")
+                data = data if isinstance(data, dict) else {}
+                if name == "resource.updated":
+                    uri = data.get("uri")
+                    if on_updated is not None and isinstance(uri, str):
+                        on_updated(uri)
+                    continue
+                if name == "offers.changed":
+                    for kind in data.get("kinds") or []:
+                        if kind in ("resources", "prompts"):
+                            on_change(kind)
+                    continue
+                if name != "catalog.changed":
                     continue
                 fingerprint = _fingerprint(await self._tools())
                 if fingerprint != self._visible:
                     self._visible = fingerprint
-                    on_change()
+                    on_change("tools")
         except (RpcError, ConnectionLost) as exc:
             log.warning("catalog watch ended: %s", exc)

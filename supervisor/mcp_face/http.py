@@ -433,8 +433,10 @@ class McpHttpServer:
                     )
                     task_status.started()
                     # The watch ends when the kernel connection does; the session ends with it.
+                    conn = session.conn
                     await session.face.watch_catalog(
-                        lambda: session.push(session.conn.tools_changed())
+                        lambda kind: session.push(conn.list_changed(kind)),
+                        on_updated=lambda uri: session.push(conn.resource_updated(uri)),
                     )
                     nursery.cancel_scope.cancel()
             except Exception as exc:  # the host went away: the session ends, the server stays

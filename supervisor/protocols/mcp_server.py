@@ -117,8 +117,12 @@ FORWARDED = {
     "prompts/list": "prompts.list",
     "prompts/get": "prompts.get",
     "completion/complete": "completion.complete",
+    "resources/subscribe": "resources.subscribe",
+    "resources/unsubscribe": "resources.unsubscribe",
 }
 """The MCP methods served through a kernel method, and that method."""
+HANDSHAKE_ONLY = frozenset(("resources/subscribe", "resources/unsubscribe"))
+"""Forwarded methods the stateless era does not have (it subscribes on ``subscriptions/listen``)."""
 
 
 class Cancelled(msgspec.Struct, frozen=True, kw_only=True):
@@ -269,7 +273,7 @@ class McpServerConnection:
             return self._call(rid, params, headers)
         if method == "server/discover":
             return self._discover(rid, params, headers)
-        if method in FORWARDED:
+        if method in FORWARDED and not (modern and method in HANDSHAKE_ONLY):
             return self._forward(rid, method, params, headers)
         if method == "subscriptions/listen" and modern:
             listen = self._checked(rid, method, params, mcp.ListenParams, headers)
@@ -512,18 +516,41 @@ class McpServerConnection:
     def tools_changed(self, subscription: mcp.RequestId | None = None) -> bytes:
         """A ``notifications/tools/list_changed`` line; on a listen stream (stateless era) it
         names the ``subscription`` (the listen request's id)."""
-        if subscription is None:
-            note = mcp.OutNotification(method="notifications/tools/list_changed")
-        else:
-            params = {"_meta": {mcp.SUBSCRIPTION_ID_KEY: subscription}}
-            note = mcp.OutNotification(method="notifications/tools/list_changed", params=params)
+        return self.list_changed("tools", subscription)
+
+    def list_changed(self, kind: str, subscription: mcp.RequestId | None = None) -> bytes:
+        """``notifications/{kind}/list_changed`` (``tools``, ``resources``, ``prompts``), tagged
+        with the listen request's id on a listen stream."""
+        return self._note(f"notifications/{kind}/list_changed", {}, subscription)
+
+    def resource_updated(self, uri: str, subscription: mcp.RequestId | None = None) -> bytes:
+        """``notifications/resources/updated`` for ``uri`` (tagged on a listen stream)."""
+        return self._note("notifications/resources/updated", {"uri": uri}, subscription)
+
+    def _note(
+        self, method: str, params: dict[str, Any], subscription: mcp.RequestId | None
+    ) -> bytes:
+        if subscription is not None:
+            params = {**params, "_meta": {mcp.SUBSCRIPTION_ID_KEY: subscription}}
+        note = mcp.OutNotification(method=method, params=params or msgspec.UNSET)
         return _encode(note) + b"\n"
 
 
 def honored(wanted: mcp.SubscriptionFilter) -> mcp.SubscriptionFilter:
-    """What a listen stream will carry of what it asked for (the tools list, for now; what we
-    never send is left out of the acknowledgement, as the specification asks)."""
-    return mcp.SubscriptionFilter(toolsListChanged=True if wanted.toolsListChanged else None)
+    """What a listen stream will carry of what it asked for (list changes of tools, resources
+    and prompts, updates of the resources named; what we never send is left out of the
+    acknowledgement, as the specification asks)."""
+    return mcp.SubscriptionFilter(
+        toolsListChanged=True if wanted.toolsListChanged else None,
+        resourcesListChanged=True if wanted.resourcesListChanged else None,
+        promptsListChanged=True if wanted.promptsListChanged else None,
+        resourceSubscriptions=list(wanted.resourceSubscriptions or []) or None,
+    )
+
+
+def wants(shown: mcp.SubscriptionFilter, kind: str) -> bool:
+    """Whether a listen stream that was acknowledged ``shown`` carries ``kind``'s list changes."""
+    return bool(getattr(shown, f"{kind}ListChanged", None))
 
 
 def header_mismatch(

@@ -93,4 +93,5 @@ class Backend:
             control=host,
             telemetry=host.telemetry,
             endpoints=host.endpoints,
+            offers=host.offers,
         )

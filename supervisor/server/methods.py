@@ -401,6 +401,30 @@ async def resources_read(c: RequestContext, raw: msgspec.Raw) -> Any:
     return await _offer_call(c, sid, "resources/read", {"uri": p.uri})
 
 
+def resources_subscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
+    """``resources.subscribe``: ``resource.updated {uri}`` events on this connection whenever
+    the owning server says the resource changed (until unsubscribed or the connection ends)."""
+    p = c.params(raw, UriParams)
+    session, codec = c.session, c.codec
+
+    def deliver(uri: str) -> None:
+        session.send(codec.event("resource.updated", {"uri": uri}), codec)
+
+    try:
+        c.backend.offers.subscribe(p.uri, session, deliver)
+    except OfferError as exc:
+        raise RpcFailure(exc.code, exc.message, exc.data) from None
+    return {}
+
+
+def resources_unsubscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
+    """``resources.unsubscribe``: no more ``resource.updated`` for that URI (a URI this
+    connection did not follow is answered the same)."""
+    p = c.params(raw, UriParams)
+    c.backend.offers.unsubscribe(p.uri, c.session)
+    return {}
+
+
 async def prompts_get(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, PromptParams)
     sid = _owner(c.backend.offers.owner_of_prompt, p.name)
@@ -488,6 +512,8 @@ METHODS: dict[str, Method] = {
     "resources.list": Method(_listing("resources"), "quick"),
     "resources.templates": Method(_listing("resourceTemplates"), "quick"),
     "resources.read": Method(resources_read, "awaited"),
+    "resources.subscribe": Method(resources_subscribe, "quick"),
+    "resources.unsubscribe": Method(resources_unsubscribe, "quick"),
     "prompts.list": Method(_listing("prompts"), "quick"),
     "prompts.get": Method(prompts_get, "awaited"),
     "completion.complete": Method(completion_complete, "awaited"),

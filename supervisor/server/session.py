@@ -118,6 +118,11 @@ class Session:
         self._subscribed = True
         self._nursery.start_soon(self._forward_changes, self.backend.feed.subscribe(), codec)
 
+        def lists_changed(kinds: tuple[str, ...]) -> None:
+            self.send(codec.event("offers.changed", {"kinds": list(kinds)}), codec)
+
+        self.backend.offers.watch_lists(self, lists_changed)
+
     def start_events(self, codec: Codec, params: SubscribeParams) -> None:
         """Subscribe to operator events (replacing this session's earlier subscription)."""
         if self._nursery is None or self.closed:
@@ -171,6 +176,7 @@ class Session:
         cancelled (the awaited methods end with the transport's nursery)."""
         self.closed = True
         self._stop_events()
+        self.backend.offers.drop(self)  # its resource subscriptions and list watch end
         for rid in list(self._started):
             self.backend.invoker.cancel(self.call_key(rid), "client disconnected")
 
@@ -184,6 +190,7 @@ class Session:
         """
         self.closed = True
         self._leaving = True
+        self.backend.offers.drop(self)
         for rid, (name, ctx, params) in list(self._started.items()):
             if changes_state(ctx, name, params):
                 self._keep(rid, name, why)

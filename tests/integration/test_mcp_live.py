@@ -1,0 +1,251 @@
+"""The live parts of hosted MCP servers (issue 29): resource subscriptions counted per URI
+across kernel clients (one subscribe to the owning server, updates to every subscriber, the
+server subscribed again when its worker restarts, unsubscribed when the last client goes), in
+both eras (a hand-written handshake server that supports ``resources/subscribe``, an SDK server
+in the stateless era where the subscription rides on ``subscriptions/listen``); list changes
+(a server's ``list_changed``, a sidecar stopped and back) told to kernels as ``offers.changed``;
+``notifications/cancelled`` to a server whose read or get the host gave up on; what one MCP
+sidecar publishes that another owns, in its status and in ``toolhost doctor``."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from supervisor.cli.doctor import examine
+from supervisor.host.loading import HostOptions
+from supervisor.host.offers import HostedOffers, OfferError
+from supervisor.workers import mcp_client
+from tests.conftest import FIXTURES, running_host, wait_for, write_registry
+from tests.kernel import served
+
+LIVE = FIXTURES.parent / "mcp" / "live.py"
+OFFERS = FIXTURES.parent / "mcp" / "offers.py"
+
+
+def live(log: Path) -> dict:
+    return {
+        "command": "python",
+        "args": [str(LIVE)],
+        "protocol": "mcp",
+        "env": {"LIVE_LOG": str(log)},
+        "restart": {"backoffMs": 20, "maxBackoffMs": 200},
+        "probe": {"startTimeoutMs": 20_000},
+    }
+
+
+def offers(name: str) -> dict:
+    return {
+        "command": "python",
+        "args": [str(OFFERS)],
+        "protocol": "mcp",
+        "env": {"OFFERS_NAME": name},
+        "restart": {"backoffMs": 20, "maxBackoffMs": 200},
+        "probe": {"startTimeoutMs": 20_000},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _forget_eras():
+    mcp_client.HANDSHAKE_ONLY.clear()
+    yield
+    mcp_client.HANDSHAKE_ONLY.clear()
+
+
+class Peer:
+    """A kernel peer that keeps the broadcast events it reads while waiting for answers."""
+
+    def __init__(self, peer: Any) -> None:
+        self.peer = peer
+        self.events: list[dict] = []
+        self.rid = 100
+
+    async def request(self, method: str, params: Any = None) -> dict:
+        self.rid += 1
+        rid = self.rid
+        await self.peer.send({"id": rid, "method": method, "params": params or {}})
+        while True:
+            msg = await self.peer.recv()
+            if "event" in msg:
+                self.events.append(msg)
+            elif msg.get("id") == rid:
+                return msg
+
+    async def ok(self, method: str, params: Any = None) -> Any:
+        resp = await self.request(method, params)
+        assert "error" not in resp, resp
+        return resp["result"]
+
+    async def event(self, name: str, timeout: float = 15) -> dict:
+        """The next event ``name`` (one already read first)."""
+        with trio.fail_after(timeout):
+            for i, msg in enumerate(self.events):
+                if msg["event"] == name:
+                    return self.events.pop(i)["data"]
+            while True:
+                msg = await self.peer.recv()
+                if msg.get("event") == name:
+                    return msg["data"]
+                self.events.append(msg)
+
+
+def logged(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+async def until_logged(log: Path, line: str, count: int = 1, timeout: float = 15) -> None:
+    """Poll the fixture's log (a file another process writes) until ``line`` is in it
+    ``count`` times."""
+    with trio.fail_after(timeout):
+        while logged(log).count(line) < count:
+            await trio.sleep(0.02)
+
+
+async def test_subscriptions_are_counted_routed_and_renewed(app, tmp_path):
+    log = tmp_path / "live.log"
+    async with running_host(app, {"live": live(log), "alpha": offers("alpha")}) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: len(known.listed("resources")) == 4, 30)
+        assert host.pools["live"].workers[0].conn.era == "handshake"
+        assert host.pools["alpha"].workers[0].conn.era == "modern"
+        async with (
+            served(host, app) as srv,
+            srv.peer("unix-json") as raw1,
+            srv.peer("unix-json") as raw2,
+        ):
+            one, two = Peer(raw1), Peer(raw2)
+            await one.ok("server.hello")
+            await two.ok("server.hello")
+
+            missing = await one.request("resources.subscribe", {"uri": "nowhere://x"})
+            assert missing["error"]["code"] == "not-found"
+
+            # Two clients, one subscribe to the server (handshake era: resources/subscribe).
+            assert await one.ok("resources.subscribe", {"uri": "live://a"}) == {}
+            assert await two.ok("resources.subscribe", {"uri": "live://a"}) == {}
+            await until_logged(log, "resources/subscribe live://a")
+            assert host.offers.subscriptions() == {
+                "live://a": {"sidecar": "live", "subscribers": 2}
+            }
+            env = await one.ok("tools.invoke", {"tool": "bump", "input": {"uri": "live://a"}})
+            assert env["status"] == "success"
+            assert await one.event("resource.updated") == {"uri": "live://a"}
+            assert await two.event("resource.updated") == {"uri": "live://a"}
+
+            # An update of a URI nobody subscribed to reaches nobody.
+            await one.ok("tools.invoke", {"tool": "bump", "input": {"uri": "live://slow"}})
+            assert not [e for e in one.events if e["event"] == "resource.updated"]
+
+            # The worker restarts: the new server is subscribed again, updates flow again.
+            assert await host.restart_sidecar("live")
+            await until_logged(log, "resources/subscribe live://a", count=2)
+            await wait_for(host, lambda: len(known.listed("resources")) == 4, 30)
+            await one.ok("tools.invoke", {"tool": "bump", "input": {"uri": "live://a"}})
+            assert await one.event("resource.updated") == {"uri": "live://a"}
+            assert await two.event("resource.updated") == {"uri": "live://a"}
+
+            # The first leaves: still subscribed; the last unsubscribes: the server is told.
+            assert await one.ok("resources.unsubscribe", {"uri": "live://a"}) == {}
+            assert "resources/unsubscribe live://a" not in logged(log)
+            await raw2.stream.aclose()
+            await until_logged(log, "resources/unsubscribe live://a")
+            assert host.offers.subscriptions() == {}
+
+            # The stateless era: the subscription rides on the server's subscriptions/listen.
+            assert await one.ok("resources.subscribe", {"uri": "note://readme"}) == {}
+            alpha = host.pools["alpha"].workers[0].mcp
+            assert alpha.subscriptions == {"note://readme"}
+            touched = None
+            with trio.fail_after(20):  # the listen stream is reopened with the URI
+                while touched is None:
+                    args = {"tool": "touch", "input": {"uri": "note://readme"}}
+                    await one.ok("tools.invoke", args)
+                    with trio.move_on_after(0.5):
+                        touched = await one.event("resource.updated")
+            assert touched == {"uri": "note://readme"}
+
+
+async def test_list_changes_reach_kernels(app, tmp_path):
+    log = tmp_path / "live.log"
+    async with running_host(app, {"live": live(log)}) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: known.listed("prompts"), 30)
+        async with served(host, app) as srv, srv.peer("unix-json") as raw:
+            peer = Peer(raw)
+            await peer.ok("server.hello")
+            await peer.ok("capability.catalog.subscribe")
+
+            # The server announces a new prompt (notifications/prompts/list_changed).
+            await peer.ok("tools.invoke", {"tool": "add_prompt", "input": {"name": "fresh"}})
+            assert await peer.event("offers.changed") == {"kinds": ["prompts"]}
+            names = {p["name"] for p in (await peer.ok("prompts.list"))["prompts"]}
+            assert names == {"slow", "fresh"}
+
+            # The sidecar stops: its resources and prompts leave, and kernels are told.
+            assert await host.stop_sidecar("live")
+            assert await peer.event("offers.changed") == {"kinds": ["resources", "prompts"]}
+            assert (await peer.ok("resources.list"))["resources"] == []
+
+            # Back: listed again, and told again.
+            assert await host.start_sidecar("live")
+            changed = await peer.event("offers.changed", timeout=30)
+            assert changed == {"kinds": ["resources", "prompts"]}
+            uris = {r["uri"] for r in (await peer.ok("resources.list"))["resources"]}
+            assert uris == {"live://a", "live://slow"}
+
+
+def cancels(log: Path) -> list[int]:
+    return [int(line.split()[-1]) for line in logged(log) if line.startswith("notifications/can")]
+
+
+async def test_a_read_or_get_given_up_on_is_cancelled_at_the_server(app, tmp_path):
+    log = tmp_path / "live.log"
+    async with running_host(app, {"live": live(log)}) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: known.listed("prompts"), 30)
+        client = host.pools["live"].workers[0].mcp
+
+        # A deadline: the host stops waiting and tells the server which request it dropped.
+        with pytest.raises(OfferError) as info:
+            await known.request("live", "prompts/get", {"name": "slow"}, timeout_s=0.3)
+        assert info.value.code == "unavailable"
+        with trio.fail_after(10):
+            while not cancels(log):
+                await trio.sleep(0.02)
+        [rid] = cancels(log)
+        assert rid not in client.conn.pending
+
+        # A client that leaves: its read is cancelled in the host, and at the server.
+        async with served(host, app) as srv:
+            async with srv.peer("unix-json") as raw:
+                params = {"uri": "live://slow"}
+                await raw.send({"id": 1, "method": "resources.read", "params": params})
+                await until_logged(log, "resources/read")
+                assert [m for m in client.conn.pending.values() if m == "resources/read"]
+            with trio.fail_after(10):
+                while len(cancels(log)) < 2:
+                    await trio.sleep(0.02)
+            assert "resources/read" not in client.conn.pending.values()
+
+
+async def test_shadowed_entries_show_in_the_status_and_in_doctor(app):
+    reg = {"alpha": offers("alpha"), "beta": offers("beta")}
+    async with running_host(app, reg) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: len(known.shadowed()) >= 4, 30)
+        statuses = {s.id: s for s in host.views.snapshot().sidecars}
+        shadowed = {(r["kind"], r["name"], r["shadowedBy"]) for r in statuses["beta"].shadowed}
+        assert ("resource", "note://readme", "alpha") in shadowed
+        assert ("resource", "note://shared", "alpha") in shadowed
+        assert ("resourceTemplate", "note://page/{name}", "alpha") in shadowed
+        assert ("prompt", "greet", "alpha") in shadowed
+        assert statuses["alpha"].shadowed == []
+
+    write_registry(app, reg)
+    options = HostOptions(app_root=str(app), restart_policy="never", audit=False)
+    report = await examine(options, 30)
+    by_id = {s.id: s for s in report.sidecars}
+    rows = {(r["kind"], r["name"], r["shadowedBy"]) for r in by_id["beta"].shadowed}
+    assert ("prompt", "greet", "alpha") in rows and ("resource", "note://readme", "alpha") in rows
+    assert by_id["alpha"].shadowed == []
