@@ -9,7 +9,10 @@
 # ``tools.cancel``; a progress token turns on ``stream`` and every ``tool.progress`` event
 # becomes ``notifications/progress``; a ``catalog.changed`` subscription calls back when the
 # *visible* list really changed (the transport sends ``notifications/tools/list_changed`` in the
-# era the client speaks). A client's profile (:mod:`supervisor.mcp_face.profiles`) filters what
+# era the client speaks), and so do the ``offers.changed`` (hosted resources, prompts) and
+# ``resource.updated`` events of the same kernel connection (``resources/subscribe`` and a
+# listen stream's ``resourceSubscriptions`` are ``resources.subscribe`` on it). A client's
+# profile (:mod:`supervisor.mcp_face.profiles`) filters what
 # it is listed and refuses a call outside it with an MCP error naming the profile, before the
 # host is asked. The wire side (framing, both eras, result shapes) is
 # :mod:`supervisor.protocols.mcp_server`.
@@ -28,6 +31,7 @@ import trio
 from supervisor.client import Client, ConnectionLost, RpcError
 from supervisor.contracts import mcp
 from supervisor.mcp_face.profiles import Profile
+from supervisor.protocols.mcp_pages import PAGE_SIZE, BadCursor, paginate
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
@@ -44,6 +48,7 @@ OnChange = Callable[[str], None]
 """Called with the kind of list that changed: ``tools``, ``resources`` or ``prompts``."""
 OnUpdated = Callable[[str], None]
 """Called with the URI of a subscribed resource that changed."""
+_IDENT = {"resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
 _RESOURCE_METHODS = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 Connect = Callable[[], Awaitable[trio.SocketStream]]
 """Opens a fresh kernel connection (one per MCP session)."""
@@ -123,20 +128,27 @@ class McpFace:
         self._calls: dict[mcp.RequestId, int] = {}
         self._cancelled: set[mcp.RequestId] = set()
         self._visible: bytes | None = None
+        self.page_size = PAGE_SIZE
+        """Items per page of the lists (``nextCursor`` past it)."""
 
     async def _tools(self) -> list[Any]:
         tools: list[Any] = await self.kernel.tools("mcp")
         profile = self.profile
         return tools if profile is None else profile.tools_of(tools)
 
-    async def list_tools(self, rid: mcp.RequestId) -> bytes:
-        """The ``tools/list`` answer: the model-visible tools of the profile, as MCP tools."""
+    async def list_tools(self, rid: mcp.RequestId, cursor: str | None = None) -> bytes:
+        """The ``tools/list`` answer: the model-visible tools of the profile, as MCP tools, the
+        page ``cursor`` starts (:attr:`page_size` a page)."""
         try:
             tools = await self._tools()
         except (RpcError, ConnectionLost) as exc:
             return self.conn.error(rid, mcp.INTERNAL_ERROR, f"toolhost: {exc}")
         self._visible = _fingerprint(tools)
-        return self.conn.tools_page(rid, tools)
+        try:
+            page, following = paginate(tools, cursor, "name", self.page_size)
+        except BadCursor as exc:
+            return self.conn.error(rid, mcp.INVALID_PARAMS, str(exc))
+        return self.conn.tools_page(rid, page, following)
 
     async def call_tool(self, ev: CallTool, notify: Notify) -> bytes | None:
         """Run ``tools/call`` as ``tools.invoke``; the answer, or None if the client cancelled
@@ -243,7 +255,14 @@ class McpFace:
             ]
             if profile is not None:
                 items = getattr(profile, of)(items)
-            return conn.page(ev.id, key, items)
+            cursor = params.get("cursor")
+            try:
+                page, following = paginate(
+                    items, cursor if isinstance(cursor, str) else None, _IDENT[key], self.page_size
+                )
+            except BadCursor as exc:
+                return conn.error(ev.id, mcp.INVALID_PARAMS, str(exc))
+            return conn.page(ev.id, key, page, following)
         answer = {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
         return conn.result(ev.id, answer)
 

@@ -377,7 +377,7 @@ class McpHttpServer:
         if isinstance(ev, Reply):
             await ex.json(200, ev.data)
         elif isinstance(ev, ListTools):
-            await ex.json(200, await face.list_tools(ev.id))
+            await ex.json(200, await face.list_tools(ev.id, ev.cursor))
         elif isinstance(ev, Forward):
             await ex.json(200, await face.forward(ev))
         elif isinstance(ev, CallTool):

@@ -200,7 +200,7 @@ class StatelessFace:
             profile=identity.profile,
         )
         if isinstance(ev, ListTools):
-            await ex.json(200, await face.list_tools(ev.id))
+            await ex.json(200, await face.list_tools(ev.id, ev.cursor))
         elif isinstance(ev, Forward):
             forwarded = await face.forward(ev)
             code = conn.error_code

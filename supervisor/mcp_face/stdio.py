@@ -114,8 +114,8 @@ async def _read(
     write: Callable[[bytes], None],
     listeners: dict[RequestId, SubscriptionFilter],
 ) -> None:
-    async def list_tools(rid: int | str) -> None:
-        write(await face.list_tools(rid))
+    async def list_tools(ev: ListTools) -> None:
+        write(await face.list_tools(ev.id, ev.cursor))
 
     async def forward(ev: Forward) -> None:
         write(await face.forward(ev))
@@ -153,7 +153,7 @@ async def _read(
             if isinstance(ev, Reply):
                 write(ev.data)
             elif isinstance(ev, ListTools):
-                nursery.start_soon(list_tools, ev.id)
+                nursery.start_soon(list_tools, ev)
             elif isinstance(ev, CallTool):
                 nursery.start_soon(call_tool, ev)
             elif isinstance(ev, Forward):

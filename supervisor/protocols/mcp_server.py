@@ -74,9 +74,11 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ListTools(msgspec.Struct, frozen=True, kw_only=True):
-    """``tools/list``: answer with :meth:`McpServerConnection.result` (one page, no cursor)."""
+    """``tools/list``: answer with :meth:`McpServerConnection.tools_page` (the page ``cursor``
+    starts)."""
 
     id: mcp.RequestId
+    cursor: str | None = None
 
 
 class CallTool(msgspec.Struct, frozen=True, kw_only=True):
@@ -268,7 +270,8 @@ class McpServerConnection:
                 page = self._checked(rid, method, params, mcp.ListToolsParams, headers)
                 if isinstance(page, Reply):
                     return page
-            return ListTools(id=rid)
+                return ListTools(id=rid, cursor=page.cursor)
+            return ListTools(id=rid, cursor=_cursor(params))
         if method == "tools/call":
             return self._call(rid, params, headers)
         if method == "server/discover":
@@ -464,20 +467,22 @@ class McpServerConnection:
             return self._stamped(rid, result)
         return _encode(mcp.OutResult(id=rid, result=result)) + b"\n"
 
-    def tools_page(self, rid: mcp.RequestId, tools: list[Any]) -> bytes:
-        """The ``tools/list`` answer (one page); stateless: with its cache hints."""
-        if self.era == "modern":
-            page = {"tools": tools, "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
-            return self._stamped(rid, page)
-        return self.result(rid, {"tools": tools})
+    def tools_page(self, rid: mcp.RequestId, tools: list[Any], cursor: str | None = None) -> bytes:
+        """The ``tools/list`` answer (``cursor``: its ``nextCursor``); stateless: with its cache
+        hints."""
+        return self.page(rid, "tools", tools, cursor)
 
-    def page(self, rid: mcp.RequestId, key: str, items: list[Any]) -> bytes:
-        """A ``resources/list``, ``resources/templates/list`` or ``prompts/list`` answer (one
-        page, ``key`` naming its items); stateless: with its cache hints."""
+    def page(
+        self, rid: mcp.RequestId, key: str, items: list[Any], cursor: str | None = None
+    ) -> bytes:
+        """A list answer (``key`` naming its items, ``cursor`` its ``nextCursor`` when more
+        follow); stateless: with its cache hints."""
+        page: dict[str, Any] = {key: items}
+        if cursor is not None:
+            page["nextCursor"] = cursor
         if self.era == "modern":
-            page = {key: items, "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
-            return self._stamped(rid, page)
-        return self.result(rid, {key: items})
+            return self._stamped(rid, {**page, "ttlMs": LIST_TTL_MS, "cacheScope": "private"})
+        return self.result(rid, page)
 
     def _stamped(self, rid: mcp.RequestId, result: dict[str, Any]) -> bytes:
         out = dict(result)
@@ -589,6 +594,14 @@ def _has_envelope(params: msgspec.Raw | None) -> bool:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
     return p.meta is not None and p.meta.protocol_version is not msgspec.UNSET
+
+
+def _cursor(params: msgspec.Raw | None) -> str | None:
+    """A handshake-era list request's ``cursor`` (None when absent or unreadable)."""
+    try:
+        return msgspec.json.decode(params or b"{}", type=mcp.ListToolsParams).cursor
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def _requested(params: msgspec.Raw | None) -> str:

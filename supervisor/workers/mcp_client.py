@@ -14,7 +14,13 @@
 # stdio worker (``mcp.py``, lines on a pipe) and the Streamable HTTP worker (``mcp_http.py``, a
 # POST per message) each own one and are its :class:`McpCarrier`, which says how a message
 # leaves (``send``, ``notify``) and how the worker ends (``kill``). Everything the server says
-# comes back through :meth:`McpClient.receive`, whatever carried it.
+# comes back through :meth:`McpClient.receive`, whatever carried it. Resources, templates and
+# prompts are listed into :attr:`McpClient.offer` at start and on list_changed (then
+# ``on_offer``); the host's resource subscriptions for this server are
+# :attr:`McpClient.subscriptions` (``resources/subscribe`` in the handshake era, the listen
+# stream's ``resourceSubscriptions`` in the stateless era), their updates go to ``on_updated``;
+# a request the host stops waiting for (deadline, or its asker cancelled) is announced with
+# ``notifications/cancelled`` as a ``tools/call`` is.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ both eras (a hand-written handshake server that supports ``resources/subscribe``
 in the stateless era where the subscription rides on ``subscriptions/listen``); list changes
 (a server's ``list_changed``, a sidecar stopped and back) told to kernels as ``offers.changed``;
 ``notifications/cancelled`` to a server whose read or get the host gave up on; what one MCP
-sidecar publishes that another owns, in its status and in ``toolhost doctor``."""
+sidecar publishes that another owns, in its status and in ``toolhost doctor``; the face's
+lists paged with ``nextCursor``."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,13 @@ import pytest
 import trio
 
 from supervisor.cli.doctor import examine
+from supervisor.client import client_on_stream
 from supervisor.host.loading import HostOptions
 from supervisor.host.offers import HostedOffers, OfferError
+from supervisor.mcp_face.face import McpFace, embedded_connector
+from supervisor.protocols.mcp_server import Forward, ListTools, McpServerConnection
 from supervisor.workers import mcp_client
-from tests.conftest import FIXTURES, running_host, wait_for, write_registry
+from tests.conftest import FIXTURES, running_host, wait_available, wait_for, write_registry
 from tests.kernel import served
 
 LIVE = FIXTURES.parent / "mcp" / "live.py"
@@ -249,3 +254,56 @@ async def test_shadowed_entries_show_in_the_status_and_in_doctor(app):
     rows = {(r["kind"], r["name"], r["shadowedBy"]) for r in by_id["beta"].shadowed}
     assert ("prompt", "greet", "alpha") in rows and ("resource", "note://readme", "alpha") in rows
     assert by_id["alpha"].shadowed == []
+
+
+async def test_the_faces_lists_are_paged_with_cursors(app, tmp_path):
+    log = tmp_path / "live.log"
+    async with running_host(app, {"live": live(log)}) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: known.listed("resources"), 30)
+        await wait_available(host, "bump", "add_prompt")
+        async with trio.open_nursery() as nursery:
+            stream = await embedded_connector(host, nursery)()
+            async with client_on_stream(stream, name="pages") as kernel:
+                conn = McpServerConnection()
+                init = {"protocolVersion": "2025-11-25", "capabilities": {}}
+                conn.feed(
+                    json.dumps(
+                        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+                    ).encode()
+                    + b"\n"
+                )
+                face = McpFace(conn, kernel, nursery)
+                face.page_size = 1
+                rid = 0
+
+                async def ask(method: str, params: dict) -> dict:
+                    nonlocal rid
+                    rid += 1
+                    msg = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+                    [ev] = conn.feed(json.dumps(msg).encode() + b"\n")
+                    if isinstance(ev, ListTools):
+                        return json.loads(await face.list_tools(ev.id, ev.cursor))
+                    assert isinstance(ev, Forward)
+                    return json.loads(await face.forward(ev))
+
+                async def walk(method: str, key: str, ident: str) -> list[str]:
+                    names: list[str] = []
+                    params: dict = {}
+                    while True:
+                        result = (await ask(method, params))["result"]
+                        assert len(result[key]) <= 1
+                        names += [item[ident] for item in result[key]]
+                        if "nextCursor" not in result:
+                            return names
+                        params = {"cursor": result["nextCursor"]}
+
+                assert sorted(await walk("tools/list", "tools", "name")) == ["add_prompt", "bump"]
+                uris = await walk("resources/list", "resources", "uri")
+                assert uris == ["live://a", "live://slow"]
+                assert await walk("prompts/list", "prompts", "name") == ["slow"]
+                bad = await ask("resources/list", {"cursor": "not ours"})
+                assert bad["error"]["code"] == -32602
+                bad = await ask("tools/list", {"cursor": "not ours"})
+                assert bad["error"]["code"] == -32602
+            nursery.cancel_scope.cancel()
