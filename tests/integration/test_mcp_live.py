@@ -22,7 +22,15 @@ from supervisor.host.offers import HostedOffers, OfferError
 from supervisor.mcp_face.face import McpFace, embedded_connector
 from supervisor.protocols.mcp_server import Forward, ListTools, McpServerConnection
 from supervisor.workers import mcp_client
-from tests.conftest import FIXTURES, running_host, wait_available, wait_for, write_registry
+from tests.conftest import (
+    FIXTURES,
+    free_port,
+    running_host,
+    wait_available,
+    wait_for,
+    write_registry,
+)
+from tests.integration.test_mcp_offers import OffersServer
 from tests.kernel import served
 
 LIVE = FIXTURES.parent / "mcp" / "live.py"
@@ -307,3 +315,43 @@ async def test_the_faces_lists_are_paged_with_cursors(app, tmp_path):
                 bad = await ask("tools/list", {"cursor": "not ours"})
                 assert bad["error"]["code"] == -32602
             nursery.cancel_scope.cancel()
+
+
+async def test_a_handshake_server_over_http_is_heard_on_its_get_stream(app, tmp_path):
+    port = free_port()
+    server = OffersServer(port, tmp_path / "server.log")
+    server.start()
+    try:
+        await server.listening()
+        url = f"http://127.0.0.1:{port}/mcp"
+        mcp_client.HANDSHAKE_ONLY[("remote", (url,))] = True  # host it in the handshake era
+        entry = {
+            "protocol": "mcp-http",
+            "url": url,
+            "restart": {"backoffMs": 20, "maxBackoffMs": 300},
+            "probe": {"startTimeoutMs": 20_000},
+        }
+        async with running_host(app, {"remote": entry}) as host:
+            known = HostedOffers(host.views)
+            await wait_for(host, lambda: known.listed("resources"), 30)
+            await wait_available(host, "touch", "add_note")
+            assert host.pools["remote"].workers[0].conn.era == "handshake"
+            async with served(host, app) as srv, srv.peer("unix-json") as raw:
+                peer = Peer(raw)
+                await peer.ok("server.hello")
+                await peer.ok("capability.catalog.subscribe")
+                assert await peer.ok("resources.subscribe", {"uri": "note://readme"}) == {}
+                touched = None
+                with trio.fail_after(20):  # once the GET stream is open, updates arrive on it
+                    while touched is None:
+                        args = {"tool": "touch", "input": {"uri": "note://readme"}}
+                        await peer.ok("tools.invoke", args)
+                        with trio.move_on_after(0.5):
+                            touched = await peer.event("resource.updated")
+                assert touched == {"uri": "note://readme"}
+                await peer.ok("tools.invoke", {"tool": "add_note", "input": {"name": "fresh"}})
+                assert await peer.event("offers.changed") == {"kinds": ["resources"]}
+                listed = (await peer.ok("resources.list"))["resources"]
+                assert "note://fresh" in {r["uri"] for r in listed}
+    finally:
+        server.kill()
