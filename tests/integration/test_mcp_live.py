@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor.cli.doctor import examine
+from supervisor.cli.doctor import examine, render
+from supervisor.cli.render import status_text
 from supervisor.client import client_on_stream
 from supervisor.host.loading import HostOptions
 from supervisor.host.offers import HostedOffers, OfferError
@@ -253,7 +254,10 @@ async def test_shadowed_entries_show_in_the_status_and_in_doctor(app):
         assert ("resource", "note://shared", "alpha") in shadowed
         assert ("resourceTemplate", "note://page/{name}", "alpha") in shadowed
         assert ("prompt", "greet", "alpha") in shadowed
+        assert ("tool", "add_note", "alpha") in shadowed  # the catalog gives it to alpha
         assert statuses["alpha"].shadowed == []
+        text = status_text(host.views.snapshot())
+        assert "shadowed: resource note://readme of beta (owned by alpha)" in text
 
     write_registry(app, reg)
     options = HostOptions(app_root=str(app), restart_policy="never", audit=False)
@@ -262,6 +266,7 @@ async def test_shadowed_entries_show_in_the_status_and_in_doctor(app):
     rows = {(r["kind"], r["name"], r["shadowedBy"]) for r in by_id["beta"].shadowed}
     assert ("prompt", "greet", "alpha") in rows and ("resource", "note://readme", "alpha") in rows
     assert by_id["alpha"].shadowed == []
+    assert "shadowed: prompt greet of beta (owned by alpha)" in render(report)
 
 
 async def test_the_faces_lists_are_paged_with_cursors(app, tmp_path):
