@@ -322,14 +322,18 @@ async def test_the_faces_lists_are_paged_with_cursors(app, tmp_path):
             nursery.cancel_scope.cancel()
 
 
-async def test_a_handshake_server_over_http_is_heard_on_its_get_stream(app, tmp_path):
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_a_server_over_http_is_heard_in_both_eras(app, tmp_path, era):
+    """Handshake era: on the session's GET stream; stateless era: on subscriptions/listen,
+    reopened with the URI subscribed."""
     port = free_port()
     server = OffersServer(port, tmp_path / "server.log")
     server.start()
     try:
         await server.listening()
         url = f"http://127.0.0.1:{port}/mcp"
-        mcp_client.HANDSHAKE_ONLY[("remote", (url,))] = True  # host it in the handshake era
+        if era == "handshake":
+            mcp_client.HANDSHAKE_ONLY[("remote", (url,))] = True  # host it in that era
         entry = {
             "protocol": "mcp-http",
             "url": url,
@@ -340,14 +344,14 @@ async def test_a_handshake_server_over_http_is_heard_on_its_get_stream(app, tmp_
             known = HostedOffers(host.views)
             await wait_for(host, lambda: known.listed("resources"), 30)
             await wait_available(host, "touch", "add_note")
-            assert host.pools["remote"].workers[0].conn.era == "handshake"
+            assert host.pools["remote"].workers[0].conn.era == era
             async with served(host, app) as srv, srv.peer("unix-json") as raw:
                 peer = Peer(raw)
                 await peer.ok("server.hello")
                 await peer.ok("capability.catalog.subscribe")
                 assert await peer.ok("resources.subscribe", {"uri": "note://readme"}) == {}
                 touched = None
-                with trio.fail_after(20):  # once the GET stream is open, updates arrive on it
+                with trio.fail_after(20):  # once the stream is (re)opened, updates arrive
                     while touched is None:
                         args = {"tool": "touch", "input": {"uri": "note://readme"}}
                         await peer.ok("tools.invoke", args)
