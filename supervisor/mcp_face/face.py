@@ -215,9 +215,10 @@ class McpFace:
             return None
         return conn.result(ev.id, call_result(envelope))
 
-    async def forward(self, ev: Forward) -> bytes:
+    async def forward(self, ev: Forward) -> bytes | None:
         """A resources, prompts or completion request answered through its kernel method;
-        lists filtered by the profile, a read, get or completion outside it refused."""
+        lists filtered by the profile, a read, get or completion outside it refused; None when
+        the client cancelled it (the kernel request is cancelled too, :meth:`cancel`)."""
         conn, profile, params = self.conn, self.profile, ev.params
         if profile is not None:
             raw_ref = params.get("ref")
@@ -234,15 +235,27 @@ class McpFace:
             if target is not None and not profile.allows(*target):
                 message = profile.refusal(*target)
                 return conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name})
+        if ev.id in self._calls:
+            return conn.error(ev.id, mcp.INVALID_REQUEST, f"request id {ev.id!r} is in flight")
+        krid = self.kernel.new_id()
+        self._calls[ev.id] = krid
         try:
-            result = await self.kernel.request(ev.kernel, params)
+            result = await self.kernel.request(ev.kernel, params, request_id=krid)
         except RpcError as exc:
+            if ev.id in self._cancelled:
+                self._cancelled.discard(ev.id)
+                return None
             code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
             if exc.code == "not-found":
                 code = RESOURCE_NOT_FOUND if ev.method in _RESOURCE_METHODS else mcp.INVALID_PARAMS
             return conn.error(ev.id, code, exc.message, {"code": exc.code})
         except ConnectionLost:
             return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
+        finally:
+            self._calls.pop(ev.id, None)
+        if ev.id in self._cancelled:
+            self._cancelled.discard(ev.id)
+            return None
         if not isinstance(result, dict):
             return conn.error(ev.id, mcp.INTERNAL_ERROR, f"toolhost: {ev.kernel} gave no object")
         listing = _LISTS.get(ev.method)
@@ -267,7 +280,8 @@ class McpFace:
         return conn.result(ev.id, answer)
 
     def cancel(self, ev: Cancelled) -> None:
-        """``notifications/cancelled``: cancel the kernel call (a no-op when it already ended)."""
+        """``notifications/cancelled``: cancel the kernel call, or read of a hosted server (a
+        no-op when it already ended)."""
         krid = self._calls.get(ev.id)
         if krid is None:
             return

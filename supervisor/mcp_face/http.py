@@ -379,7 +379,11 @@ class McpHttpServer:
         elif isinstance(ev, ListTools):
             await ex.json(200, await face.list_tools(ev.id, ev.cursor))
         elif isinstance(ev, Forward):
-            await ex.json(200, await face.forward(ev))
+            forwarded = await face.forward(ev)
+            if forwarded is None:
+                await ex.send(202, b"")  # cancelled: no JSON-RPC answer
+            else:
+                await ex.json(200, forwarded)
         elif isinstance(ev, CallTool):
             if ev.progress_token is None:
                 result = await face.call_tool(ev, session.push)

@@ -202,9 +202,10 @@ class StatelessFace:
         if isinstance(ev, ListTools):
             await ex.json(200, await face.list_tools(ev.id, ev.cursor))
         elif isinstance(ev, Forward):
-            forwarded = await face.forward(ev)
-            code = conn.error_code
-            await ex.json(HTTP_STATUS.get(code, 200) if code is not None else 200, forwarded)
+            forwarded = await _until_answer_or_gone(ex, face, ev, None)
+            if forwarded is not None:
+                code = conn.error_code
+                await ex.json(HTTP_STATUS.get(code, 200) if code is not None else 200, forwarded)
         elif ev.progress_token is None:
             answer = await _until_answer_or_gone(ex, face, ev, None)
             if answer is not None:
@@ -291,10 +292,10 @@ class StatelessFace:
 
 
 async def _until_answer_or_gone(
-    ex: Exchange, face: McpFace, ev: CallTool, notify: Any
+    ex: Exchange, face: McpFace, ev: CallTool | Forward, notify: Any
 ) -> bytes | None:
-    """Run the call until it answers, or cancel it when the client closes its connection (the
-    stateless era's cancel); None when there is nothing to send."""
+    """Run the call (or read, get, completion) until it answers, or cancel it when the client
+    closes its connection (the stateless era's cancel); None when there is nothing to send."""
     answer: bytes | None = None
     async with trio.open_nursery() as nursery:
 
@@ -303,7 +304,10 @@ async def _until_answer_or_gone(
             face.cancel(Cancelled(id=ev.id, reason="the client closed its connection"))
 
         nursery.start_soon(gone)
-        answer = await face.call_tool(ev, notify or _drop)
+        if isinstance(ev, Forward):
+            answer = await face.forward(ev)
+        else:
+            answer = await face.call_tool(ev, notify or _drop)
         nursery.cancel_scope.cancel()
     return answer
 

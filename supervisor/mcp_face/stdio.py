@@ -118,7 +118,9 @@ async def _read(
         write(await face.list_tools(ev.id, ev.cursor))
 
     async def forward(ev: Forward) -> None:
-        write(await face.forward(ev))
+        answer = await face.forward(ev)
+        if answer is not None:  # None: the client cancelled it
+            write(answer)
 
     async def listen(ev: Listen) -> None:
         shown = honored(ev.wanted)

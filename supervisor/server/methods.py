@@ -70,6 +70,8 @@ class SessionLike(Protocol):
 
     def call_done(self, request_id: RequestId) -> None: ...
 
+    def cancel_request(self, request_id: RequestId) -> bool: ...
+
 
 class RequestContext:
     """One request being answered: who asked, in which encoding, under which id."""
@@ -157,7 +159,9 @@ def tools_list(c: RequestContext, raw: msgspec.Raw) -> Any:
 
 def tools_cancel(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, CancelParams)
-    return {"cancelled": c.backend.invoker.cancel(c.session.call_key(p.id))}
+    if c.backend.invoker.cancel(c.session.call_key(p.id)):
+        return {"cancelled": True}
+    return {"cancelled": c.session.cancel_request(p.id)}  # a read of a hosted MCP server
 
 
 def system_health(c: RequestContext, raw: msgspec.Raw) -> Any:

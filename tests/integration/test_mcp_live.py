@@ -179,6 +179,21 @@ async def test_subscriptions_are_counted_routed_and_renewed(app, tmp_path):
                         touched = await one.event("resource.updated")
             assert touched == {"uri": "note://readme"}
 
+            # Its worker restarts: the new session listens with the URI from the start.
+            assert await host.restart_sidecar("alpha")
+            await wait_for(host, lambda: len(known.listed("resources")) == 4, 30)
+            fresh = host.pools["alpha"].workers[0].mcp
+            assert fresh is not alpha and fresh.subscriptions == {"note://readme"}
+            one.events.clear()
+            touched = None
+            with trio.fail_after(20):
+                while touched is None:
+                    args = {"tool": "touch", "input": {"uri": "note://readme"}}
+                    await one.ok("tools.invoke", args)
+                    with trio.move_on_after(0.5):
+                        touched = await one.event("resource.updated")
+            assert touched == {"uri": "note://readme"}
+
 
 async def test_list_changes_reach_kernels(app, tmp_path):
     log = tmp_path / "live.log"
@@ -364,3 +379,64 @@ async def test_a_server_over_http_is_heard_in_both_eras(app, tmp_path, era):
                 assert "note://fresh" in {r["uri"] for r in listed}
     finally:
         server.kill()
+
+
+async def test_a_cancelled_read_is_cancelled_at_the_server(app, tmp_path):
+    """``tools.cancel`` of a running ``resources.read`` (a kernel client), and an MCP client's
+    ``notifications/cancelled`` of its ``prompts/get`` (the face), both reach the server."""
+    log = tmp_path / "live.log"
+    async with running_host(app, {"live": live(log)}) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: known.listed("prompts"), 30)
+        client = host.pools["live"].workers[0].mcp
+        async with served(host, app) as srv, srv.peer("unix-json") as raw:
+            peer = Peer(raw)
+            await peer.ok("server.hello")
+            assert await peer.ok("tools.cancel", {"id": 7}) == {"cancelled": False}
+            await raw.send({"id": 7, "method": "resources.read", "params": {"uri": "live://slow"}})
+            await until_logged(log, "resources/read")
+            assert await peer.ok("tools.cancel", {"id": 7}) == {"cancelled": True}
+            with trio.fail_after(10):
+                while True:
+                    msg = await raw.recv()
+                    if msg.get("id") == 7:
+                        break
+            assert msg["error"]["code"] == "cancelled"
+            with trio.fail_after(10):
+                while len(cancels(log)) < 1:
+                    await trio.sleep(0.02)
+            assert "resources/read" not in client.conn.pending.values()
+
+        async with trio.open_nursery() as nursery:
+            stream = await embedded_connector(host, nursery)()
+            async with client_on_stream(stream, name="cancel") as kernel:
+                conn = McpServerConnection()
+                init = {"protocolVersion": "2025-11-25", "capabilities": {}}
+                msg = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+                conn.feed(json.dumps(msg).encode() + b"\n")
+                face = McpFace(conn, kernel, nursery)
+                get = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "prompts/get",
+                    "params": {"name": "slow"},
+                }
+                [ev] = conn.feed(json.dumps(get).encode() + b"\n")
+                assert isinstance(ev, Forward)
+                answers: list = []
+
+                async def run() -> None:
+                    answers.append(await face.forward(ev))
+
+                nursery.start_soon(run)
+                await until_logged(log, "prompts/get")
+                note = {"method": "notifications/cancelled", "params": {"requestId": 1}}
+                [cancel] = conn.feed(json.dumps({"jsonrpc": "2.0", **note}).encode() + b"\n")
+                face.cancel(cancel)
+                with trio.fail_after(10):
+                    while len(cancels(log)) < 2:
+                        await trio.sleep(0.02)
+                    while not answers:
+                        await trio.sleep(0.02)
+                assert answers == [None]  # MCP: a cancelled request gets no response
+            nursery.cancel_scope.cancel()
