@@ -4,7 +4,8 @@ A handshake client subscribes with ``resources/subscribe`` and gets
 ``notifications/resources/updated``; a stateless client names the URI on
 ``subscriptions/listen`` and gets the update tagged on that stream; both hear
 ``notifications/prompts/list_changed`` when a hosted server announces a prompt, and
-``notifications/resources/list_changed`` when a hosted server dies and comes back."""
+``notifications/resources/list_changed`` when a hosted server dies and comes back; a read the
+client gives up on is cancelled at the hosted server."""
 
 from __future__ import annotations
 
@@ -73,6 +74,17 @@ async def _until_offered(client: Any) -> None:
             await anyio.sleep(0.1)
 
 
+async def _cancel_a_read(client: Any, log: Path) -> None:
+    """A read the client gives up on (stdio: notifications/cancelled; stateless HTTP: the
+    request's connection closed) is cancelled at the hosted server."""
+    before = log.read_text().count("notifications/cancelled")
+    with anyio.move_on_after(1.0):
+        await client.read_resource("live://slow", cache_mode="bypass")
+    with anyio.fail_after(20):
+        while log.read_text().count("notifications/cancelled") <= before:
+            await anyio.sleep(0.05)
+
+
 def _kill_server(log: Path) -> int:
     pid = int([line for line in log.read_text().splitlines() if line.startswith("pid ")][-1][4:])
     os.kill(pid, signal.SIGKILL)
@@ -105,6 +117,7 @@ async def _handshake(client: Any, notes: Notes, log: Path) -> None:
     await client.call_tool("bump", {"uri": "live://a"})
     updated = await notes.next("notifications/resources/updated")
     assert str(updated.uri) == "live://a"
+    await _cancel_a_read(client, log)
 
 
 async def _modern(client: Any, log: Path) -> None:
@@ -125,6 +138,7 @@ async def _modern(client: Any, log: Path) -> None:
             _kill_server(log)
             assert await sub.__anext__() == ResourcesListChanged()
     await _until_offered(client)
+    await _cancel_a_read(client, log)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
