@@ -16,7 +16,7 @@ import trio
 
 from supervisor.cli import doctor_confine, doctor_folders
 from supervisor.cli.common import EXIT_FAILED, EXIT_OK, app_root
-from supervisor.cli.render import zygote_text
+from supervisor.cli.render import shadowed_lines, zygote_text
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.host.host import Host, build_host
 from supervisor.host.loading import HostOptions
@@ -34,6 +34,8 @@ class SidecarReport(msgspec.Struct, kw_only=True):
     tools: dict[str, str] = msgspec.field(default_factory=dict)
     confinement: doctor_confine.ConfineReport | None = None
     """Its profile, what the plan enforces and what its worker has (PROTOCOL 7)."""
+    shadowed: list[dict[str, str]] = msgspec.field(default_factory=list)
+    """What of this MCP sidecar another sidecar owns: ``{kind, name, shadowedBy}``."""
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -120,6 +122,7 @@ def _report(host: Host) -> Report:
             ):
                 rep.ok = False
             rep.stderr = pool.stderr_tail(2048).strip()
+            rep.shadowed = host.views.shadowed(sid, pool.status().tools)
         rep.problems.extend(sp.entry.warnings)
         rep.confinement = doctor_confine.report(host, sid, rep.stderr if not rep.ok else "")
         if not rep.ok:
@@ -167,6 +170,7 @@ def render(report: Report) -> str:
             out.append(f"       {name}: {eff}")
         if s.confinement is not None:
             out.extend(doctor_confine.render(s.confinement))
+        out.extend(f"     {line}" for line in shadowed_lines(s.id, s.shadowed))
         for p in s.problems:
             out.append(f"     problem: {p}")
         for h in s.hints:

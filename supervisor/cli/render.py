@@ -87,8 +87,19 @@ def status_text(cat: Catalog) -> str:
         else "no sidecars configured"
     )
     parts.append(table(["TOOL", "EFFECTIVE", "VISIBLE", "SIDECAR", "REASON"], tool_rows))
+    shadowed = [line for s in cat.sidecars for line in shadowed_lines(s.id, s.shadowed)]
+    if shadowed:
+        parts.append("\n".join(shadowed))
     parts.append(zygote_text(cat.zygote))
     return "\n\n".join(parts)
+
+
+def shadowed_lines(sidecar: str, rows: Sequence[dict[str, str]]) -> list[str]:
+    """One line per entry of an MCP sidecar another sidecar owns (first in registry wins)."""
+    return [
+        f"shadowed: {r.get('kind')} {r.get('name')} of {sidecar} (owned by {r.get('shadowedBy')})"
+        for r in rows
+    ]
 
 
 def _start_text(w: WorkerStatus) -> str:

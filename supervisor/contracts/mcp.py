@@ -301,9 +301,9 @@ class ServerToolsCapability(Struct, kw_only=True):
 class ServerCaps(Struct, kw_only=True):
     tools: ServerToolsCapability = msgspec.field(default_factory=ServerToolsCapability)
     resources: dict[str, Any] = msgspec.field(
-        default_factory=lambda: {"subscribe": False, "listChanged": False}
+        default_factory=lambda: {"subscribe": True, "listChanged": True}
     )
-    prompts: dict[str, Any] = msgspec.field(default_factory=lambda: {"listChanged": False})
+    prompts: dict[str, Any] = msgspec.field(default_factory=lambda: {"listChanged": True})
     completions: dict[str, Any] = msgspec.field(default_factory=dict)
 
 

@@ -161,3 +161,6 @@ class SidecarStatus(Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Its kernel walls in one word (PROTOCOL 7, ``toolhost status``): ``fs+net+seccomp``
     (what a worker of it has, read from it; before one ran, what its plan enforces), ``off``,
     or ``denied`` (``host.confinement: required`` cannot be met: nothing is started)."""
+    shadowed: list[dict[str, str]] = msgspec.field(default_factory=list)
+    """MCP sidecars: what this sidecar's server publishes that another sidecar earlier in the
+    registry owns, ``{kind: tool|resource|resourceTemplate|prompt, name, shadowedBy}``."""

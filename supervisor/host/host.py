@@ -35,6 +35,7 @@ from supervisor.host.catalog_feed import CatalogFeed
 from supervisor.host.confinement import Confiner
 from supervisor.host.egress import EgressProxy
 from supervisor.host.loading import HostOptions, Loaded, load
+from supervisor.host.offers import HostedOffers
 from supervisor.host.reload import ReloadResult, diff_plans, needs_restart
 from supervisor.host.services import HostServices
 from supervisor.host.tokens import TokenFiles
@@ -192,6 +193,8 @@ class Host:
             manifest=self.views.manifest_of,
             count_request=self.usage.accounting.count_request,
         )
+        self.offers = HostedOffers(self.views, self.feed)
+        """The hosted MCP servers' resources, prompts, subscriptions and list changes."""
         self.upgrades = Upgrades(manager, recovered, host=self, feed=self.feed, views=self.views)
         self.tokens = TokenFiles(self.approvals, self.audit)
         """Tokens read at start and again at every reload, never per use (the operator's, the
@@ -241,6 +244,7 @@ class Host:
                 if self.registry.host.confinement != "off":
                     self.confiner.attach(await nursery.start(self.egress.run))
                 await nursery.start(self.services.run)
+                await nursery.start(self.offers.watch)
                 await self.usage.start(nursery)
                 await self._start_zygote(nursery)
                 for sp in self.plan.sidecars.values():
@@ -440,7 +444,12 @@ class Host:
                 self.feed.sidecar_facts(sidecar, facts)
 
         pool = Pool(
-            launch.child_spec(sp, self._launch_context, restart_policy=self.options.restart_policy),
+            launch.child_spec(
+                sp,
+                self._launch_context,
+                restart_policy=self.options.restart_policy,
+                attach=self.offers.attach,
+            ),
             Collaborators(
                 publish=publish,
                 notify=self.feed.pulse,

@@ -45,6 +45,7 @@ from supervisor.protocols.mcp_http import resolve_headers
 from supervisor.registry.plan import SidecarPlan
 from supervisor.workers.base import LaunchSpec, Worker, WorkerHooks
 from supervisor.workers.mcp import McpWorker
+from supervisor.workers.mcp_client import McpClient
 from supervisor.workers.mcp_http import McpHttpWorker
 from supervisor.workers.oneshot import OneshotWorker
 from supervisor.workers.process_json import ProcessWorker
@@ -54,6 +55,10 @@ MCP_CONCURRENCY = 8
 """Calls in flight per MCP server process (JSON-RPC multiplexes; the registry has no knob)."""
 
 
+AttachMcp = Callable[[str, McpClient], None]
+"""Wires a new MCP worker's session (sidecar id, session) to the host."""
+
+
 def is_per_call(cfg: SidecarConfig) -> bool:
     """True for protocols that spawn one process per call."""
     return cfg.protocol == "simple-json" or (
@@ -61,8 +66,9 @@ def is_per_call(cfg: SidecarConfig) -> bool:
     )
 
 
-def worker_factory(cfg: SidecarConfig) -> WorkerFactory:
-    """The worker class for a sidecar's protocol and mode."""
+def worker_factory(cfg: SidecarConfig, attach: AttachMcp | None = None) -> WorkerFactory:
+    """The worker class for a sidecar's protocol and mode; ``attach`` wires the MCP session of
+    each new MCP worker to the host (subscriptions, list changes) before it starts."""
     cls: type[Worker]
     if cfg.protocol == "mcp":
         cls = McpWorker
@@ -76,7 +82,10 @@ def worker_factory(cfg: SidecarConfig) -> WorkerFactory:
         cls = ProcessWorker
 
     def make(spec: LaunchSpec, hooks: WorkerHooks, index: int) -> Worker:
-        return cls(spec, hooks, index)
+        worker = cls(spec, hooks, index)
+        if attach is not None and isinstance(worker, McpWorker | McpHttpWorker):
+            attach(spec.sidecar, worker.mcp)
+        return worker
 
     return make
 
@@ -142,6 +151,7 @@ def child_spec(
     context: Callable[[], LaunchContext],
     *,
     restart_policy: str | None = None,
+    attach: AttachMcp | None = None,
 ) -> ChildSpec:
     """What the pool of ``sp`` (a runnable sidecar) starts and restarts.
 
@@ -150,6 +160,7 @@ def child_spec(
         context: The host's part of each launch, read at every worker start.
         restart_policy: Overrides the sidecar's ``restart.policy`` (``toolhost doctor``
             starts each sidecar once).
+        attach: Wires each new MCP worker's session to the host (``HostedOffers.attach``).
     """
     cfg = sp.config
     assert cfg is not None
@@ -166,7 +177,7 @@ def child_spec(
         sidecar=sp.id,
         config=pool_config(run),
         launch=launch,
-        factory=worker_factory(cfg),
+        factory=worker_factory(cfg, attach),
         declared_tools=tuple(sp.entry.tools),
     )
 

@@ -1,29 +1,50 @@
 """What hosted MCP servers offer besides tools: resources, resource templates, prompts and
-completions (PROTOCOL 3.4, section 6's ``resources.*``, ``prompts.*``, ``completion.complete``).
+completions (PROTOCOL 3.4, section 6's ``resources.*``, ``prompts.*``, ``completion.complete``),
+resource subscriptions and list changes.
 
 # Strategy: nothing is asked of a server to answer a list. Each MCP worker's session keeps its
 # server's lists (``McpClient.offer``, read at start and on the server's list_changed), so a list
-# is the union of what the ready workers of available sidecars already hold, in registry order:
-# a URI or prompt name two servers publish belongs to the first sidecar, and the other's is
-# reported shadowed (:meth:`HostedOffers.shadowed`), never dropped silently. A server that is
-# down or hanging contributes nothing and slows nothing. Reads, gets and completions go to the
-# owner's ready worker (the least busy), each within a deadline; a URI no server lists is tried
-# against the owners of matching templates (by the template's literal prefix).
+# is the union of what the ready workers of available sidecars already hold, in registry order
+# (``host/offer_lists.py``): a URI or prompt name two servers publish belongs to the first
+# sidecar, and the other's is reported shadowed (:meth:`HostedOffers.shadowed`), never dropped
+# silently. A server that is down or hanging contributes nothing and slows nothing. Reads, gets
+# and completions go to the owner's ready worker (the least busy), each within a deadline; a URI
+# no server lists is tried against the owners of matching templates (by the template's literal
+# prefix).
+#
+# Subscriptions are counted per URI across kernel sessions: the first subscriber of a URI
+# subscribes its owner's sessions (every worker of the owning sidecar, through
+# ``McpClient.sync_subscriptions``), the last one to leave unsubscribes them, and every new
+# worker of that sidecar is handed the host's URIs when it is made (:meth:`attach`), so a
+# restarted server is subscribed again. A server's ``notifications/resources/updated`` for a
+# subscribed URI reaches every subscriber. List changes are found, not told: at every change of
+# a pool (a worker ready or gone, a sidecar stopped or back) and every list_changed a server
+# sends, :meth:`watch` compares what the lists hold with what they held, and calls the watchers
+# with the kinds that really changed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import trio
 
+from supervisor.host.catalog_feed import CatalogFeed
+from supervisor.host.offer_lists import KEYS, clients_of, owned, sessions
 from supervisor.host.views import HostViews
-from supervisor.workers.base import Worker
 from supervisor.workers.mcp_client import McpClient
 
 DEFAULT_TIMEOUT_S = 30.0
 
-KEYS = {"resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
+LIST_KINDS = {"resources": ("resources", "resourceTemplates"), "prompts": ("prompts",)}
+"""What a list change names (``resources`` covers the templates too), and the lists it covers."""
+
+Deliver = Callable[[str], None]
+"""Called with the URI of a subscribed resource that changed."""
+OnLists = Callable[[tuple[str, ...]], None]
+"""Called with the kinds of list that changed (``resources``, ``prompts``)."""
 
 
 class OfferError(Exception):
@@ -36,48 +57,29 @@ class OfferError(Exception):
         self.data = data
 
 
-def _session(worker: Worker) -> McpClient | None:
-    mcp = getattr(worker, "mcp", None)
-    return mcp if isinstance(mcp, McpClient) and worker.state == "ready" else None
-
-
 class HostedOffers:
-    """The resources, templates and prompts of the host's MCP servers, and requests to them."""
+    """The resources, templates and prompts of the host's MCP servers, and requests to them.
 
-    def __init__(self, views: HostViews) -> None:
+    Args:
+        views: The host's views (its plan and pools).
+        feed: The catalog feed, whose pulses :meth:`watch` follows (None: no list changes).
+    """
+
+    def __init__(self, views: HostViews, feed: CatalogFeed | None = None) -> None:
         self.views = views
+        self.feed = feed
+        self._subscribers: dict[str, dict[object, Deliver]] = {}
+        """Per URI, who subscribed (by session key) and how to tell them."""
+        self._subscribed: dict[str, str] = {}
+        """Per subscribed URI, the sidecar that owned it when it was first subscribed."""
+        self._watchers: dict[object, OnLists] = {}
+        self._seen: dict[str, bytes] = {}
 
     def _sessions(self) -> list[tuple[str, list[McpClient]]]:
-        """Sidecar id and its ready MCP sessions, in registry order (available ones only)."""
-        out = []
-        pools = self.views.pools
-        for sid in self.views.loaded.plan.sidecars:
-            pool = pools.get(sid)
-            if pool is None:
-                continue
-            sessions = [s for w in list(pool.workers) if (s := _session(w)) is not None]
-            if sessions:
-                out.append((sid, sessions))
-        return out
+        return sessions(self.views.loaded.plan.sidecars, self.views.pools)
 
     def _owned(self, key: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-        ident = KEYS[key]
-        seen: dict[str, str] = {}
-        items: list[dict[str, Any]] = []
-        shadowed: list[dict[str, str]] = []
-        for sid, sessions in self._sessions():
-            for item in sessions[0].offer.get(key, []):
-                name = item.get(ident)
-                if not isinstance(name, str):
-                    continue
-                owner = seen.get(name)
-                if owner is not None:
-                    if owner != sid:
-                        shadowed.append({ident: name, "sidecar": sid, "shadowedBy": owner})
-                    continue
-                seen[name] = sid
-                items.append({**item, "sidecar": sid})
-        return items, shadowed
+        return owned(self._sessions(), key)
 
     def listed(self, key: str) -> list[dict[str, Any]]:
         """``resources``, ``resourceTemplates`` or ``prompts`` of available sidecars."""
@@ -103,9 +105,9 @@ class HostedOffers:
         return None
 
     def _pick(self, sid: str) -> McpClient:
-        for owner, sessions in self._sessions():
+        for owner, ready in self._sessions():
             if owner == sid:
-                return min(sessions, key=lambda s: s.calls.running())
+                return min(ready, key=lambda s: s.calls.running())
         raise OfferError("unavailable", f"MCP server {sid} is not available")
 
     def owner_of_uri(self, uri: str) -> str:
@@ -148,3 +150,101 @@ class HostedOffers:
                 {"rpcCode": response.error.code, "sidecar": sid},
             )
         return msgspec.json.decode(response.result or b"{}")
+
+    # subscriptions -----------------------------------------------------------------------
+
+    def attach(self, sidecar: str, client: McpClient) -> None:
+        """Wire a new MCP worker's session of ``sidecar`` (before it starts): it subscribes to
+        the host's URIs that sidecar owns, its updates reach the subscribers, and a change of
+        its lists wakes :meth:`watch`."""
+        client.subscriptions = self.wanted(sidecar)
+        client.on_updated = lambda uri: self._updated(sidecar, uri)
+        feed = self.feed
+        if feed is not None:
+            client.on_offer = feed.pulse
+
+    def wanted(self, sidecar: str) -> set[str]:
+        """The URIs the host is subscribed to at ``sidecar``."""
+        return {uri for uri, sid in self._subscribed.items() if sid == sidecar}
+
+    def subscribe(self, uri: str, key: object, deliver: Deliver) -> None:
+        """``key`` (a kernel session) follows ``uri``: ``deliver(uri)`` at each update.
+
+        Raises:
+            OfferError: No available server offers ``uri`` (``not-found``).
+        """
+        sid = self._subscribed.get(uri)
+        if sid is None:
+            sid = self.owner_of_uri(uri)
+            self._subscribed[uri] = sid
+            self._subscribers[uri] = {}
+            self._sync(sid)
+        self._subscribers[uri][key] = deliver
+
+    def unsubscribe(self, uri: str, key: object) -> bool:
+        """``key`` no longer follows ``uri`` (False when it did not); the last one to go
+        unsubscribes the server."""
+        subs = self._subscribers.get(uri)
+        if subs is None or subs.pop(key, None) is None:
+            return False
+        if not subs:
+            del self._subscribers[uri]
+            sid = self._subscribed.pop(uri)
+            self._sync(sid)
+        return True
+
+    def drop(self, key: object) -> None:
+        """``key`` left (its connection closed): every subscription of it ends."""
+        self._watchers.pop(key, None)
+        for uri in [u for u, subs in self._subscribers.items() if key in subs]:
+            self.unsubscribe(uri, key)
+
+    def subscriptions(self) -> dict[str, dict[str, Any]]:
+        """Each subscribed URI: its sidecar and how many subscribe to it."""
+        return {
+            uri: {"sidecar": sid, "subscribers": len(self._subscribers.get(uri, {}))}
+            for uri, sid in sorted(self._subscribed.items())
+        }
+
+    def _sync(self, sidecar: str) -> None:
+        pool = self.views.pools.get(sidecar)
+        if pool is None:
+            return
+        uris = self.wanted(sidecar)
+        for client in clients_of(pool):
+            client.sync_subscriptions(uris)
+
+    def _updated(self, sidecar: str, uri: str) -> None:
+        if self._subscribed.get(uri) != sidecar:
+            return
+        for deliver in list(self._subscribers.get(uri, {}).values()):
+            deliver(uri)
+
+    # list changes ------------------------------------------------------------------------
+
+    def watch_lists(self, key: object, on_lists: OnLists) -> None:
+        """Call ``on_lists(kinds)`` whenever the resources (with templates) or prompts the host
+        lists change (until :meth:`drop` of ``key``)."""
+        self._watchers[key] = on_lists
+
+    def _fingerprints(self) -> dict[str, bytes]:
+        live = self._sessions()
+        return {
+            kind: msgspec.json.encode([owned(live, key)[0] for key in keys])
+            for kind, keys in LIST_KINDS.items()
+        }
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow the pools and the servers' list changes until cancelled (the host's task)."""
+        feed = self.feed
+        assert feed is not None
+        self._seen = self._fingerprints()
+        task_status.started()
+        while True:
+            await feed.wait_change()
+            now = self._fingerprints()
+            kinds = tuple(k for k in LIST_KINDS if now[k] != self._seen.get(k))
+            self._seen = now
+            if kinds:
+                for on_lists in list(self._watchers.values()):
+                    on_lists(kinds)

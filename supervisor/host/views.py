@@ -22,6 +22,7 @@ from supervisor.contracts.registry import HostConfig, SidecarConfig
 from supervisor.contracts.rpc import Catalog, HealthCounts, HealthResult, RegistryStatus
 from supervisor.contracts.snapshot import Descriptor, SidecarStatus, UpgradeField, ZygoteStatus
 from supervisor.contracts.stats import StatsResult
+from supervisor.host import offer_lists
 from supervisor.host.loading import Loaded
 from supervisor.host.usage import Usage
 from supervisor.pools.pool import Pool
@@ -94,6 +95,9 @@ class HostViews:
                 status = pool.status()
                 if sp.entry.warnings:
                     status = msgspec.structs.replace(status, errors=list(sp.entry.warnings))
+                shadowed = self.shadowed(sid, status.tools)
+                if shadowed:
+                    status = msgspec.structs.replace(status, shadowed=shadowed)
                 if sp.announces:
                     # A folder's tools are what the catalog gives it: a multi-tool script's
                     # file name is no tool once the script listed its tools.
@@ -126,6 +130,16 @@ class HostViews:
                 )
             )
         return out
+
+    def shadowed(self, sidecar: str, tools: list[str]) -> list[dict[str, str]]:
+        """What of MCP sidecar ``sidecar`` (serving ``tools``) another sidecar owns: tools the
+        catalog gives to another, resources, templates and prompts an earlier one publishes."""
+        pool = self.pools.get(sidecar)
+        if pool is None or pool.config.protocol not in ("mcp", "mcp-http"):
+            return []
+        live = offer_lists.sessions(self.loaded.plan.sidecars, self.pools)
+        owners = {name: self.catalog.owner(name) for name in tools}
+        return offer_lists.shadowed_of(sidecar, live, owners)
 
     def catalog_reason(self, sidecar: str) -> str | None:
         """Why the catalog says ``sidecar``'s tools do not run (its ``runtime`` reason, or the

@@ -9,7 +9,10 @@
 # ``tools.cancel``; a progress token turns on ``stream`` and every ``tool.progress`` event
 # becomes ``notifications/progress``; a ``catalog.changed`` subscription calls back when the
 # *visible* list really changed (the transport sends ``notifications/tools/list_changed`` in the
-# era the client speaks). A client's profile (:mod:`supervisor.mcp_face.profiles`) filters what
+# era the client speaks), and so do the ``offers.changed`` (hosted resources, prompts) and
+# ``resource.updated`` events of the same kernel connection (``resources/subscribe`` and a
+# listen stream's ``resourceSubscriptions`` are ``resources.subscribe`` on it). A client's
+# profile (:mod:`supervisor.mcp_face.profiles`) filters what
 # it is listed and refuses a call outside it with an MCP error naming the profile, before the
 # host is asked. The wire side (framing, both eras, result shapes) is
 # :mod:`supervisor.protocols.mcp_server`.
@@ -28,6 +31,7 @@ import trio
 from supervisor.client import Client, ConnectionLost, RpcError
 from supervisor.contracts import mcp
 from supervisor.mcp_face.profiles import Profile
+from supervisor.protocols.mcp_pages import PAGE_SIZE, BadCursor, paginate
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
@@ -40,7 +44,12 @@ from supervisor.protocols.mcp_server import (
 log = logging.getLogger("toolhost.mcp")
 
 Notify = Callable[[bytes], None]
-OnChange = Callable[[], None]
+OnChange = Callable[[str], None]
+"""Called with the kind of list that changed: ``tools``, ``resources`` or ``prompts``."""
+OnUpdated = Callable[[str], None]
+"""Called with the URI of a subscribed resource that changed."""
+_IDENT = {"resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
+_RESOURCE_METHODS = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 Connect = Callable[[], Awaitable[trio.SocketStream]]
 """Opens a fresh kernel connection (one per MCP session)."""
 
@@ -119,20 +128,27 @@ class McpFace:
         self._calls: dict[mcp.RequestId, int] = {}
         self._cancelled: set[mcp.RequestId] = set()
         self._visible: bytes | None = None
+        self.page_size = PAGE_SIZE
+        """Items per page of the lists (``nextCursor`` past it)."""
 
     async def _tools(self) -> list[Any]:
         tools: list[Any] = await self.kernel.tools("mcp")
         profile = self.profile
         return tools if profile is None else profile.tools_of(tools)
 
-    async def list_tools(self, rid: mcp.RequestId) -> bytes:
-        """The ``tools/list`` answer: the model-visible tools of the profile, as MCP tools."""
+    async def list_tools(self, rid: mcp.RequestId, cursor: str | None = None) -> bytes:
+        """The ``tools/list`` answer: the model-visible tools of the profile, as MCP tools, the
+        page ``cursor`` starts (:attr:`page_size` a page)."""
         try:
             tools = await self._tools()
         except (RpcError, ConnectionLost) as exc:
             return self.conn.error(rid, mcp.INTERNAL_ERROR, f"toolhost: {exc}")
         self._visible = _fingerprint(tools)
-        return self.conn.tools_page(rid, tools)
+        try:
+            page, following = paginate(tools, cursor, "name", self.page_size)
+        except BadCursor as exc:
+            return self.conn.error(rid, mcp.INVALID_PARAMS, str(exc))
+        return self.conn.tools_page(rid, page, following)
 
     async def call_tool(self, ev: CallTool, notify: Notify) -> bytes | None:
         """Run ``tools/call`` as ``tools.invoke``; the answer, or None if the client cancelled
@@ -199,15 +215,16 @@ class McpFace:
             return None
         return conn.result(ev.id, call_result(envelope))
 
-    async def forward(self, ev: Forward) -> bytes:
+    async def forward(self, ev: Forward) -> bytes | None:
         """A resources, prompts or completion request answered through its kernel method;
-        lists filtered by the profile, a read, get or completion outside it refused."""
+        lists filtered by the profile, a read, get or completion outside it refused; None when
+        the client cancelled it (the kernel request is cancelled too, :meth:`cancel`)."""
         conn, profile, params = self.conn, self.profile, ev.params
         if profile is not None:
             raw_ref = params.get("ref")
             ref: dict[str, Any] = raw_ref if isinstance(raw_ref, dict) else {}
             target: tuple[Any, str] | None = None
-            if ev.method == "resources/read":
+            if ev.method in _RESOURCE_METHODS:
                 target = ("resource", str(params.get("uri", "")))
             elif ev.method == "prompts/get":
                 target = ("prompt", str(params.get("name", "")))
@@ -218,15 +235,27 @@ class McpFace:
             if target is not None and not profile.allows(*target):
                 message = profile.refusal(*target)
                 return conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name})
+        if ev.id in self._calls:
+            return conn.error(ev.id, mcp.INVALID_REQUEST, f"request id {ev.id!r} is in flight")
+        krid = self.kernel.new_id()
+        self._calls[ev.id] = krid
         try:
-            result = await self.kernel.request(ev.kernel, params)
+            result = await self.kernel.request(ev.kernel, params, request_id=krid)
         except RpcError as exc:
+            if ev.id in self._cancelled:
+                self._cancelled.discard(ev.id)
+                return None
             code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
             if exc.code == "not-found":
-                code = RESOURCE_NOT_FOUND if ev.method == "resources/read" else mcp.INVALID_PARAMS
+                code = RESOURCE_NOT_FOUND if ev.method in _RESOURCE_METHODS else mcp.INVALID_PARAMS
             return conn.error(ev.id, code, exc.message, {"code": exc.code})
         except ConnectionLost:
             return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
+        finally:
+            self._calls.pop(ev.id, None)
+        if ev.id in self._cancelled:
+            self._cancelled.discard(ev.id)
+            return None
         if not isinstance(result, dict):
             return conn.error(ev.id, mcp.INTERNAL_ERROR, f"toolhost: {ev.kernel} gave no object")
         listing = _LISTS.get(ev.method)
@@ -239,12 +268,20 @@ class McpFace:
             ]
             if profile is not None:
                 items = getattr(profile, of)(items)
-            return conn.page(ev.id, key, items)
+            cursor = params.get("cursor")
+            try:
+                page, following = paginate(
+                    items, cursor if isinstance(cursor, str) else None, _IDENT[key], self.page_size
+                )
+            except BadCursor as exc:
+                return conn.error(ev.id, mcp.INVALID_PARAMS, str(exc))
+            return conn.page(ev.id, key, page, following)
         answer = {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
         return conn.result(ev.id, answer)
 
     def cancel(self, ev: Cancelled) -> None:
-        """``notifications/cancelled``: cancel the kernel call (a no-op when it already ended)."""
+        """``notifications/cancelled``: cancel the kernel call, or read of a hosted server (a
+        no-op when it already ended)."""
         krid = self._calls.get(ev.id)
         if krid is None:
             return
@@ -257,21 +294,64 @@ class McpFace:
         except (RpcError, ConnectionLost) as exc:
             log.warning("could not cancel kernel call %s: %s", krid, exc)
 
+    async def subscribe(self, uris: list[str]) -> list[str]:
+        """Subscribe this session's kernel connection to ``uris`` (a listen stream's
+        ``resourceSubscriptions``); the ones subscribed (outside the profile, or offered by no
+        available server: left out)."""
+        done = []
+        for uri in uris:
+            if self.profile is not None and not self.profile.allows("resource", uri):
+                continue
+            try:
+                await self.kernel.request("resources.subscribe", {"uri": uri})
+            except RpcError as exc:
+                log.info("listen: cannot subscribe to %s: %s", uri, exc)
+                continue
+            done.append(uri)
+        return done
+
+    async def unsubscribe(self, uris: list[str]) -> None:
+        for uri in uris:
+            try:
+                await self.kernel.request("resources.unsubscribe", {"uri": uri})
+            except (RpcError, ConnectionLost) as exc:
+                log.info("listen: cannot unsubscribe from %s: %s", uri, exc)
+
     async def watch_catalog(
-        self, on_change: OnChange, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        on_change: OnChange,
+        *,
+        on_updated: OnUpdated | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Call ``on_change`` whenever the tools this client sees change; ``started`` once
-        subscribed; returns when the kernel connection closes."""
+        """Call ``on_change("tools")`` whenever the tools this client sees change,
+        ``on_change("resources" | "prompts")`` when the hosted resources (or templates) or
+        prompts change, and ``on_updated(uri)`` at each update of a resource this kernel
+        connection subscribed to; ``started`` once subscribed; returns when the kernel
+        connection closes."""
         try:
             await self.kernel.subscribe()
             self._visible = _fingerprint(await self._tools())
             task_status.started()
             async for event in self.kernel.events:
-                if event.get("event") != "catalog.changed":
+                name = event.get("event")
+                data = event.get("data")
+                data = data if isinstance(data, dict) else {}
+                if name == "resource.updated":
+                    uri = data.get("uri")
+                    if on_updated is not None and isinstance(uri, str):
+                        on_updated(uri)
+                    continue
+                if name == "offers.changed":
+                    for kind in data.get("kinds") or []:
+                        if kind in ("resources", "prompts"):
+                            on_change(kind)
+                    continue
+                if name != "catalog.changed":
                     continue
                 fingerprint = _fingerprint(await self._tools())
                 if fingerprint != self._visible:
                     self._visible = fingerprint
-                    on_change()
+                    on_change("tools")
         except (RpcError, ConnectionLost) as exc:
             log.warning("catalog watch ended: %s", exc)

@@ -377,9 +377,13 @@ class McpHttpServer:
         if isinstance(ev, Reply):
             await ex.json(200, ev.data)
         elif isinstance(ev, ListTools):
-            await ex.json(200, await face.list_tools(ev.id))
+            await ex.json(200, await face.list_tools(ev.id, ev.cursor))
         elif isinstance(ev, Forward):
-            await ex.json(200, await face.forward(ev))
+            forwarded = await face.forward(ev)
+            if forwarded is None:
+                await ex.send(202, b"")  # cancelled: no JSON-RPC answer
+            else:
+                await ex.json(200, forwarded)
         elif isinstance(ev, CallTool):
             if ev.progress_token is None:
                 result = await face.call_tool(ev, session.push)
@@ -433,8 +437,10 @@ class McpHttpServer:
                     )
                     task_status.started()
                     # The watch ends when the kernel connection does; the session ends with it.
+                    conn = session.conn
                     await session.face.watch_catalog(
-                        lambda: session.push(session.conn.tools_changed())
+                        lambda kind: session.push(conn.list_changed(kind)),
+                        on_updated=lambda uri: session.push(conn.resource_updated(uri)),
                     )
                     nursery.cancel_scope.cancel()
             except Exception as exc:  # the host went away: the session ends, the server stays

@@ -9,9 +9,12 @@
 # (:class:`KernelConnections`; the host's audit names them ``mcp-http:<clientInfo.name>``), so
 # any replica behind a load balancer can answer any request. The client cancels a request by
 # closing its connection: the call is then cancelled in the host. A listen stream has a kernel
-# connection of its own (its ``catalog.changed`` subscription), sends the acknowledgement, then
-# tagged ``notifications/tools/list_changed`` when the tools the client's profile shows change,
-# with a keepalive comment every :data:`PING_S` seconds, until the client leaves or the host does.
+# connection of its own (its ``catalog.changed`` subscription, and the ``resources.subscribe``
+# of each URI it names in ``resourceSubscriptions``, which end with it), sends the
+# acknowledgement, then tagged ``notifications/{tools,resources,prompts}/list_changed`` (the
+# kinds it asked for; tools when the list the client's profile shows changes) and
+# ``notifications/resources/updated``, with a keepalive comment every :data:`PING_S` seconds,
+# until the client leaves or the host does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import trio
 
 import supervisor
@@ -41,6 +45,7 @@ from supervisor.protocols.mcp_server import (
     Reply,
     duplicated_routing_header,
     honored,
+    wants,
 )
 
 log = logging.getLogger("toolhost.mcp")
@@ -195,11 +200,12 @@ class StatelessFace:
             profile=identity.profile,
         )
         if isinstance(ev, ListTools):
-            await ex.json(200, await face.list_tools(ev.id))
+            await ex.json(200, await face.list_tools(ev.id, ev.cursor))
         elif isinstance(ev, Forward):
-            forwarded = await face.forward(ev)
-            code = conn.error_code
-            await ex.json(HTTP_STATUS.get(code, 200) if code is not None else 200, forwarded)
+            forwarded = await _until_answer_or_gone(ex, face, ev, None)
+            if forwarded is not None:
+                code = conn.error_code
+                await ex.json(HTTP_STATUS.get(code, 200) if code is not None else 200, forwarded)
         elif ev.progress_token is None:
             answer = await _until_answer_or_gone(ex, face, ev, None)
             if answer is not None:
@@ -232,17 +238,25 @@ class StatelessFace:
             ):
                 face = McpFace(conn, kernel, nursery, transport="tcp", profile=identity.profile)
                 send, recv = trio.open_memory_channel[bytes](math.inf)
+                if shown.resourceSubscriptions:  # on this stream's own kernel connection
+                    uris = await face.subscribe(shown.resourceSubscriptions)
+                    shown = msgspec.structs.replace(shown, resourceSubscriptions=uris or None)
+                followed = set(shown.resourceSubscriptions or ())
+
+                def changed(kind: str) -> None:
+                    if wants(shown, kind):
+                        send.send_nowait(conn.list_changed(kind, ev.id))
+
+                def updated(uri: str) -> None:
+                    if uri in followed:
+                        send.send_nowait(conn.resource_updated(uri, ev.id))
+
                 await ex.sse_start()
                 started = True
                 await ex.sse_event(conn.listen_ack(ev.id, shown))
 
                 async def watch() -> None:
-                    if shown.toolsListChanged:
-                        await face.watch_catalog(
-                            lambda: send.send_nowait(conn.tools_changed(ev.id))
-                        )
-                    else:
-                        await closed(kernel)
+                    await face.watch_catalog(changed, on_updated=updated)
                     nursery.cancel_scope.cancel()  # the host left: the stream ends (abruptly)
 
                 async def gone() -> None:
@@ -278,10 +292,10 @@ class StatelessFace:
 
 
 async def _until_answer_or_gone(
-    ex: Exchange, face: McpFace, ev: CallTool, notify: Any
+    ex: Exchange, face: McpFace, ev: CallTool | Forward, notify: Any
 ) -> bytes | None:
-    """Run the call until it answers, or cancel it when the client closes its connection (the
-    stateless era's cancel); None when there is nothing to send."""
+    """Run the call (or read, get, completion) until it answers, or cancel it when the client
+    closes its connection (the stateless era's cancel); None when there is nothing to send."""
     answer: bytes | None = None
     async with trio.open_nursery() as nursery:
 
@@ -290,7 +304,10 @@ async def _until_answer_or_gone(
             face.cancel(Cancelled(id=ev.id, reason="the client closed its connection"))
 
         nursery.start_soon(gone)
-        answer = await face.call_tool(ev, notify or _drop)
+        if isinstance(ev, Forward):
+            answer = await face.forward(ev)
+        else:
+            answer = await face.call_tool(ev, notify or _drop)
         nursery.cancel_scope.cancel()
     return answer
 

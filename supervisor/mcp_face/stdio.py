@@ -4,9 +4,11 @@
 # answers are written at once, ``tools/list`` and ``tools/call`` each run in their own task on the
 # session's kernel connection (:class:`McpFace`), so calls overlap and a cancel can overtake the
 # call it cancels. Lines are written through (``DirectWriter``, whole lines, in order). The
-# client's first request picks the era: after ``initialize`` a change of the visible tools is a
-# plain ``notifications/tools/list_changed``; after ``server/discover`` it goes, tagged, to each
-# open ``subscriptions/listen`` stream (acknowledged when it opens, ended by a cancel).
+# client's first request picks the era: after ``initialize`` a change of the visible tools (or of
+# the hosted resources or prompts) is a plain ``notifications/*/list_changed`` and an update of a
+# resource subscribed with ``resources/subscribe`` a ``notifications/resources/updated``; after
+# ``server/discover`` each goes, tagged, to the open ``subscriptions/listen`` streams that asked
+# for it (acknowledged when it opens, its resources subscribed first; ended by a cancel).
 # stdin EOF ends the session: the kernel connection closes, which cancels what is still running.
 """
 
@@ -15,13 +17,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+import msgspec
 import trio
 
 import supervisor
 from supervisor.client import client_on_stream
-from supervisor.contracts.mcp import INVALID_REQUEST, RequestId
+from supervisor.contracts.mcp import INVALID_REQUEST, RequestId, SubscriptionFilter
 from supervisor.mcp_face.face import Connect, McpFace
 from supervisor.mcp_face.profiles import Profile
 from supervisor.processes.direct_write import DirectWriter
@@ -35,6 +39,7 @@ from supervisor.protocols.mcp_server import (
     McpServerConnection,
     Reply,
     honored,
+    wants,
 )
 
 log = logging.getLogger("toolhost.mcp")
@@ -77,15 +82,23 @@ async def serve_mcp_stdio(
                 face = McpFace(
                     conn, kernel, nursery, tracing=tracing, transport="pipe", profile=profile
                 )
-                listeners: set[RequestId] = set()
+                listeners: dict[RequestId, SubscriptionFilter] = {}
 
-                def changed() -> None:
+                def changed(kind: str) -> None:
                     if conn.era != "modern":
-                        write(conn.tools_changed())
-                    for subscription in listeners:
-                        write(conn.tools_changed(subscription))
+                        write(conn.list_changed(kind))
+                    for subscription, shown in list(listeners.items()):
+                        if wants(shown, kind):
+                            write(conn.list_changed(kind, subscription))
 
-                nursery.start_soon(face.watch_catalog, changed)
+                def updated(uri: str) -> None:
+                    if conn.era != "modern":
+                        write(conn.resource_updated(uri))
+                    for subscription, shown in list(listeners.items()):
+                        if uri in (shown.resourceSubscriptions or ()):
+                            write(conn.resource_updated(uri, subscription))
+
+                nursery.start_soon(partial(face.watch_catalog, changed, on_updated=updated))
                 await _read(stdin, conn, face, nursery, write, listeners)
                 nursery.cancel_scope.cancel()  # stdin closed: the session is over
             out.close_when_drained()
@@ -99,13 +112,27 @@ async def _read(
     face: McpFace,
     nursery: trio.Nursery,
     write: Callable[[bytes], None],
-    listeners: set[RequestId],
+    listeners: dict[RequestId, SubscriptionFilter],
 ) -> None:
-    async def list_tools(rid: int | str) -> None:
-        write(await face.list_tools(rid))
+    async def list_tools(ev: ListTools) -> None:
+        write(await face.list_tools(ev.id, ev.cursor))
 
     async def forward(ev: Forward) -> None:
-        write(await face.forward(ev))
+        answer = await face.forward(ev)
+        if answer is not None:  # None: the client cancelled it
+            write(answer)
+
+    async def listen(ev: Listen) -> None:
+        shown = honored(ev.wanted)
+        if shown.resourceSubscriptions:
+            uris = await face.subscribe(shown.resourceSubscriptions)
+            shown = msgspec.structs.replace(shown, resourceSubscriptions=uris or None)
+        listeners[ev.id] = shown
+        write(conn.listen_ack(ev.id, shown))
+
+    async def unlisten(shown: SubscriptionFilter) -> None:
+        kept = {u for other in listeners.values() for u in other.resourceSubscriptions or ()}
+        await face.unsubscribe([u for u in shown.resourceSubscriptions or () if u not in kept])
 
     async def call_tool(ev: CallTool) -> None:
         answer = await face.call_tool(ev, write)
@@ -128,16 +155,15 @@ async def _read(
             if isinstance(ev, Reply):
                 write(ev.data)
             elif isinstance(ev, ListTools):
-                nursery.start_soon(list_tools, ev.id)
+                nursery.start_soon(list_tools, ev)
             elif isinstance(ev, CallTool):
                 nursery.start_soon(call_tool, ev)
             elif isinstance(ev, Forward):
                 nursery.start_soon(forward, ev)
             elif isinstance(ev, Listen):
-                shown = honored(ev.wanted)
-                if shown.toolsListChanged:
-                    listeners.add(ev.id)
-                write(conn.listen_ack(ev.id, shown))
+                nursery.start_soon(listen, ev)
             elif isinstance(ev, Cancelled):
-                listeners.discard(ev.id)  # a listen stream ends with its cancel, unanswered
+                gone = listeners.pop(ev.id, None)  # a listen stream ends with its cancel
+                if gone is not None and gone.resourceSubscriptions:
+                    nursery.start_soon(unlisten, gone)
                 face.cancel(ev)

@@ -74,9 +74,11 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ListTools(msgspec.Struct, frozen=True, kw_only=True):
-    """``tools/list``: answer with :meth:`McpServerConnection.result` (one page, no cursor)."""
+    """``tools/list``: answer with :meth:`McpServerConnection.tools_page` (the page ``cursor``
+    starts)."""
 
     id: mcp.RequestId
+    cursor: str | None = None
 
 
 class CallTool(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,8 +119,12 @@ FORWARDED = {
     "prompts/list": "prompts.list",
     "prompts/get": "prompts.get",
     "completion/complete": "completion.complete",
+    "resources/subscribe": "resources.subscribe",
+    "resources/unsubscribe": "resources.unsubscribe",
 }
 """The MCP methods served through a kernel method, and that method."""
+HANDSHAKE_ONLY = frozenset(("resources/subscribe", "resources/unsubscribe"))
+"""Forwarded methods the stateless era does not have (it subscribes on ``subscriptions/listen``)."""
 
 
 class Cancelled(msgspec.Struct, frozen=True, kw_only=True):
@@ -264,12 +270,13 @@ class McpServerConnection:
                 page = self._checked(rid, method, params, mcp.ListToolsParams, headers)
                 if isinstance(page, Reply):
                     return page
-            return ListTools(id=rid)
+                return ListTools(id=rid, cursor=page.cursor)
+            return ListTools(id=rid, cursor=_cursor(params))
         if method == "tools/call":
             return self._call(rid, params, headers)
         if method == "server/discover":
             return self._discover(rid, params, headers)
-        if method in FORWARDED:
+        if method in FORWARDED and not (modern and method in HANDSHAKE_ONLY):
             return self._forward(rid, method, params, headers)
         if method == "subscriptions/listen" and modern:
             listen = self._checked(rid, method, params, mcp.ListenParams, headers)
@@ -460,20 +467,22 @@ class McpServerConnection:
             return self._stamped(rid, result)
         return _encode(mcp.OutResult(id=rid, result=result)) + b"\n"
 
-    def tools_page(self, rid: mcp.RequestId, tools: list[Any]) -> bytes:
-        """The ``tools/list`` answer (one page); stateless: with its cache hints."""
-        if self.era == "modern":
-            page = {"tools": tools, "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
-            return self._stamped(rid, page)
-        return self.result(rid, {"tools": tools})
+    def tools_page(self, rid: mcp.RequestId, tools: list[Any], cursor: str | None = None) -> bytes:
+        """The ``tools/list`` answer (``cursor``: its ``nextCursor``); stateless: with its cache
+        hints."""
+        return self.page(rid, "tools", tools, cursor)
 
-    def page(self, rid: mcp.RequestId, key: str, items: list[Any]) -> bytes:
-        """A ``resources/list``, ``resources/templates/list`` or ``prompts/list`` answer (one
-        page, ``key`` naming its items); stateless: with its cache hints."""
+    def page(
+        self, rid: mcp.RequestId, key: str, items: list[Any], cursor: str | None = None
+    ) -> bytes:
+        """A list answer (``key`` naming its items, ``cursor`` its ``nextCursor`` when more
+        follow); stateless: with its cache hints."""
+        page: dict[str, Any] = {key: items}
+        if cursor is not None:
+            page["nextCursor"] = cursor
         if self.era == "modern":
-            page = {key: items, "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
-            return self._stamped(rid, page)
-        return self.result(rid, {key: items})
+            return self._stamped(rid, {**page, "ttlMs": LIST_TTL_MS, "cacheScope": "private"})
+        return self.result(rid, page)
 
     def _stamped(self, rid: mcp.RequestId, result: dict[str, Any]) -> bytes:
         out = dict(result)
@@ -512,18 +521,41 @@ class McpServerConnection:
     def tools_changed(self, subscription: mcp.RequestId | None = None) -> bytes:
         """A ``notifications/tools/list_changed`` line; on a listen stream (stateless era) it
         names the ``subscription`` (the listen request's id)."""
-        if subscription is None:
-            note = mcp.OutNotification(method="notifications/tools/list_changed")
-        else:
-            params = {"_meta": {mcp.SUBSCRIPTION_ID_KEY: subscription}}
-            note = mcp.OutNotification(method="notifications/tools/list_changed", params=params)
+        return self.list_changed("tools", subscription)
+
+    def list_changed(self, kind: str, subscription: mcp.RequestId | None = None) -> bytes:
+        """``notifications/{kind}/list_changed`` (``tools``, ``resources``, ``prompts``), tagged
+        with the listen request's id on a listen stream."""
+        return self._note(f"notifications/{kind}/list_changed", {}, subscription)
+
+    def resource_updated(self, uri: str, subscription: mcp.RequestId | None = None) -> bytes:
+        """``notifications/resources/updated`` for ``uri`` (tagged on a listen stream)."""
+        return self._note("notifications/resources/updated", {"uri": uri}, subscription)
+
+    def _note(
+        self, method: str, params: dict[str, Any], subscription: mcp.RequestId | None
+    ) -> bytes:
+        if subscription is not None:
+            params = {**params, "_meta": {mcp.SUBSCRIPTION_ID_KEY: subscription}}
+        note = mcp.OutNotification(method=method, params=params or msgspec.UNSET)
         return _encode(note) + b"\n"
 
 
 def honored(wanted: mcp.SubscriptionFilter) -> mcp.SubscriptionFilter:
-    """What a listen stream will carry of what it asked for (the tools list, for now; what we
-    never send is left out of the acknowledgement, as the specification asks)."""
-    return mcp.SubscriptionFilter(toolsListChanged=True if wanted.toolsListChanged else None)
+    """What a listen stream will carry of what it asked for (list changes of tools, resources
+    and prompts, updates of the resources named; what we never send is left out of the
+    acknowledgement, as the specification asks)."""
+    return mcp.SubscriptionFilter(
+        toolsListChanged=True if wanted.toolsListChanged else None,
+        resourcesListChanged=True if wanted.resourcesListChanged else None,
+        promptsListChanged=True if wanted.promptsListChanged else None,
+        resourceSubscriptions=list(wanted.resourceSubscriptions or []) or None,
+    )
+
+
+def wants(shown: mcp.SubscriptionFilter, kind: str) -> bool:
+    """Whether a listen stream that was acknowledged ``shown`` carries ``kind``'s list changes."""
+    return bool(getattr(shown, f"{kind}ListChanged", None))
 
 
 def header_mismatch(
@@ -562,6 +594,14 @@ def _has_envelope(params: msgspec.Raw | None) -> bool:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
     return p.meta is not None and p.meta.protocol_version is not msgspec.UNSET
+
+
+def _cursor(params: msgspec.Raw | None) -> str | None:
+    """A handshake-era list request's ``cursor`` (None when absent or unreadable)."""
+    try:
+        return msgspec.json.decode(params or b"{}", type=mcp.ListToolsParams).cursor
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def _requested(params: msgspec.Raw | None) -> str:

@@ -266,8 +266,11 @@ class CatalogState:
         return msgspec.structs.replace(tp, manifest=filled)
 
     def _announced_plan(self, name: str) -> ToolPlan | None:
-        for sid, facts in self._facts.items():
-            if facts.announced and name in facts.announced:
+        # Registry order, not the order pools first published in: a name two MCP servers
+        # announce belongs to the sidecar first in the registry (the other's is shadowed).
+        for sid in self._plan.sidecars:
+            facts = self._facts.get(sid)
+            if facts is not None and facts.announced and name in facts.announced:
                 sp = self._plan.sidecars[sid]
                 cfg = sp.config
                 if cfg is None or (cfg.tools and not sp.announces):

@@ -99,6 +99,7 @@ class Backend:
             control=host,
             telemetry=host.telemetry,
             endpoints=host.endpoints,
+            offers=host.offers,
             peer_refusal=host.confiner.refusal,
         )
 

@@ -70,6 +70,8 @@ class SessionLike(Protocol):
 
     def call_done(self, request_id: RequestId) -> None: ...
 
+    def cancel_request(self, request_id: RequestId) -> bool: ...
+
 
 class RequestContext:
     """One request being answered: who asked, in which encoding, under which id."""
@@ -157,7 +159,9 @@ def tools_list(c: RequestContext, raw: msgspec.Raw) -> Any:
 
 def tools_cancel(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, CancelParams)
-    return {"cancelled": c.backend.invoker.cancel(c.session.call_key(p.id))}
+    if c.backend.invoker.cancel(c.session.call_key(p.id)):
+        return {"cancelled": True}
+    return {"cancelled": c.session.cancel_request(p.id)}  # a read of a hosted MCP server
 
 
 def system_health(c: RequestContext, raw: msgspec.Raw) -> Any:
@@ -405,6 +409,30 @@ async def resources_read(c: RequestContext, raw: msgspec.Raw) -> Any:
     return await _offer_call(c, sid, "resources/read", {"uri": p.uri})
 
 
+def resources_subscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
+    """``resources.subscribe``: ``resource.updated {uri}`` events on this connection whenever
+    the owning server says the resource changed (until unsubscribed or the connection ends)."""
+    p = c.params(raw, UriParams)
+    session, codec = c.session, c.codec
+
+    def deliver(uri: str) -> None:
+        session.send(codec.event("resource.updated", {"uri": uri}), codec)
+
+    try:
+        c.backend.offers.subscribe(p.uri, session, deliver)
+    except OfferError as exc:
+        raise RpcFailure(exc.code, exc.message, exc.data) from None
+    return {}
+
+
+def resources_unsubscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
+    """``resources.unsubscribe``: no more ``resource.updated`` for that URI (a URI this
+    connection did not follow is answered the same)."""
+    p = c.params(raw, UriParams)
+    c.backend.offers.unsubscribe(p.uri, c.session)
+    return {}
+
+
 async def prompts_get(c: RequestContext, raw: msgspec.Raw) -> Any:
     p = c.params(raw, PromptParams)
     sid = _owner(c.backend.offers.owner_of_prompt, p.name)
@@ -492,6 +520,8 @@ METHODS: dict[str, Method] = {
     "resources.list": Method(_listing("resources"), "quick"),
     "resources.templates": Method(_listing("resourceTemplates"), "quick"),
     "resources.read": Method(resources_read, "awaited"),
+    "resources.subscribe": Method(resources_subscribe, "quick"),
+    "resources.unsubscribe": Method(resources_unsubscribe, "quick"),
     "prompts.list": Method(_listing("prompts"), "quick"),
     "prompts.get": Method(prompts_get, "awaited"),
     "completion.complete": Method(completion_complete, "awaited"),

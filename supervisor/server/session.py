@@ -45,6 +45,8 @@ MAX_RUNNERS = 8192
 """Runner tasks one session may have (each runs one awaited method at a time)."""
 MAX_IDLE_RUNNERS = 64
 MAX_PENDING_REQUESTS = 65536
+CANCELLABLE = frozenset(("resources.read", "prompts.get", "completion.complete"))
+"""Awaited methods ``tools.cancel`` stops (reads of hosted MCP servers: nothing to undo)."""
 
 
 class Transport(Protocol):
@@ -91,6 +93,7 @@ class Session:
         self._running: dict[
             RequestId, tuple[str, RequestContext, msgspec.Raw, trio.CancelScope]
         ] = {}
+        self._cancel_asked: set[RequestId] = set()
         self._leaving = False
         self._settled = trio.Event()
         self.closed = False
@@ -118,6 +121,11 @@ class Session:
         self._subscribed = True
         self._nursery.start_soon(self._forward_changes, self.backend.feed.subscribe(), codec)
 
+        def lists_changed(kinds: tuple[str, ...]) -> None:
+            self.send(codec.event("offers.changed", {"kinds": list(kinds)}), codec)
+
+        self.backend.offers.watch_lists(self, lists_changed)
+
     def start_events(self, codec: Codec, params: SubscribeParams) -> None:
         """Subscribe to operator events (replacing this session's earlier subscription)."""
         if self._nursery is None or self.closed:
@@ -137,6 +145,17 @@ class Session:
 
     def call_key(self, request_id: RequestId) -> Any:
         return (id(self), request_id)
+
+    def cancel_request(self, request_id: RequestId) -> bool:
+        """``tools.cancel`` of a running read of a hosted MCP server (``resources.read``,
+        ``prompts.get``, ``completion.complete``): it stops (the server is told) and is answered
+        with the error ``cancelled``. False when no such request of this client is running."""
+        running = self._running.get(request_id)
+        if running is None or running[0] not in CANCELLABLE:
+            return False
+        self._cancel_asked.add(request_id)
+        running[3].cancel()
+        return True
 
     def call_done(self, request_id: RequestId) -> None:
         self._started.pop(request_id, None)
@@ -171,6 +190,7 @@ class Session:
         cancelled (the awaited methods end with the transport's nursery)."""
         self.closed = True
         self._stop_events()
+        self.backend.offers.drop(self)  # its resource subscriptions and list watch end
         for rid in list(self._started):
             self.backend.invoker.cancel(self.call_key(rid), "client disconnected")
 
@@ -184,6 +204,7 @@ class Session:
         """
         self.closed = True
         self._leaving = True
+        self.backend.offers.drop(self)
         for rid, (name, ctx, params) in list(self._started.items()):
             if changes_state(ctx, name, params):
                 self._keep(rid, name, why)
@@ -318,6 +339,11 @@ class Session:
                         self._inflight.discard(ctx.rid)
                         self._wake()
                         self._check_settled()
+                if ctx.rid in self._cancel_asked:
+                    self._cancel_asked.discard(ctx.rid)
+                    if scope.cancelled_caught:
+                        message = f"{name} cancelled by tools.cancel"
+                        self.send(ctx.codec.error(ctx.rid, "cancelled", message), ctx.codec)
                 if self._idle >= MAX_IDLE_RUNNERS:
                     return
         finally:

@@ -14,12 +14,19 @@
 # stdio worker (``mcp.py``, lines on a pipe) and the Streamable HTTP worker (``mcp_http.py``, a
 # POST per message) each own one and are its :class:`McpCarrier`, which says how a message
 # leaves (``send``, ``notify``) and how the worker ends (``kill``). Everything the server says
-# comes back through :meth:`McpClient.receive`, whatever carried it.
+# comes back through :meth:`McpClient.receive`, whatever carried it. Resources, templates and
+# prompts are listed into :attr:`McpClient.offer` at start and on list_changed (then
+# ``on_offer``); the host's resource subscriptions for this server are
+# :attr:`McpClient.subscriptions` (``resources/subscribe`` in the handshake era, the listen
+# stream's ``resourceSubscriptions`` in the stateless era), their updates go to ``on_updated``;
+# a request the host stops waiting for (deadline, or its asker cancelled) is announced with
+# ``notifications/cancelled`` as a ``tools/call`` is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Protocol
 
 import trio
@@ -191,6 +198,7 @@ class McpClient:
         self.on_updated: Callable[[str], None] | None = None
         """Called with the URI of a subscribed resource the server says changed."""
         self._listen_backoff = RELISTEN_BACKOFF_S[0]
+        self._listen_rid: int | None = None
         self.relist = Relister(
             self.list_tools,
             spec.start_timeout_s,
@@ -247,6 +255,9 @@ class McpClient:
         info = server.serverInfo if server is not None else None
         if self.conn.era == "modern":
             self.listen()
+        else:
+            for uri in sorted(self.subscriptions):
+                carrier.start_soon(partial(self._subscribe, "resources/subscribe", uri))
         return wire.Ready(
             name=info.name if info else "",
             version=info.version if info else "",
@@ -333,11 +344,63 @@ class McpClient:
             return None
         rid, line = self.conn.ask(method, params, name)
         carrier.send(line, rid)
-        response: proto.Response | None = await self.calls.wait_for(rid, timeout_s)
-        if response is None:
-            self.conn.cancel(rid, "the host stopped waiting")
-            carrier.forget(rid)
+        response: proto.Response | None = None
+        try:
+            response = await self.calls.wait_for(rid, timeout_s)
+        finally:
+            if response is None:  # no answer in time, or the asker was cancelled
+                self._abandon(rid, CANCELLED)
         return response
+
+    def _abandon(self, rid: int, reason: str) -> None:
+        """Stop waiting for request ``rid``: ``notifications/cancelled`` is sent when the
+        transport cancels that way (stdio in both eras, the handshake era over HTTP; a
+        stateless HTTP request is cancelled by closing its POST), then its stream is closed."""
+        carrier = self.carrier
+        line = self.conn.cancel(rid, reason)
+        if (
+            line
+            and carrier.alive
+            and not (carrier.TRANSPORT == "tcp" and self.conn.era == "modern")
+        ):
+            carrier.send(line, None)
+        carrier.forget(rid)
+
+    # resource subscriptions ---------------------------------------------------------------
+
+    def sync_subscriptions(self, uris: set[str]) -> None:
+        """Subscribe the server to exactly ``uris`` (the host's subscriptions it owns). Before
+        ready only the set changes (the session subscribes when it opens); in the handshake
+        era each change is a ``resources/subscribe`` / ``resources/unsubscribe`` (when the
+        server says it supports them); in the stateless era the listen stream is reopened
+        with the new ``resourceSubscriptions``."""
+        added, removed = uris - self.subscriptions, self.subscriptions - uris
+        if not added and not removed:
+            return
+        self.subscriptions = set(uris)
+        carrier = self.carrier
+        if not carrier.alive or self.conn.state != "ready":
+            return
+        if self.conn.era == "modern":
+            old, self._listen_rid = self._listen_rid, None
+            if old is not None:
+                self._abandon(old, "the host's resource subscriptions changed")
+            self.listen()
+            return
+        for uri in sorted(added):
+            carrier.start_soon(partial(self._subscribe, "resources/subscribe", uri))
+        for uri in sorted(removed):
+            carrier.start_soon(partial(self._subscribe, "resources/unsubscribe", uri))
+
+    async def _subscribe(self, method: str, uri: str) -> None:
+        server = self.conn.server
+        caps = server.capabilities.resources if server is not None else None
+        if not caps or not caps.get("subscribe"):
+            return  # updates the server sends anyway are still routed
+        response = await self.ask(method, {"uri": uri}, uri, self.start_timeout_s)
+        if response is not None and response.error is not None:
+            text = f"[toolhost] {method} {uri}: {response.error.message}\n"
+            self.carrier.stderr.write(text.encode())
 
     def listen(self) -> None:
         """Open ``subscriptions/listen`` (stateless era) without waiting: change notifications
@@ -345,6 +408,7 @@ class McpClient:
         carrier = self.carrier
         if carrier.alive and self.conn.state == "ready":
             rid, line = self.conn.listen(subscriptions=tuple(sorted(self.subscriptions)))
+            self._listen_rid = rid
             carrier.send(line, rid)
 
     async def _relisten(self, failed: bool) -> None:
@@ -354,7 +418,8 @@ class McpClient:
         else:
             self._listen_backoff = RELISTEN_BACKOFF_S[0]
             await trio.sleep(self._listen_backoff)
-        self.listen()
+        if self._listen_rid is None:  # not reopened meanwhile (the subscriptions changed)
+            self.listen()
 
     async def request(self, rid: int, line: bytes) -> proto.Response | None:
         """Send a request and wait for its response (None if the worker ended first)."""
@@ -438,6 +503,8 @@ class McpClient:
                 outcome.pid = carrier.pid
                 self.calls.answer(event.id, outcome)
             elif event.method == "subscriptions/listen":
+                if event.id == self._listen_rid:
+                    self._listen_rid = None
                 if carrier.alive:  # the stream ended: listen again (backing off after errors)
                     failed = event.error is not None
                     carrier.start_soon(lambda: self._relisten(failed))

@@ -12,7 +12,8 @@
 # worker as ``crashed`` (``start-failed`` before ready): the pool's restart policy opens a new
 # session when the server is back, and availability reads ``unavailable`` meanwhile. Deadlines
 # and ``tools.cancel`` abandon a call: ``notifications/cancelled`` is POSTed and the call's
-# stream closed. ``ping`` is the probe.
+# stream closed. ``ping`` is the probe. In the handshake era the session's ``GET`` stream is
+# kept open too, for what the server sends outside any request (resource updates, list changes).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from supervisor.protocols import mcp_http
 from supervisor.protocols.errors import ProtocolError
 from supervisor.protocols.outcome import CallOutcome, preview
 from supervisor.workers.base import ExitReason, LaunchSpec, Worker, WorkerExit, WorkerHooks
-from supervisor.workers.mcp_client import McpClient
+from supervisor.workers.mcp_client import RELISTEN_BACKOFF_S, McpClient
 
 READ_CHUNK = 1 << 16
 DELETE_TIMEOUT_S = 1.0
@@ -101,8 +102,59 @@ class McpHttpWorker(Worker):
     async def _handshake(self) -> None:
         ready = await self.mcp.handshake()
         if ready is not None:
+            if self.conn.era == "handshake" and self.session is not None and self._nursery:
+                self._nursery.start_soon(self._server_stream)
             self.ready_msg = ready
             await self._became_ready()
+
+    async def _server_stream(self) -> None:
+        """The handshake era's ``GET`` stream of the session, where the server sends what
+        belongs to no request (``notifications/resources/updated``, ``*/list_changed``), kept
+        open while the session lives (reopened, backing off, after it ends; never for a server
+        that answers 405: it has none)."""
+        backoff = RELISTEN_BACKOFF_S[0]
+        while self.alive:
+            status: int | None = None
+            try:
+                status = await self._get()
+            except (Lost, OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            except (h11.LocalProtocolError, ValueError):
+                return  # a header h11 refuses: the POSTs say so
+            if status == 405:
+                return
+            if status == 200:
+                backoff = RELISTEN_BACKOFF_S[0]
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, RELISTEN_BACKOFF_S[1])
+
+    async def _get(self) -> int:
+        """One ``GET`` of the session's stream, fed to the session until it ends; its status."""
+        ep = self.endpoint
+        assert ep is not None
+        stream = await self._open()
+        async with stream:
+            h = h11.Connection(h11.CLIENT, max_incomplete_event_size=64 * 1024)
+            headers = mcp_http.request_headers(
+                ep,
+                session=self.session,
+                version=self.conn.protocol_version,
+                extra=self.extra,
+                body=None,
+            )
+            out = h.send(h11.Request(method="GET", target=ep.target, headers=headers)) or b""
+            out += h.send(h11.EndOfMessage()) or b""
+            await stream.send_all(out)
+            head = await self._next(h, stream)
+            if not isinstance(head, h11.Response):
+                raise Lost(f"no HTTP response ({type(head).__name__})")
+            fields = {k.decode().lower(): v.decode("latin-1") for k, v in head.headers}
+            if head.status_code != 200:
+                return int(head.status_code)
+            if not fields.get("content-type", "").startswith("text/event-stream"):
+                return 0  # not a stream: try again later, backing off
+            await self._sse(h, stream)
+            return 200
 
     def _exit_record(self) -> WorkerExit:
         reason, message = self._end or ("crashed", f"{self.url}: the session ended")

@@ -317,8 +317,8 @@ def test_a_handshake_session_is_not_answered_by_the_stateless_era(app):
                 assert r.json()["result"]["protocolVersion"] == "2025-11-25"
                 assert json.loads(r.text)["result"]["capabilities"] == {
                     "tools": {"listChanged": True},
-                    "resources": {"subscribe": False, "listChanged": False},
-                    "prompts": {"listChanged": False},
+                    "resources": {"subscribe": True, "listChanged": True},
+                    "prompts": {"listChanged": True},
                     "completions": {},
                 }
                 assert r.headers["mcp-session-id"]

@@ -187,3 +187,18 @@ def test_catalog_drops_a_tool_the_server_no_longer_announces(tmp_path):
 def test_schema_of_autodiscover_entries_is_strict():
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"path": "x", "probeTimeoutMs": 0}, AutodiscoverConfig)
+
+
+def test_a_tool_two_mcp_servers_announce_belongs_to_the_first_in_the_registry(tmp_path):
+    alpha = {"command": "python", "args": ["a.py"], "protocol": "mcp"}
+    beta = {"command": "python", "args": ["b.py"], "protocol": "mcp"}
+    _, plan, _ = plan_with(tmp_path, {"alpha": alpha, "beta": beta})
+    assert list(plan.sidecars)[:2] == ["alpha", "beta"]
+    cat = CatalogState()
+    cat.load(plan)
+    # beta is ready first: it serves the name meanwhile.
+    cat.update_sidecar("beta", SidecarFacts(runtime="ready", announced=announce("touch")))
+    assert cat.get("touch").sidecar == "beta"
+    # alpha, first in the registry, announces it too: it owns it from now on.
+    cat.update_sidecar("alpha", SidecarFacts(runtime="ready", announced=announce("touch")))
+    assert cat.get("touch").sidecar == "alpha" and cat.owner("touch") == "alpha"

@@ -14,12 +14,14 @@ from supervisor.protocols.mcp_http import decode_header_value
 from supervisor.protocols.mcp_server import (
     HTTP_STATUS,
     CallTool,
+    Forward,
     Listen,
     ListTools,
     McpServerConnection,
     Reply,
     duplicated_routing_header,
     honored,
+    wants,
 )
 
 V = "2026-07-28"
@@ -66,8 +68,8 @@ def test_discover_picks_the_stateless_era_and_says_what_we_serve():
             "supportedVersions": [V],
             "capabilities": {
                 "tools": {"listChanged": True},
-                "resources": {"subscribe": False, "listChanged": False},
-                "prompts": {"listChanged": False},
+                "resources": {"subscribe": True, "listChanged": True},
+                "prompts": {"listChanged": True},
                 "completions": {},
             },
             "ttlMs": 0,
@@ -250,7 +252,11 @@ def test_listen_is_acknowledged_with_what_is_honored_and_changes_are_tagged():
         "jsonrpc": "2.0",
         "method": "notifications/subscriptions/acknowledged",
         "params": {
-            "notifications": {"toolsListChanged": True},
+            "notifications": {
+                "toolsListChanged": True,
+                "promptsListChanged": True,
+                "resourceSubscriptions": ["a"],
+            },
             "_meta": {mcp.SUBSCRIPTION_ID_KEY: "listen-1"},
         },
     }
@@ -259,7 +265,37 @@ def test_listen_is_acknowledged_with_what_is_honored_and_changes_are_tagged():
         "method": "notifications/tools/list_changed",
         "params": {"_meta": {mcp.SUBSCRIPTION_ID_KEY: "listen-1"}},
     }
-    assert honored(mcp.SubscriptionFilter(promptsListChanged=True)) == mcp.SubscriptionFilter()
+    assert json.loads(conn.list_changed("prompts", "listen-1")) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/prompts/list_changed",
+        "params": {"_meta": {mcp.SUBSCRIPTION_ID_KEY: "listen-1"}},
+    }
+    assert json.loads(conn.resource_updated("a", "listen-1")) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"uri": "a", "_meta": {mcp.SUBSCRIPTION_ID_KEY: "listen-1"}},
+    }
+    assert wants(shown, "prompts") and wants(shown, "tools") and not wants(shown, "resources")
+    # Nothing asked, nothing honored (what we never send is not acknowledged).
+    assert honored(mcp.SubscriptionFilter()) == mcp.SubscriptionFilter()
+
+
+def test_resources_subscribe_is_forwarded_in_the_handshake_era_only():
+    conn = McpServerConnection()
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    conn.feed(line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}))
+    sub = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": "a://b"}}
+    [ev] = conn.feed(line(sub))
+    assert isinstance(ev, Forward) and ev.kernel == "resources.subscribe"
+    assert ev.params == {"uri": "a://b"}
+    assert json.loads(conn.resource_updated("a://b")) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"uri": "a://b"},
+    }
+    modern = discovered()
+    [ev] = modern.feed(line(request(3, "resources/subscribe", {"uri": "a://b"})))
+    assert answer(ev)["error"]["code"] == mcp.METHOD_NOT_FOUND
 
 
 def test_listen_needs_the_stateless_era():

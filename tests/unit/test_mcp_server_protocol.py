@@ -64,8 +64,8 @@ def test_version_negotiation(asked, got):
     assert result["protocolVersion"] == got
     assert result["capabilities"] == {
         "tools": {"listChanged": True},
-        "resources": {"subscribe": False, "listChanged": False},
-        "prompts": {"listChanged": False},
+        "resources": {"subscribe": True, "listChanged": True},
+        "prompts": {"listChanged": True},
         "completions": {},
     }
     assert result["serverInfo"]["name"] == "toolhost"
