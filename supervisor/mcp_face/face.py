@@ -86,6 +86,18 @@ def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
     return connect
 
 
+_top_level_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _top_level(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
+    """A JSON object's members, each value left as JSON (a 1 MiB resource is copied through,
+    not decoded and encoded again); None when ``raw`` is not an object."""
+    try:
+        return _top_level_decoder.decode(raw)
+    except msgspec.ValidationError:
+        return None
+
+
 def _fingerprint(tools: list[Any]) -> bytes:
     return msgspec.json.encode(sorted(tools, key=lambda t: str(t.get("name"))))
 
@@ -218,8 +230,11 @@ class McpFace:
             if target is not None and not profile.allows(*target):
                 message = profile.refusal(*target)
                 return conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name})
+        listing = _LISTS.get(ev.method)
         try:
-            result = await self.kernel.request(ev.kernel, params)
+            result = await self.kernel.request(ev.kernel, params, raw=listing is None)
+            if listing is None:  # a read, get or completion: its parts pass through as JSON
+                result = _top_level(result)
         except RpcError as exc:
             code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
             if exc.code == "not-found":
@@ -229,7 +244,6 @@ class McpFace:
             return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
         if not isinstance(result, dict):
             return conn.error(ev.id, mcp.INTERNAL_ERROR, f"toolhost: {ev.kernel} gave no object")
-        listing = _LISTS.get(ev.method)
         if listing is not None:
             key, of = listing
             items = [
