@@ -13,6 +13,7 @@ recovery    SIGKILL a worker while calls run: calls failed, time until served ag
 footprint   host RSS idle and under load, RSS per worker
 services    host services from a worker: child tools.invoke, state.get/set
 compare     this tree's call path against ``--against TREE``'s, alternating, in one run
+mcp_gateway the MCP gateway (issue 29): calls, 1 MiB reads, lists with a hosted server hanging
 confine     confinement: the walls in a child; spawn -> ready, host CPU, web.fetch, confined and not
 ==========  ==================================================================================
 """
@@ -37,11 +38,12 @@ SCENARIOS = [
     "recovery",
     "footprint",
     "mcp_server",
+    "mcp_gateway",
     "services",
     "compare",
     "confine",
 ]
-OPT_IN = frozenset({"mcp_server", "compare", "confine"})
+OPT_IN = frozenset({"mcp_server", "mcp_gateway", "compare", "confine"})
 """Run only when named in ``--only``: ``mcp_server`` drives four official-SDK client processes
 (seconds of imports each) and measures the MCP face, not the host's own latency; ``compare``
 needs ``--against``; ``confine`` measures process starts, not the host."""
@@ -55,6 +57,7 @@ ORDER = [
     "payload",
     "footprint",
     "mcp_server",
+    "mcp_gateway",
     "services",
     "compare",  # hosts of its own, one per tree and round
     "confine",
@@ -110,6 +113,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         foreign,
         latency,
         lifecycle,
+        mcp_gateway,
         mcp_server,
         services,
         throughput,
@@ -125,6 +129,7 @@ def _functions() -> dict[str, Callable[..., None]]:
         "recovery": lifecycle.recovery,
         "footprint": lifecycle.footprint,
         "mcp_server": mcp_server.mcp_server,
+        "mcp_gateway": mcp_gateway.mcp_gateway,
         "services": services.services,
         "compare": compare.compare,
         "confine": confine.confine,

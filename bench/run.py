@@ -128,6 +128,19 @@ SIDECAR_ENTRIES: dict[str, dict[str, Any]] = {
         "tools": ["bench_echo_mcp"],
         "probe": {"startTimeoutMs": 30000},
     },
+    # Issue 29's gateway targets: five hosted SDK-written servers (``gw`` is measured, ``s5`` is
+    # the one made to hang), next to the SDK echo ``echo`` above.
+    **{
+        name: {
+            "command": "python",
+            "args": [str(SIDECARS / "gateway_mcp.py")],
+            "env": {"GW_NAME": name},
+            "protocol": "mcp",
+            "tools": [f"{name}_echo"],
+            "probe": {"startTimeoutMs": 30000},
+        }
+        for name in ("gw", "s2", "s3", "s4", "s5")
+    },
     "victim": echo_sidecar(
         "bench.echo.victim",
         restart={
@@ -149,6 +162,7 @@ SCENARIO_SIDECARS: dict[str, list[str]] = {
     "recovery": ["victim"],
     "footprint": ["echo", "tp2"],
     "mcp_server": ["echo"],
+    "mcp_gateway": ["echo", "gw", "s2", "s3", "s4", "s5"],
     "services": ["echo", "svc"],
     "compare": [],
     "confine": [],

@@ -31,6 +31,8 @@ from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, len
 
 EventSink = Callable[[str, Any], None]
 MAX_FRAME = 256 * 1024 * 1024
+READ_SIZE = 1 << 16
+BIG_READ_SIZE = 1 << 20
 
 
 class RpcError(Exception):
@@ -99,13 +101,25 @@ class CatalogMirror:
 
 
 class _Pending:
-    __slots__ = ("done", "error", "on_event", "result")
+    __slots__ = ("done", "error", "on_event", "raw", "result")
 
-    def __init__(self, on_event: EventSink | None) -> None:
+    def __init__(self, on_event: EventSink | None, raw: bool = False) -> None:
         self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
         self.on_event = on_event
+        self.raw = raw
+
+
+class _Answer(msgspec.Struct):
+    """A frame's id and result, the result left as JSON (for requests made with ``raw``)."""
+
+    id: Any = None
+    result: msgspec.Raw = msgspec.Raw(b"")
+    """Empty when the frame has no result (an event, an error)."""
+
+
+_answer_decoder = msgspec.json.Decoder(_Answer)
 
 
 class Client:
@@ -124,6 +138,14 @@ class Client:
         self._events_send, self.events = trio.open_memory_channel[Any](math.inf)
         self._closed = False
         self.mirror: CatalogMirror | None = None
+        # Write-through: on a socket, a request is written by the task that makes it while
+        # nothing is queued or being sent (no hop through the writer task: one scheduler batch
+        # less per request); what the socket cannot take goes to the writer task, in order.
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        self._backlog = 0
+        """Frames handed to the writer task and not yet fully sent."""
+        self._raw = 0
+        """Requests in flight whose result is wanted as JSON (``request(raw=True)``)."""
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -134,6 +156,20 @@ class Client:
         if self.encoding == "json":
             return msgspec.json.encode(obj) + b"\n"
         return length_prefixed(msgspec.msgpack.encode(obj))
+
+    def _push(self, frame: bytes) -> None:
+        """Send ``frame`` now if the socket takes it and nothing is ahead of it; else queue
+        (the rest of) it for the writer task."""
+        if self._fd >= 0 and self._backlog == 0:
+            try:
+                sent = os.write(self._fd, frame)
+            except OSError:  # full (BlockingIOError) or broken: the writer task finds out
+                sent = 0
+            if sent == len(frame):
+                return
+            frame = frame[sent:]
+        self._backlog += 1
+        self._send.send_nowait(frame)
 
     async def _writer(self) -> None:
         recv = self._recv
@@ -148,16 +184,22 @@ class Client:
                 await self.stream.send_all(frame if len(batch) == 1 else b"".join(batch))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
+            finally:
+                self._backlog -= len(batch)
 
     async def _reader(self) -> None:
+        size = READ_SIZE
         try:
             while True:
                 try:
-                    data = await self.stream.receive_some(1 << 16)
+                    data = await self.stream.receive_some(size)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     break
                 if not data:
                     break
+                # A full read means a large answer is streaming: bigger reads (fewer wake-ups)
+                # until it is through.
+                size = BIG_READ_SIZE if len(data) == size else READ_SIZE
                 self._feed(data)
         finally:
             self._closed = True
@@ -179,6 +221,8 @@ class Client:
             i += 1
             if self._lines is not None and not frame.strip():
                 continue
+            if self._raw and self._lines is not None and self._route_raw(frame):
+                continue
             msg = (
                 msgspec.json.decode(frame)
                 if self._lines is not None
@@ -193,6 +237,20 @@ class Client:
                 self._lines, self._frames = None, LengthPrefixSplitter(MAX_FRAME)
                 frames = self._frames.feed(rest) if rest else []
                 i = 0
+
+    def _route_raw(self, frame: bytes) -> bool:
+        """Answer a ``raw`` request with its result as JSON (never decoded into objects);
+        False for any other frame (an event, an error, another request's answer)."""
+        answer = _answer_decoder.decode(frame)
+        if not answer.result or answer.id is None:
+            return False
+        pending = self._pending.get(answer.id)
+        if pending is None or not pending.raw:
+            return False
+        del self._pending[answer.id]
+        pending.result = answer.result
+        pending.done.set()
+        return True
 
     def _route(self, msg: dict[str, Any]) -> None:
         if "event" in msg:
@@ -226,8 +284,10 @@ class Client:
         *,
         request_id: Any = None,
         on_event: EventSink | None = None,
+        raw: bool = False,
     ) -> Any:
-        """Send one request and wait for its response.
+        """Send one request and wait for its response; with ``raw`` the result is the JSON
+        the host sent (``msgspec.Raw``), for a caller that passes it on without looking in.
 
         Raises:
             RpcError: The host answered with an error.
@@ -236,17 +296,21 @@ class Client:
         if self._closed:
             raise ConnectionLost("connection closed")
         rid = request_id if request_id is not None else self.new_id()
-        pending = _Pending(on_event)
+        pending = _Pending(on_event, raw)
         self._pending[rid] = pending
         body: dict[str, Any] = {"id": rid, "method": method, "params": params or {}}
         if method == "server.hello" and (params or {}).get("encoding") == "msgpack":
             self._switch_after = rid
         frame = self._encode(body)
+        self._raw += raw
         try:
-            self._send.send_nowait(frame)
+            self._push(frame)
             await pending.done.wait()
         finally:
+            self._raw -= raw
             self._pending.pop(rid, None)
+        if raw and not isinstance(pending.result, msgspec.Raw) and pending.error is None:
+            pending.result = msgspec.Raw(msgspec.json.encode(pending.result))  # MessagePack
         if method == "server.hello" and (params or {}).get("encoding") == "msgpack":
             self.encoding = "msgpack"
         if pending.error is not None:

@@ -129,8 +129,10 @@ class HostedOffers:
         params: dict[str, Any],
         name: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> Any:
-        """Ask sidecar ``sid``'s server ``method``; its result, decoded.
+    ) -> msgspec.Raw:
+        """Ask sidecar ``sid``'s server ``method``; its result as the JSON the server sent (the
+        host passes it on as it is: a 1 MiB ``resources/read`` is never decoded and encoded
+        again here).
 
         Raises:
             OfferError: The server is not available, did not answer in time, or answered with
@@ -149,7 +151,7 @@ class HostedOffers:
                 f"{sid}: {response.error.message}",
                 {"rpcCode": response.error.code, "sidecar": sid},
             )
-        return msgspec.json.decode(response.result or b"{}")
+        return response.result if response.result is not None else msgspec.Raw(b"{}")
 
     # subscriptions -----------------------------------------------------------------------
 

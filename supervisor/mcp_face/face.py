@@ -95,6 +95,18 @@ def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
     return connect
 
 
+_top_level_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _top_level(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
+    """A JSON object's members, each value left as JSON (a 1 MiB resource is copied through,
+    not decoded and encoded again); None when ``raw`` is not an object."""
+    try:
+        return _top_level_decoder.decode(raw)
+    except msgspec.ValidationError:
+        return None
+
+
 def _fingerprint(tools: list[Any]) -> bytes:
     return msgspec.json.encode(sorted(tools, key=lambda t: str(t.get("name"))))
 
@@ -237,10 +249,15 @@ class McpFace:
                 return conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name})
         if ev.id in self._calls:
             return conn.error(ev.id, mcp.INVALID_REQUEST, f"request id {ev.id!r} is in flight")
+        listing = _LISTS.get(ev.method)
         krid = self.kernel.new_id()
         self._calls[ev.id] = krid
         try:
-            result = await self.kernel.request(ev.kernel, params, request_id=krid)
+            result = await self.kernel.request(
+                ev.kernel, params, request_id=krid, raw=listing is None
+            )
+            if listing is None:  # a read, get or completion: its parts pass through as JSON
+                result = _top_level(result)
         except RpcError as exc:
             if ev.id in self._cancelled:
                 self._cancelled.discard(ev.id)
@@ -258,7 +275,6 @@ class McpFace:
             return None
         if not isinstance(result, dict):
             return conn.error(ev.id, mcp.INTERNAL_ERROR, f"toolhost: {ev.kernel} gave no object")
-        listing = _LISTS.get(ev.method)
         if listing is not None:
             key, of = listing
             items = [

@@ -28,7 +28,7 @@ from supervisor.client import client_on_stream
 from supervisor.contracts.mcp import INVALID_REQUEST, RequestId, SubscriptionFilter
 from supervisor.mcp_face.face import Connect, McpFace
 from supervisor.mcp_face.profiles import Profile
-from supervisor.processes.direct_write import DirectWriter
+from supervisor.processes.direct_write import DirectWriter, grow_pipe
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     CallTool,
@@ -64,6 +64,7 @@ async def serve_mcp_stdio(
     stdin = trio.lowlevel.FdStream(os.dup(stdin_fd))
     stdout_fd = os.dup(stdout_fd)
     os.set_blocking(stdout_fd, False)
+    grow_pipe(stdout_fd)  # a large answer (a 1 MiB resource) in one write, not sixteen
     # Write-through: answers go out on the answering task; the drain task only writes what the
     # pipe could not take (the front-end reads slowly).
     out = DirectWriter(stdout_fd)

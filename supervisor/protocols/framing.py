@@ -42,7 +42,13 @@ class LineSplitter:
             if len(buf) > self.max_line:
                 raise self._too_long(f"line longer than {self.max_line} bytes")
             return []
-        lines = bytes(buf[:end]).split(b"\n")
+        # One copy out of the buffer (a memoryview slice, not a bytearray slice then bytes), and
+        # none more when it ends a single line (a large message): no split.
+        with memoryview(buf) as view, view[:end] as part:
+            if buf.find(b"\n", self._scan_from, end) < 0:
+                lines = [bytes(part)]
+            else:
+                lines = bytes(part).split(b"\n")
         del buf[: end + 1]
         self._scan_from = 0
         self._check(lines)

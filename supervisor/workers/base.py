@@ -56,6 +56,8 @@ WorkerState = Literal["starting", "ready", "draining", "stopping", "exited"]
 
 READ_CHUNK = 1 << 16
 """Bytes read from a worker's pipe at once."""
+BIG_READ = 1 << 20
+"""Bytes read at once after a read filled :data:`READ_CHUNK` (a large answer streaming)."""
 STDERR_SETTLE_S = 0.2
 """How long stderr may still flow after a process exited (its last words are the tail)."""
 STDERR_TAIL = 4096

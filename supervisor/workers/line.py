@@ -29,6 +29,7 @@ from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.outcome import CallOutcome
 from supervisor.protocols.outcome import describe_status as describe_exit
 from supervisor.workers.base import (
+    BIG_READ,
     READ_CHUNK,
     STDERR_SETTLE_S,
     STDERR_TAIL,
@@ -291,11 +292,15 @@ class LineWorker(Worker):
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()  # non-blocking (trio's FdStream set it so)
         receive = self._receive
+        size = READ_CHUNK
         try:
             while True:
-                data = await read_ready(fd, READ_CHUNK)
+                data = await read_ready(fd, size)
                 if not data:
                     break
+                # A full read means a large answer is streaming (the pipe holds up to 1 MiB):
+                # read it in bigger pieces, one wake-up each, then go back to small reads.
+                size = BIG_READ if len(data) == size else READ_CHUNK
                 cork()
                 try:
                     receive(data)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import msgspec
 import trio
 
 from supervisor.host.offers import HostedOffers
@@ -145,11 +146,14 @@ async def test_a_remote_server_over_http_gone_and_back(app, tmp_path):
                 "note://readme",
                 "note://shared",
             }
-            read = await known.request("remote", "resources/read", {"uri": "note://readme"})
+            # The server's answer, as the JSON it sent (the host passes it on undecoded).
+            raw = await known.request("remote", "resources/read", {"uri": "note://readme"})
+            read = msgspec.json.decode(raw)
             assert read["contents"][0]["text"] == "readme of remote"
-            got = await known.request(
+            raw = await known.request(
                 "remote", "prompts/get", {"name": "greet", "arguments": {"who": "Bo"}}, "greet"
             )
+            got = msgspec.json.decode(raw)
             assert (
                 got["messages"][0]["content"]["text"] == "Say hello to Bo in a warm tone (remote)"
             )

@@ -1,0 +1,52 @@
+"""The kernel client's request path: a request is written by the task that makes it while the
+socket takes it, and queued (in order) for the writer task when it does not; ``raw=True``
+hands the result back as the JSON the host sent. Real host, real echo sidecar."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from supervisor.client import RpcError, open_client
+from supervisor.server.backend import Backend
+from supervisor.server.unix import serve_unix
+from tests.conftest import echo, running_host, wait_available
+
+
+async def test_many_large_requests_at_once_each_gets_its_own_answer(app):
+    async with running_host(app, {"echo": echo(pool={"min": 2, "max": 2})}) as host:
+        await wait_available(host, "echo.say")
+        path = str(Path(tempfile.mkdtemp(prefix="thclient")) / "h.sock")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_unix, Backend.of(host), path)
+            async with open_client(path) as client:
+                # 128 requests of 32 KiB: far more than the socket buffer holds, so most of
+                # them wait for the writer task behind the first ones.
+                texts = [f"{i:04d}" + "x" * (32 * 1024) for i in range(128)]
+                got: dict[int, str] = {}
+
+                async def say(i: int) -> None:
+                    env = await client.invoke("echo.say", {"text": texts[i]})
+                    assert env.status == "success", env.error
+                    got[i] = texts[i] if texts[i] in env.content else env.content[:40]
+
+                async with trio.open_nursery() as calls:
+                    for i in range(len(texts)):
+                        calls.start_soon(say, i)
+                assert got == dict(enumerate(texts))
+                assert client._backlog == 0  # everything queued was sent
+
+                raw = await client.request(
+                    "tools.invoke", {"tool": "echo.say", "input": {"text": "hi"}}, raw=True
+                )
+                assert isinstance(raw, msgspec.Raw)
+                decoded = msgspec.json.decode(raw)
+                assert decoded["status"] == "success" and decoded["content"] == "hi"
+                with pytest.raises(RpcError) as exc:
+                    await client.request("no.such.method", {}, raw=True)
+                assert exc.value.code == "unknown-method"
+            nursery.cancel_scope.cancel()
