@@ -22,6 +22,7 @@ import msgspec
 from supervisor.contracts.registry import (
     TOOL_NAME_PATTERN,
     AutodiscoverConfig,
+    ConfineConfig,
     PoolConfig,
     ProbeConfig,
     SidecarConfig,
@@ -464,6 +465,9 @@ def _add_python_sidecar(
         pool=PoolConfig(min=1, max=1),
         sandbox=cfg.sandbox,
         spawn="exec",
+        # The worker imports the folder's modules: confined, it reads the folder (PROTOCOL 7:
+        # the program it runs is granted read), nothing else beyond the strict default.
+        confine=ConfineConfig(read=[scan.folder]),
     )
     entry = SidecarEntry(
         id=sid,
