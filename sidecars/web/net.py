@@ -6,17 +6,27 @@
 # header still use the name, so nothing resolves the name a second time (no DNS rebinding).
 # Redirects are followed here, hop by hop (scheme check, loop detection, count), so each hop's
 # connection goes through the same guard. Bodies are streamed to a sink in chunks and the read
-# stops at the byte limit: a huge body is never held in memory.
+# stops at the byte limit: a huge body is never held in memory. Confined with
+# ``network.allow`` (PROTOCOL 7) the worker's only way out is the host's egress proxy, named by
+# ``HTTPS_PROXY``/``HTTP_PROXY``: every connection is then a ``CONNECT host:port`` tunnel through
+# it (TLS runs inside the tunnel), the proxy resolving the name and checking it against the
+# sidecar's grants; this guard still checks whatever the name resolves to here (its own SSRF
+# check stays as a second wall; inside the worker's namespace only ``/etc/hosts`` names and
+# literal addresses resolve, the proxy judges the rest).
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import socket
-from collections.abc import Awaitable, Callable, Iterable
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import httpcore
 import httpx
+import msgspec
 import trio
 
 from sidecars.sdk import ToolError
@@ -34,11 +44,56 @@ class DestinationRefused(Exception):
         self.host, self.address, self.category = host, address, category
 
 
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """A Trio network backend that connects only to addresses the policy allows."""
+class EgressRefused(Exception):
+    """The host's egress proxy refused a destination (``403`` and its one-line reason)."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, host: str, port: int, status: int, reason: str) -> None:
+        super().__init__(reason or f"the egress proxy refused {host}:{port} ({status})")
+        self.host, self.port, self.status, self.reason = host, port, status, reason
+
+
+class Proxy(msgspec.Struct, frozen=True):
+    """The egress proxy every connection is tunnelled through (``http://[user:pass@]h:p``)."""
+
+    host: str
+    port: int
+    auth: str = ""
+    """``Proxy-Authorization`` value (the token-identified shared proxy), empty when none."""
+
+
+HEAD_LIMIT = 16 << 10
+
+
+def proxy_from_env(env: Mapping[str, str] = os.environ) -> Proxy | None:
+    """The proxy the worker's environment names (``HTTPS_PROXY``, then ``HTTP_PROXY``, either
+    case), None when none or not an ``http://`` proxy URL."""
+    for key in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        url = env.get(key, "")
+        if not url:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        try:
+            port = parts.port or 80
+        except ValueError:
+            return None
+        if parts.scheme != "http" or not parts.hostname:
+            return None
+        auth = ""
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            pair = f"{user}:{urllib.parse.unquote(parts.password or '')}"
+            auth = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        return Proxy(parts.hostname, port, auth)
+    return None
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """A Trio network backend that connects only to addresses the policy allows (through the
+    egress proxy when ``proxy`` is set)."""
+
+    def __init__(self, policy: Policy, proxy: Proxy | None = None) -> None:
         self.policy = policy
+        self.proxy = proxy
         self.inner = httpcore.TrioBackend()
 
     async def connect_tcp(
@@ -49,6 +104,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
+        if self.proxy is not None:
+            return await self._tunnel(self.proxy, host, port, timeout)
         try:
             infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:  # socket.gaierror: becomes httpx.ConnectError upstream
@@ -69,6 +126,57 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 last = exc
         assert last is not None
         raise last
+
+    async def _tunnel(
+        self,
+        proxy: Proxy,
+        host: str,
+        port: int,
+        timeout: float | None,  # noqa: ASYNC109 (httpcore's interface)
+    ) -> httpcore.AsyncNetworkStream:
+        """A ``CONNECT`` tunnel to ``host:port`` through ``proxy``, after this guard's check of
+        what ``host`` resolves to here (a name that does not resolve here is the proxy's to
+        judge)."""
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError:
+            infos = []
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        refused = self.policy.refusal(host, addresses) if addresses else None
+        if refused is not None:
+            raise DestinationRefused(host, *refused)
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+        if proxy.auth:
+            head += f"Proxy-Authorization: {proxy.auth}\r\n"
+        stream = await self.inner.connect_tcp(proxy.host, proxy.port, timeout)
+        try:
+            await stream.write((head + "\r\n").encode("ascii"), timeout)
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = await stream.read(4096, timeout)
+                if not chunk or len(answer) > HEAD_LIMIT:
+                    raise httpcore.ProxyError(f"the egress proxy closed the tunnel to {target}")
+                answer += chunk
+            status_line, _, rest = answer.partition(b"\r\n")
+            fields = status_line.split(None, 2)
+            status = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+            if status == 200:
+                if rest.split(b"\r\n\r\n", 1)[1]:
+                    raise httpcore.ProxyError("the egress proxy sent bytes before the tunnel")
+                return stream
+            body = answer.split(b"\r\n\r\n", 1)[1]
+            while len(body) < 4096:
+                chunk = await stream.read(4096, timeout)
+                if not chunk:
+                    break
+                body += chunk
+        except BaseException:
+            await stream.aclose()
+            raise
+        await stream.aclose()
+        reason = body.decode("utf-8", "replace").strip().splitlines()
+        raise EgressRefused(host, port, status, reason[0] if reason else "")
 
     async def connect_unix_socket(
         self,
@@ -104,8 +212,28 @@ def refused_error(exc: DestinationRefused, url: str) -> ToolError:
     return error
 
 
-def make_client(policy: Policy) -> httpx.AsyncClient:
-    """A pooled HTTP/1.1 + HTTP/2 client whose every connection passes the guard."""
+def egress_error(exc: EgressRefused, url: str) -> ToolError:
+    """The ``failed`` result for a destination the host's egress proxy refused: code
+    ``destination-refused``, the proxy's reason (it names the ``confine.network.allow`` rule
+    that would open it)."""
+    error = ToolError(
+        f"destination refused by the host's egress proxy: {exc}",
+        details={
+            "url": url,
+            "host": exc.host,
+            "port": exc.port,
+            "status": exc.status,
+            "by": "egress-proxy",
+            "reason": "destination-refused",
+        },
+    )
+    error.code = "destination-refused"
+    return error
+
+
+def make_client(policy: Policy, proxy: Proxy | None = None) -> httpx.AsyncClient:
+    """A pooled HTTP/1.1 + HTTP/2 client whose every connection passes the guard (and goes
+    through ``proxy`` when set)."""
     transport = httpx.AsyncHTTPTransport(http2=True)
     transport._pool = httpcore.AsyncConnectionPool(
         ssl_context=httpx.create_ssl_context(),
@@ -114,7 +242,7 @@ def make_client(policy: Policy) -> httpx.AsyncClient:
         keepalive_expiry=30.0,
         http1=True,
         http2=True,
-        network_backend=GuardedBackend(policy),
+        network_backend=GuardedBackend(policy, proxy),
     )
     return httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
 
@@ -193,6 +321,8 @@ async def stream(
             response = await client.send(request, stream=True)
         except DestinationRefused as exc:
             raise refused_error(exc, str(current)) from None
+        except EgressRefused as exc:
+            raise egress_error(exc, str(current)) from None
         except httpx.HTTPError as exc:
             raise ToolError(
                 f"cannot fetch {current}: {type(exc).__name__}: {exc}",

@@ -103,13 +103,13 @@ def _settings(config: dict[str, Any]) -> tuple[Limits, Policy]:
 
 def _client(config: dict[str, Any]) -> tuple[httpx.AsyncClient, Limits]:
     """The worker's pooled client (rebuilt for a new event loop or a new config)."""
-    from sidecars.web.net import make_client
+    from sidecars.web.net import make_client, proxy_from_env
 
     limits, policy = _settings(config)
     token = trio.lowlevel.current_trio_token()
     key = msgspec.json.encode(config).decode()
     if _State.client is None or _State.token is not token or _State.key != key:
-        _State.client = make_client(policy)
+        _State.client = make_client(policy, proxy_from_env())
         _State.token, _State.key = token, key
     return _State.client, limits
 
