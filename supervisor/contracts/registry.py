@@ -343,6 +343,9 @@ class AutodiscoverConfig(_Config):
     concurrency: PositiveInt = 4
     """Script runs at once for the whole folder."""
     sandbox: SandboxValue | None = None
+    confine: ConfineConfig = msgspec.field(default_factory=ConfineConfig)
+    """What the kernel lets the folder's scripts and python tools touch (PROTOCOL 7), key by
+    key over the strict default, as a sidecar entry's ``confine``."""
 
 
 AutodiscoverEntry = str | AutodiscoverConfig

@@ -18,11 +18,11 @@ import stat
 import sys
 
 import msgspec
+from msgspec import UnsetType
 
 from supervisor.contracts.registry import (
     TOOL_NAME_PATTERN,
     AutodiscoverConfig,
-    ConfineConfig,
     PoolConfig,
     ProbeConfig,
     SidecarConfig,
@@ -375,6 +375,7 @@ def add_discovered(
             pool=PoolConfig(min=1, max=cfg.concurrency),
             probe=ProbeConfig(interval_ms=0, timeout_ms=cfg.probe_timeout_ms),
             sandbox=cfg.sandbox,
+            confine=cfg.confine,
         )
         fingerprint = msgspec.json.encode(
             [
@@ -431,6 +432,10 @@ def add_discovered(
     return problems
 
 
+def _listed(value: list[str] | UnsetType) -> list[str]:
+    return [] if isinstance(value, UnsetType) else list(value)
+
+
 def _add_python_sidecar(
     plan: Plan,
     registry: Registry,
@@ -466,8 +471,10 @@ def _add_python_sidecar(
         sandbox=cfg.sandbox,
         spawn="exec",
         # The worker imports the folder's modules: confined, it reads the folder (PROTOCOL 7:
-        # the program it runs is granted read), nothing else beyond the strict default.
-        confine=ConfineConfig(read=[scan.folder]),
+        # the program it runs is granted read), besides what the folder's ``confine`` grants.
+        confine=msgspec.structs.replace(
+            cfg.confine, read=[*_listed(cfg.confine.read), scan.folder]
+        ),
     )
     entry = SidecarEntry(
         id=sid,
