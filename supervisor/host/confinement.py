@@ -21,7 +21,7 @@ import msgspec
 from supervisor.contracts.confine import ConfinePlan, KernelFacts, Layout
 from supervisor.host.egress import EgressProxy, client_for
 from supervisor.host.loading import Loaded
-from supervisor.policy.confine import resolve
+from supervisor.policy.confine import resolve, with_collector
 from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
 from supervisor.processes.confine_spawn import SidecarConfinement
@@ -72,6 +72,9 @@ class Confiner:
         self.proxy: EgressProxy | None = None
         """The host's egress proxy, once it runs (:meth:`attach`)."""
         self._served: set[int] = set()
+        self.collector = ""
+        """The OTLP endpoint sidecars export their spans to (``host.telemetry`` on), granted to
+        every confined sidecar (:func:`~supervisor.policy.confine.with_collector`)."""
 
     def attach(self, proxy: EgressProxy) -> None:
         """The egress proxy runs: serve every sidecar's listeners now and after each load."""
@@ -128,6 +131,8 @@ class Confiner:
                 host_private=loaded.host_private,
             )
             profile = loaded.known.profile_for(cfg)
+            if self.collector:
+                profile = with_collector(profile, self.collector)
             extra = programs_read(sp, cwd)
             if extra:
                 profile = msgspec.structs.replace(profile, read=(*profile.read, *extra))
