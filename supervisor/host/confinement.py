@@ -25,6 +25,7 @@ from supervisor.policy.confine import resolve, with_collector
 from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
 from supervisor.processes.confine_spawn import SidecarConfinement
+from supervisor.processes.peers import PeerGuard
 from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.registry.plan import SidecarPlan
 
@@ -75,6 +76,12 @@ class Confiner:
         self.collector = ""
         """The OTLP endpoint sidecars export their spans to (``host.telemetry`` on), granted to
         every confined sidecar (:func:`~supervisor.policy.confine.with_collector`)."""
+        self._peers = PeerGuard()
+
+    def refusal(self, pid: int) -> str:
+        """Why socket peer ``pid`` is one of this host's confined sidecar processes, which the
+        kernel socket refuses ("" if not: ``processes.peers``)."""
+        return self._peers.refusal(pid)
 
     def attach(self, proxy: EgressProxy) -> None:
         """The egress proxy runs: serve every sidecar's listeners now and after each load."""
@@ -110,6 +117,8 @@ class Confiner:
         if mode != "off" and kernel.pids_cgroup and not self._probed:
             self._probed = True
             self._cgroups = PidsCgroups.probe()
+            if self._cgroups is not None:
+                self._peers.cgroup_tag = os.path.basename(self._cgroups.base)
         secrets = registry.host_secrets() if mode != "off" else ()
         install = confine.install_paths() if mode != "off" else ()
         plans: dict[str, ConfinePlan] = {}

@@ -340,5 +340,5 @@ class Sampler:
         if running or not recycle_idle:
             worker.exceed(view.pid, message, details)
         elif self._nursery is not None and worker.state == "ready":
-            worker.state = "draining"  # no new calls; it is idle, so let it go gracefully
+            worker.refuse_new_calls()  # it is idle, so let it go gracefully
             self._nursery.start_soon(lambda: worker.stop("recycled"))

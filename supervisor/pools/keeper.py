@@ -134,7 +134,7 @@ class Keeper:
 
     def recycle(self, worker: Worker) -> None:
         """``worker`` served its ``maxCallsPerWorker``: drain it; its place starts a new one."""
-        worker.state = "draining"
+        worker.refuse_new_calls()
         assert self._nursery is not None
         self._nursery.start_soon(
             lambda: worker.stop("recycled", drain_s=self.config.timeout_ms / 1000.0)

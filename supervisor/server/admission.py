@@ -81,7 +81,7 @@ def effective_cap(configured: int) -> int:
 def overloaded_line(cap: int) -> bytes:
     """The one frame a refused client gets (NDJSON, as the socket's default encoding)."""
     message = f"too many client connections (the host serves at most {cap}); try again later"
-    return msgspec.json.encode({"id": None, "error": {"code": "overloaded", "message": message}})
+    return refusal_line("overloaded", message)
 
 
 class ConnectionCount:
@@ -159,11 +159,16 @@ class ConnectionCount:
             self._trimmer = False
 
 
-async def refuse_stream(stream: trio.SocketStream, cap: int) -> None:
-    """Send the ``overloaded`` line (best effort, bounded) and close."""
+def refusal_line(code: str, message: str) -> bytes:
+    """The one frame a client refused at the door gets (NDJSON)."""
+    return msgspec.json.encode({"id": None, "error": {"code": code, "message": message}})
+
+
+async def refuse_stream(stream: trio.SocketStream, cap: int, line: bytes | None = None) -> None:
+    """Send the ``overloaded`` line, or ``line`` (best effort, bounded), and close."""
     with trio.move_on_after(1.0):
         try:
-            await stream.send_all(overloaded_line(cap) + b"\n")
+            await stream.send_all((line or overloaded_line(cap)) + b"\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
     await close_quietly(stream)

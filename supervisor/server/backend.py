@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from supervisor.calls.approvals import Approvals
@@ -40,6 +41,8 @@ class Backend:
         endpoints: Where the host serves (``server.hello``), filled in as transports start.
         offers: The hosted MCP servers' resources, prompts and completions (default: from
             ``views``).
+        peer_refusal: Why a socket peer (by pid) is a confined sidecar process the kernel
+            socket must refuse ("" if not; default: nobody is refused).
     """
 
     __slots__ = (
@@ -50,6 +53,7 @@ class Backend:
         "feed",
         "invoker",
         "offers",
+        "peer_refusal",
         "telemetry",
         "upgrades",
         "views",
@@ -68,6 +72,7 @@ class Backend:
         telemetry: Tracing | None,
         endpoints: dict[str, str],
         offers: HostedOffers | None = None,
+        peer_refusal: Callable[[int], str] | None = None,
     ) -> None:
         self.invoker = invoker
         self.approvals = approvals
@@ -79,6 +84,7 @@ class Backend:
         self.telemetry = telemetry
         self.endpoints = endpoints
         self.offers = offers if offers is not None else HostedOffers(views)
+        self.peer_refusal: Callable[[int], str] = peer_refusal or _nobody
 
     @classmethod
     def of(cls, host: Host) -> Backend:
@@ -93,4 +99,9 @@ class Backend:
             control=host,
             telemetry=host.telemetry,
             endpoints=host.endpoints,
+            peer_refusal=host.confiner.refusal,
         )
+
+
+def _nobody(pid: int) -> str:
+    return ""

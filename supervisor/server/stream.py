@@ -48,17 +48,25 @@ class ConnectionLimits(msgspec.Struct, kw_only=True):
         return self.count
 
 
-def peer_name(stream: trio.abc.Stream, transport: str) -> str:
-    """``unix:pid=1234,uid=1000`` from SO_PEERCRED when available."""
+def peer_credentials(stream: trio.abc.Stream) -> tuple[int, int] | None:
+    """The peer's ``(pid, uid)`` from SO_PEERCRED (None: not a Unix socket, or unknown)."""
     sock = getattr(stream, "socket", None)
     if sock is not None and hasattr(socket, "SO_PEERCRED"):
         try:
             raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            pid, uid, _gid = struct.unpack("3i", raw)
-            return f"{transport}:pid={pid},uid={uid}"
         except OSError:
-            pass
-    return transport
+            return None
+        pid, uid, _gid = struct.unpack("3i", raw)
+        return pid, uid
+    return None
+
+
+def peer_name(stream: trio.abc.Stream, transport: str) -> str:
+    """``unix:pid=1234,uid=1000`` from SO_PEERCRED when available."""
+    cred = peer_credentials(stream)
+    if cred is None:
+        return transport
+    return f"{transport}:pid={cred[0]},uid={cred[1]}"
 
 
 class StreamConnection(QueuedTransport):

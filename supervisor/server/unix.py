@@ -19,10 +19,15 @@ from functools import partial
 
 import trio
 
-from supervisor.server.admission import refuse_stream, serve_listeners
+from supervisor.server.admission import refusal_line, refuse_stream, serve_listeners
 from supervisor.server.backend import Backend
 from supervisor.server.listen import ListenError, unix_error
-from supervisor.server.stream import ConnectionLimits, StreamConnection, peer_name
+from supervisor.server.stream import (
+    ConnectionLimits,
+    StreamConnection,
+    peer_credentials,
+    peer_name,
+)
 
 log = logging.getLogger("toolhost.server")
 
@@ -112,6 +117,14 @@ async def serve_unix(
     async def handler(stream: trio.SocketStream) -> None:
         if not count.try_enter():
             await refuse_stream(stream, count.cap)
+            return
+        cred = peer_credentials(stream)
+        why = backend.peer_refusal(cred[0]) if cred is not None else ""
+        if why:
+            count.leave()
+            log.warning("host socket: refused %s (confinement: never the kernel socket)", why)
+            message = f"the kernel socket refuses sidecar processes: {why}"
+            await refuse_stream(stream, count.cap, refusal_line("unauthorized", message))
             return
         try:
             conn = StreamConnection(backend, stream, limits=limits, name=peer_name(stream, "unix"))

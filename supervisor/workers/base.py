@@ -282,6 +282,12 @@ class Worker(ABC):
     async def stop(self, reason: ExitReason = "stopped", *, drain_s: float = 0.0) -> None:
         """Graceful stop: drain, shutdown message, SIGTERM, SIGKILL; returns once exited."""
 
+    def refuse_new_calls(self) -> None:
+        """Take no new calls from now on (its owner stops it next); a worker already ending
+        keeps its state."""
+        if self.state in ("ready", "starting"):
+            self.state = "draining"
+
     @abstractmethod
     def exceed(self, pid: int, message: str, details: dict[str, Any]) -> None:
         """A quota was exceeded in process ``pid``: kill it; what ran there fails

@@ -249,3 +249,44 @@ async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
     ]
     egress = [x for x in lines if x.get("event") == "egress"]
     assert [(x["port"], x["allowed"]) for x in egress] == [(a, True), (o, False)]
+
+
+@pytest.mark.parametrize("confinement", ["best-effort", "off"])
+async def test_a_unix_grant_does_not_open_the_kernel_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str
+) -> None:
+    """Landlock does not control ``connect`` on a socket file, so a sidecar granted ``unix`` (as
+    the computer family is, for the X server) can name the kernel socket: the socket itself
+    refuses it (``unauthorized``), and no call of its reaches the audit log. With confinement
+    off the same sidecar calls a tool through it (so the test tests something)."""
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
+    w = world(tmp_path, monkeypatch)
+    e = entry("persistent")
+    e["pool"] = {"min": 1, "max": 2}  # with confinement off, a second worker runs the inner call
+    e["confine"] = {"unix": [str(w["app"] / "x11.sock")]}
+    host_cfg = {
+        "confinement": confinement,
+        "zygote": {"enabled": False},
+        "auditLog": ".toolhost/audit.jsonl",
+    }
+    async with (
+        running_host(w["app"], {"hostile": e}, host=host_cfg) as host,
+        served(host, w["app"]) as srv,
+    ):
+        await wait_available(host, "hostile.attack", timeout=40)
+        inner = {"tool": "hostile.attack", "input": {"attacks": {}}}
+        todo = {"kernel_socket": {"kind": "invoke", "path": str(srv.sock), **inner}}
+        env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
+        assert env.status == "success", env
+        data = msgspec.json.decode(env.data)
+        if host.audit is not None:
+            host.audit.flush()
+    audit = (w["app"] / ".toolhost" / "audit.jsonl").read_text().splitlines()
+    calls = [x for x in map(json.loads, audit) if x.get("tool") == "hostile.attack"]
+    if confinement == "off":
+        assert data == {"kernel_socket": "ok"}
+        assert len(calls) == 2
+    else:
+        assert data == {"kernel_socket": "unauthorized"}
+        assert len(calls) == 1
