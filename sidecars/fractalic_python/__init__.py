@@ -7,11 +7,19 @@
 # life), and the function is called with the input object as keyword arguments. Its return value
 # (JSON-able) is the answer; an exception is ``failed`` with its type and message (the SDK's
 # rule). The host supervises the process like any SDK sidecar: restarts, deadlines, quotas.
+# Confined (PROTOCOL 7), the worker may read the folder's files but not always list the folder:
+# when it holds a host secret (the default ``tools/`` holds the registry file) its entries are
+# granted one by one, and Python's path finder, which lists a folder before finding anything in
+# it, would find nothing. :class:`FolderFinder` finds the folder's top-level modules by their
+# file names instead (a ``stat``, no listing), ahead of the path finder.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
@@ -31,6 +39,39 @@ class ManifestTool(ToolSpec, kw_only=True):
 
     def input_schema(self) -> dict[str, Any]:
         return self.schema
+
+
+class FolderFinder(importlib.abc.MetaPathFinder):
+    """Finds ``name.py`` and ``name/__init__.py`` of ``folder`` without listing it."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if path is not None or "." in fullname:
+            return None
+        package = os.path.join(self.folder, fullname, "__init__.py")
+        if os.path.isfile(package):
+            return importlib.util.spec_from_file_location(
+                fullname, package, submodule_search_locations=[os.path.dirname(package)]
+            )
+        module = os.path.join(self.folder, fullname + ".py")
+        if os.path.isfile(module):
+            return importlib.util.spec_from_file_location(fullname, module)
+        return None
+
+
+def _install_finder(folder: str) -> None:
+    """Put a :class:`FolderFinder` for ``folder`` just before the path finder."""
+    if any(isinstance(f, FolderFinder) and f.folder == folder for f in sys.meta_path):
+        return
+    at = next(
+        (i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+        len(sys.meta_path),
+    )
+    sys.meta_path.insert(at, FolderFinder(folder))
 
 
 def _caller(name: str, entry: str) -> Callable[[dict[str, Any], Context], Any]:
@@ -56,6 +97,8 @@ def build(table: dict[str, Any]) -> Sidecar:
     folder = table.get("folder", "")
     if folder and folder not in sys.path:
         sys.path.insert(0, folder)
+    if folder:
+        _install_finder(os.path.abspath(folder))
     app = Sidecar("fractalic-python", version="1", concurrency=4)
     for tool in table.get("tools", []):
         name = tool["name"]

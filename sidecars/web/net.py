@@ -158,14 +158,13 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 if not chunk or len(answer) > HEAD_LIMIT:
                     raise httpcore.ProxyError(f"the egress proxy closed the tunnel to {target}")
                 answer += chunk
-            status_line = answer.partition(b"\r\n")[0]
-            fields = status_line.split(None, 2)
+            head_bytes, _, body = answer.partition(b"\r\n\r\n")
+            fields = head_bytes.split(b"\r\n", 1)[0].split(None, 2)
             status = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
             if status == 200:
-                if answer.split(b"\r\n\r\n", 1)[1]:
+                if body:
                     raise httpcore.ProxyError("the egress proxy sent bytes before the tunnel")
                 return stream
-            body = answer.split(b"\r\n\r\n", 1)[1]
             while len(body) < 4096:
                 chunk = await stream.read(4096, timeout)
                 if not chunk:

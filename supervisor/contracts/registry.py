@@ -186,12 +186,11 @@ class HostConfig(_Config):
     shutdown_grace_ms: NonNegInt = 5000
     """On SIGTERM/SIGINT, how long running calls may take to finish; the ones still running then
     are cancelled with a message naming this setting."""
-    confinement: ConfinementMode = "off"
+    confinement: ConfinementMode = "best-effort"
     """Kernel confinement of every sidecar (PROTOCOL 7, docs/confinement.md): ``best-effort``
     enforces what this kernel supports and reports it, ``required`` keeps a sidecar whose profile
     cannot be fully enforced from starting (``confinement-unavailable``), ``off`` confines
-    nothing. The contract's default is ``best-effort``; this first hook-up ships ``off`` until
-    every bundled family passes its tests confined (docs/confinement.md, "Status")."""
+    nothing (PROTOCOL 7's default: ``best-effort``)."""
 
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
     """``toolhost mcp``'s profiles and extra tokens (read by ``toolhost mcp``, at start and on
@@ -343,6 +342,9 @@ class AutodiscoverConfig(_Config):
     concurrency: PositiveInt = 4
     """Script runs at once for the whole folder."""
     sandbox: SandboxValue | None = None
+    confine: ConfineConfig = msgspec.field(default_factory=ConfineConfig)
+    """What the kernel lets the folder's scripts and python tools touch (PROTOCOL 7), key by
+    key over the strict default, as a sidecar entry's ``confine``."""
 
 
 AutodiscoverEntry = str | AutodiscoverConfig

@@ -32,7 +32,7 @@ from supervisor.contracts.confine import (
 from supervisor.contracts.snapshot import Reason
 from supervisor.host.egress import EgressProxy, client_for
 from supervisor.host.loading import Loaded
-from supervisor.policy.confine import resolve
+from supervisor.policy.confine import resolve, with_collector
 from supervisor.policy.confine_explain import (
     denial_hints,
     label,
@@ -102,6 +102,9 @@ class Confiner:
         self.proxy: EgressProxy | None = None
         """The host's egress proxy, once it runs (:meth:`attach`)."""
         self._served: set[int] = set()
+        self.collector = ""
+        """The OTLP endpoint sidecars export their spans to (``host.telemetry`` on), granted to
+        every confined sidecar (:func:`~supervisor.policy.confine.with_collector`)."""
         self._peers = PeerGuard()
 
     def refusal(self, pid: int) -> str:
@@ -168,6 +171,8 @@ class Confiner:
                 host_private=loaded.host_private,
             )
             profile = profiles[sp.id] = loaded.known.profile_for(cfg)
+            if self.collector:
+                profile = with_collector(profile, self.collector)
             extra = programs_read(sp, cwd)
             if extra:
                 profile = msgspec.structs.replace(profile, read=(*profile.read, *extra))

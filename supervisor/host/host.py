@@ -144,6 +144,8 @@ class Host:
             queue_depth=self._queue_depths,
         )
         """OpenTelemetry spans and metrics (docs/telemetry.md); None when off."""
+        if self.telemetry is not None:  # sidecars export their own spans there (confined too)
+            self.confiner.collector = self.telemetry.endpoint
         json_logs = (options.log_format or hcfg.log_format) == "json"
         self.stderr_lines = StderrLines() if json_logs else None
         """JSON logs: sidecar stderr lines forwarded as records; None with text logs."""

@@ -19,7 +19,9 @@ import fnmatch
 import posixpath
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
+import msgspec
 from msgspec import UNSET
 
 from supervisor.contracts.confine import ConfinePlan, KernelFacts, Layout, Profile
@@ -414,3 +416,29 @@ def _proxy_port(loopback: Sequence[int]) -> int:
     while port in loopback:
         port += 1
     return port
+
+
+def with_collector(profile: Profile, endpoint: str) -> Profile:
+    """``profile`` able to reach the OTLP collector at ``endpoint`` (``host.telemetry`` on: a
+    sidecar's SDK exports its own spans there, docs/telemetry.md). A collector on this machine
+    (``localhost``, a loopback address) becomes a ``loopback`` port, another one an ``allow``
+    rule (reached through the egress proxy); ``network: host`` and an unparsable endpoint are
+    left as they are."""
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return profile
+    host = (parts.hostname or "").lower()
+    if not host or profile.network == "host":
+        return profile
+    grant = profile.network if isinstance(profile.network, NetworkGrant) else NetworkGrant()
+    loopback, allow = list(grant.loopback), list(grant.allow)
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        if port not in loopback:
+            loopback.append(port)
+    else:
+        rule = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if rule not in allow and "*" not in allow:
+            allow.append(rule)
+    return msgspec.structs.replace(profile, network=NetworkGrant(allow=allow, loopback=loopback))

@@ -75,9 +75,12 @@ def install_paths() -> tuple[str, ...]:
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
     paths.append(os.path.dirname(os.path.realpath(sys.executable)))
     paths.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    # Every finder, not only sys.path's: an editable install finds ``sidecars`` through its
-    # own meta-path finder (finding a top-level spec imports nothing).
-    spec = importlib.util.find_spec("sidecars")
+    # Every finder, not only sys.path's: an editable install finds ``sidecars`` through its own
+    # meta path finder, and a host started outside the repository has no path entry for it.
+    try:
+        spec = importlib.util.find_spec("sidecars")
+    except (ImportError, ValueError):
+        spec = None
     if spec is not None and spec.submodule_search_locations:
         paths += list(spec.submodule_search_locations)
     return tuple(dict.fromkeys(os.path.normpath(p) for p in paths if p))

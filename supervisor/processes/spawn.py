@@ -20,7 +20,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -227,6 +229,7 @@ class Spawner:
         may_fork: bool,
         confine: SidecarConfinement,
     ) -> Child:
+        _check_program(argv, cwd, env)
         prepared = confine.prepare(argv)
         full_env = {**env, **prepared.env}
         stdin, stdout, stderr = stdio
@@ -278,3 +281,30 @@ class Spawner:
         prepared.started()
         child.confinement = prepared
         return child
+
+
+def _check_program(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> None:
+    """Raise what ``exec`` of ``argv`` would, before the shim starts: an unconfined start
+    reports a missing or non-executable program as the spawn's own ``OSError`` (the worker is
+    ``start-failed``, its tools unavailable), and a confined one must too, not as a child that
+    ran and exited 126 (the shim still reports a program gone in between that way).
+
+    Raises:
+        FileNotFoundError: No such program (on the child's ``PATH`` for a bare name).
+        PermissionError: It is not executable.
+    """
+    program = argv[0] if argv else ""
+    if not program:
+        raise FileNotFoundError(errno.ENOENT, "no program", program)
+    if "/" in program:
+        path = os.path.join(cwd, program)
+        if not os.path.exists(path):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+        return
+    search = env.get("PATH", os.defpath)
+    if any(not os.path.isabs(d) for d in search.split(os.pathsep)):
+        return  # relative entries are the child's cwd's: the shim reports it
+    if shutil.which(program, path=search) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)

@@ -18,6 +18,7 @@ import stat
 import sys
 
 import msgspec
+from msgspec import UnsetType
 
 from supervisor.contracts.registry import (
     TOOL_NAME_PATTERN,
@@ -374,6 +375,7 @@ def add_discovered(
             pool=PoolConfig(min=1, max=cfg.concurrency),
             probe=ProbeConfig(interval_ms=0, timeout_ms=cfg.probe_timeout_ms),
             sandbox=cfg.sandbox,
+            confine=cfg.confine,
         )
         fingerprint = msgspec.json.encode(
             [
@@ -430,6 +432,10 @@ def add_discovered(
     return problems
 
 
+def _listed(value: list[str] | UnsetType) -> list[str]:
+    return [] if isinstance(value, UnsetType) else list(value)
+
+
 def _add_python_sidecar(
     plan: Plan,
     registry: Registry,
@@ -464,6 +470,11 @@ def _add_python_sidecar(
         pool=PoolConfig(min=1, max=1),
         sandbox=cfg.sandbox,
         spawn="exec",
+        # The worker imports the folder's modules: confined, it reads the folder (PROTOCOL 7:
+        # the program it runs is granted read), besides what the folder's ``confine`` grants.
+        confine=msgspec.structs.replace(
+            cfg.confine, read=[*_listed(cfg.confine.read), scan.folder]
+        ),
     )
     entry = SidecarEntry(
         id=sid,

@@ -253,6 +253,11 @@ def browser_entry(endpoint: str, **extra: Any) -> dict[str, Any]:
 
     entry = dict(bundled_registry(["browser"])["sidecars"]["browser"])
     entry["config"] = {"endpoint": endpoint}
+    # Confined, the sidecar reaches only the loopback ports it is granted: an endpoint on
+    # another port than the family's 9222 is granted with it (docs/confinement.md).
+    port = urlsplit(endpoint).port
+    if port is not None:
+        entry["confine"] = {"network": {"loopback": [port]}}
     entry["restart"] = {"backoffMs": 20, "maxBackoffMs": 200}
     entry.update(extra)
     return entry

@@ -71,7 +71,8 @@ echo "$out"
 
 MATHMOD = """
 import os
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_imports.log"), "a") as f:
+logs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "logs")
+with open(os.path.join(logs, "_imports.log"), "a") as f:
     f.write(f"{os.getpid()}\\n")
 
 def add(a, b):
@@ -94,7 +95,7 @@ import argparse, json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
 arg = sys.argv[1] if len(sys.argv) > 1 else ""
 if arg.startswith("--") or arg.startswith("{"):
-    with open(os.path.join(here, "_probes.log"), "a") as f:
+    with open(os.path.join(here, "..", "logs", "_probes.log"), "a") as f:
         f.write(arg + "\\n")
 TOOLS = [
     {"name": "shout", "description": "Upper-case a text",
@@ -133,7 +134,7 @@ PLAIN = """
 import json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
 if sys.argv[1].startswith("--") or sys.argv[1] == '{"__test__": true}':
-    with open(os.path.join(here, "_probes.log"), "a") as f:
+    with open(os.path.join(here, "..", "logs", "_probes.log"), "a") as f:
         f.write("plain " + sys.argv[1] + "\\n")
 if sys.argv[1] == '{"__test__": true}':
     print(json.dumps({"success": True, "_simple": True})); sys.exit(0)
@@ -204,7 +205,11 @@ def unavailable(d, *fragments):
 def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
     root = tmp_path / "app"
     folder = write_folder(root)
-    write_registry(root, {}, autodiscover=[{"path": "tools", "probeTimeoutMs": 5000}])
+    # The scripts log their runs in logs/ (tools/ is never writable): the folder grants it.
+    logs = root / "logs"
+    logs.mkdir()
+    auto = {"path": "tools", "probeTimeoutMs": 5000, "confine": {"write": ["logs"]}}
+    write_registry(root, {}, autodiscover=[auto])
     sock = root / ".toolhost" / "host.sock"
     working = ["greet", "count", "add", "shout", "repeat", "sj", "plain", "dumped"]
 
@@ -284,12 +289,12 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
                     assert env.status == "success" and env.data["sum"] == i + 1, env
                     pids.add(env.data["pid"])
                 assert len(pids) == 1
-                imports = (folder / "_imports.log").read_text().split()
+                imports = (logs / "_imports.log").read_text().split()
                 assert imports == [str(pids.pop())]
 
                 # Edit count.sh's help (a new --upper flag) and reload: its schema changes; the
                 # unchanged scripts' discovery is served from the cache (no new probe runs).
-                probes_before = (folder / "_probes.log").read_text()
+                probes_before = (logs / "_probes.log").read_text()
                 assert "plain {" in probes_before and "--fractalic-dump-multi" in probes_before
                 text = (folder / "count.sh").read_text()
                 text = text.replace(
@@ -314,7 +319,7 @@ def test_a_fractalic_folder_through_the_kernel_socket(tmp_path):
                 assert env.data == {"result": "HI"}, env
                 env = await client.invoke("repeat", {"text": "z", "times": 3})
                 assert env.data == {"tool": "repeat", "out": "zzz"}
-                assert (folder / "_probes.log").read_text() == probes_before
+                assert (logs / "_probes.log").read_text() == probes_before
                 health = await client.health()
                 assert health.status in ("ok", "degraded", "healthy"), health
 

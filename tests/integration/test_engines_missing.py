@@ -112,7 +112,11 @@ async def test_media_engines_missing_are_unavailable_before_any_call(
             "audio.speak": bundled("speak", {}),
         }
     }
-    registry = {"media": entry("sidecars.media", MEDIA_TOOLS, config, {})}
+    media = entry("sidecars.media", MEDIA_TOOLS, config, {})
+    # The delegates' PYTHONPATH is the media sidecar's config, not its env: like an operator who
+    # points a delegate at a folder of their own, the entry grants it (docs/confinement.md).
+    media["confine"] = {"read": [python_env["PYTHONPATH"]]}
+    registry = {"media": media}
     broken = {
         "vision.analyze": "PIL",
         "audio.transcribe": "pocketsphinx",

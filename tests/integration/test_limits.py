@@ -177,7 +177,9 @@ async def test_output_is_capped_at_64_kib_by_default_and_a_sidecar_may_raise_it(
 
 
 async def test_forking_sidecar_is_capped_and_its_children_die(app):
-    async with running_host(app, sidecars(limits={"nproc": 3}), host=FAST) as host:
+    # The hog lists its children in the project: it is granted to write there.
+    entries = sidecars(limits={"nproc": 3}, confine={"project": "write"})
+    async with running_host(app, entries, host=FAST) as host:
         await wait_available(host, "echo.say", "hog.ok")
         first = host.pools["hog"].workers[0].pid
         async with bystander(host):

@@ -18,11 +18,13 @@ LEGACY = FIXTURES.parent / "mcp" / "legacy.py"
 
 
 def legacy(mode: str, log, start_ms: int = 4000) -> dict:
+    log.touch()  # the server appends to it: confined, it may write that file only (granted)
     return {
         "command": "python",
         "args": [str(LEGACY)],
         "protocol": "mcp",
         "env": {"LEGACY_MODE": mode, "LEGACY_LOG": str(log)},
+        "confine": {"write": [str(log)]},
         "restart": {"backoffMs": 20, "maxBackoffMs": 200},
         "probe": {"startTimeoutMs": start_ms},
     }

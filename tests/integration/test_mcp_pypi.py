@@ -5,6 +5,8 @@ and ``mcp-server-git`` against a temporary repository. Catalog entries, successf
 import os
 import signal
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import msgspec
 import trio
@@ -104,13 +106,20 @@ async def test_mcp_server_git(app, tmp_path):
     git(repo, "add", "README.md")
     git(repo, "commit", "-q", "-m", "first commit")
     (repo / "README.md").write_text("hello, world\n")
-    sidecars = {"git": server("mcp_server_git", "--repository", str(repo))}
+    # The repository is outside the project: like an operator, the entry grants it (git
+    # writes its index there while reading the status), and git's own configuration, which it
+    # refuses to run without when the file exists but cannot be read (docs/confinement.md).
+    grant: dict[str, Any] = {"write": [str(repo)]}
+    gitconfig = Path.home() / ".gitconfig"
+    if gitconfig.exists():
+        grant["read"] = [str(gitconfig)]
+    sidecars = {"git": server("mcp_server_git", "--repository", str(repo), confine=grant)}
     async with running_host(app, sidecars) as host:
         await wait_available(host, "git_status", "git_log", "git_diff_unstaged")
         d = host.catalog.get("git_log")
         assert d.protocol == "mcp" and "repo_path" in d.inputSchema["properties"]
         env = await host.invoker.invoke(InvokeRequest("git_status", raw({"repo_path": str(repo)})))
-        assert env.status == "success" and "README.md" in env.content
+        assert env.status == "success" and "README.md" in env.content, env
         env = await host.invoker.invoke(InvokeRequest("git_log", raw({"repo_path": str(repo)})))
         assert env.status == "success" and "first commit" in env.content
         env = await host.invoker.invoke(

@@ -27,6 +27,14 @@ def fly(**extra):
     return script("flyflor", FLY_TOOLS, mode="oneshot", **extra)
 
 
+def scratch(app):
+    """A folder the test's scripts write (pid files, counters) and the grant for it: confined,
+    a sidecar writes only what its profile grants, as an operator would write it."""
+    folder = app / "scratch"
+    folder.mkdir()
+    return folder, {"write": [str(folder)]}
+
+
 def decode(env):
     return msgspec.json.decode(env.data)
 
@@ -95,8 +103,9 @@ async def test_non_zero_exit_with_garbage_is_failed_with_stderr(app):
 
 
 async def test_hang_is_killed_at_the_deadline_with_its_process_group(app):
-    pidfile = app / "hang.pids"
-    async with running_host(app, {"fly": fly()}) as host:
+    folder, grant = scratch(app)
+    pidfile = folder / "hang.pids"
+    async with running_host(app, {"fly": fly(confine=grant)}) as host:
         await wait_available(host, "fly.hang")
         t0 = trio.current_time()
         env = await host.invoker.invoke(
@@ -112,8 +121,9 @@ async def test_hang_is_killed_at_the_deadline_with_its_process_group(app):
 
 
 async def test_cancel_kills_the_process(app):
-    pidfile = app / "hang.pids"
-    async with running_host(app, {"fly": fly()}) as host:
+    folder, grant = scratch(app)
+    pidfile = folder / "hang.pids"
+    async with running_host(app, {"fly": fly(confine=grant)}) as host:
         await wait_available(host, "fly.hang")
         out = {}
 
@@ -169,9 +179,8 @@ async def test_answer_then_linger_is_answered_and_reaped(app):
 
 
 async def test_spawn_concurrency_is_bounded_by_the_pool(app):
-    counters = app / "running"
-    counters.mkdir()
-    async with running_host(app, {"fly": fly(pool={"max": 2, "queue": 8})}) as host:
+    counters, grant = scratch(app)
+    async with running_host(app, {"fly": fly(pool={"max": 2, "queue": 8}, confine=grant)}) as host:
         await wait_available(host, "fly.slow")
         envs = []
 

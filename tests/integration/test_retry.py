@@ -44,18 +44,21 @@ def manifests(app):
 
 
 async def test_read_only_tool_is_retried_after_a_crash(app):
-    sidecars = {"fly": script("flyflor", FLY, mode="oneshot")}
+    counters = app / "counters"  # the script counts its attempts there: granted, as it must be
+    counters.mkdir()
+    confine = {"write": [str(counters)]}
+    sidecars = {"fly": script("flyflor", FLY, mode="oneshot", confine=confine)}
     async with running_host(app, sidecars, manifest_dirs=manifests(app)) as host:
         await wait_available(host, "fly.flaky")
         env = await host.invoker.invoke(
-            InvokeRequest("fly.flaky", raw({"counter": str(app / "c1"), "n": 3}))
+            InvokeRequest("fly.flaky", raw({"counter": str(counters / "c1"), "n": 3}))
         )
         assert env.status == "success" and env.meta.attempts == 3
         assert msgspec.json.decode(env.data) == {"attempt": 3}
         assert host.views.stats().sidecars["fly"].retries == 2
         # Out of attempts: the last failure is the answer, with the count.
         env = await host.invoker.invoke(
-            InvokeRequest("fly.flaky", raw({"counter": str(app / "c2"), "n": 10}))
+            InvokeRequest("fly.flaky", raw({"counter": str(counters / "c2"), "n": 10}))
         )
         assert env.status == "failed" and env.error.code == "worker-crashed"
         assert env.meta.attempts == 3

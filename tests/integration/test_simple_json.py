@@ -2,6 +2,7 @@
 and ``--fractalic-dump-schema``, unavailable-with-reason for scripts that fail the probe, calls with
 the input as the single argument, registry override, reload."""
 
+import os
 import shutil
 
 import msgspec
@@ -156,25 +157,48 @@ if sys.argv[1] == '{"__test__": true}':
     print(json.dumps({"success": True}))
     sys.exit(0)
 args = json.loads(sys.argv[1])
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-with open(args["pidfile"], "w") as f:
-    f.write(f"{child.pid}")
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", args["tag"]])
 time.sleep(3600)
 """
+
+
+def tagged(tag: str) -> list[int]:
+    """Pids whose command line ends with ``tag`` (the script, confined, writes no pid file)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if len(argv) > 1 and argv[-2] == tag.encode():
+                found.append(int(entry))
+    return found
 
 
 async def test_deadline_kills_the_script_group_and_big_input_is_refused(app):
     folder = app / "tools" / "auto"
     folder.mkdir(parents=True)
     (folder / "sleepy.py").write_text(SLEEPY)
-    pidfile = app / "child.pid"
+    tag = f"sleepy-{os.getpid()}-{id(app)}"
     async with running_host(app, {}, autodiscover=[generous()]) as host:
         await wait_available(host, "sleepy")
-        env = await host.invoker.invoke(
-            InvokeRequest("sleepy", raw({"pidfile": str(pidfile)}), timeout_ms=3000)
-        )
+        out = {}
+
+        async def call() -> None:
+            out["env"] = await host.invoker.invoke(
+                InvokeRequest("sleepy", raw({"tag": tag}), timeout_ms=3000)
+            )
+
+        async with trio.open_nursery() as n:
+            n.start_soon(call)
+            with trio.fail_after(3):
+                while not tagged(tag):
+                    await trio.sleep(0.02)
+            [grandchild] = tagged(tag)
+        env = out["env"]
         assert env.status == "failed" and env.error.code == "timeout"
-        grandchild = int(pidfile.read_text())
         with trio.fail_after(10):
             while pid_alive(grandchild):
                 await trio.sleep(0.05)

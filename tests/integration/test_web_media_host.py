@@ -11,7 +11,15 @@ import psutil
 import trio
 
 from supervisor.calls.call import InvokeRequest
-from tests.conftest import REPO, effective, raw, running_host, wait_available, wait_for
+from tests.conftest import (
+    REPO,
+    effective,
+    free_port,
+    raw,
+    running_host,
+    wait_available,
+    wait_for,
+)
 from tests.sidecars.engines import need_module
 from tests.sidecars.webserver import web_server
 
@@ -37,7 +45,12 @@ MEDIA_TOOLS = ["vision.analyze", "vision.ocr", "audio.transcribe", "audio.speak"
 async def test_web_worker_memory_and_killed_download(app: Path, project: Path) -> None:
     need_module("httpx", "web")
     with web_server() as base:
-        registry = {"web": sidecar("sidecars.web", WEB_TOOLS, {"allowPrivate": True})}
+        web = sidecar("sidecars.web", WEB_TOOLS, {"allowPrivate": True})
+        # Confined, web reaches the network only through the host's egress proxy, which opens a
+        # loopback server only to a rule naming its address (as an operator writes it).
+        port = base.rsplit(":", 1)[1].split("/", 1)[0]
+        web["confine"] = {"network": {"allow": [f"127.0.0.1:{port}"]}}
+        registry = {"web": web}
         async with running_host(app, registry, manifest_dirs=MANIFESTS) as host:
             await wait_available(host, "web.fetch", "web.download")
             # No providers: web.search is unavailable before any call, with the hint.
@@ -49,6 +62,14 @@ async def test_web_worker_memory_and_killed_download(app: Path, project: Path) -
                 InvokeRequest("web.fetch", raw({"url": f"{base}/page"}))
             )
             assert env.status == "success", env
+            # Another loopback port is not granted: the proxy refuses it, naming the rule.
+            other = free_port()
+            env = await host.invoker.invoke(
+                InvokeRequest("web.fetch", raw({"url": f"http://127.0.0.1:{other}/"}))
+            )
+            assert env.status == "failed" and env.error.code == "destination-refused", env
+            assert env.error.details["by"] == "egress-proxy"
+            assert "confine.network.allow" in env.error.message, env.error.message
             worker = psutil.Process(env.meta.pid)
             before = worker.memory_info().rss
             env = await host.invoker.invoke(

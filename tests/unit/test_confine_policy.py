@@ -11,7 +11,7 @@ import pytest
 
 from supervisor.contracts.confine import KernelFacts, Layout, Profile
 from supervisor.contracts.registry import ConfineConfig, NetworkGrant
-from supervisor.policy.confine import STRICT, effective, grants, resolve
+from supervisor.policy.confine import STRICT, effective, grants, resolve, with_collector
 
 TREE: dict[str, list[str]] = {
     "/": ["usr", "etc", "home", "app", "work"],
@@ -302,3 +302,17 @@ def test_network_host_reads_the_resolver_configuration() -> None:
     # /run/systemd/resolve is not in the fake tree, but it is granted (apply skips it if absent)
     assert "/run/systemd/resolve" in plan.read
     assert "/run/systemd/resolve" not in plan_for(STRICT).read
+
+
+def test_the_telemetry_collector_is_granted_by_address() -> None:
+    local = with_collector(STRICT, "http://localhost:4318")
+    assert local.network == NetworkGrant(loopback=[4318])
+    web = Profile(project="write", network=NetworkGrant(allow=["*"]))
+    assert with_collector(web, "http://127.0.0.1:4318").network == NetworkGrant(
+        allow=["*"], loopback=[4318]
+    )
+    remote = with_collector(STRICT, "https://otel.example.com/v1/traces")
+    assert remote.network == NetworkGrant(allow=["otel.example.com:443"])
+    host = Profile(network="host")
+    assert with_collector(host, "http://localhost:4318") == host
+    assert with_collector(STRICT, "http://localhost:notaport") == STRICT

@@ -202,3 +202,23 @@ def test_a_tool_two_mcp_servers_announce_belongs_to_the_first_in_the_registry(tm
     # alpha, first in the registry, announces it too: it owns it from now on.
     cat.update_sidecar("alpha", SidecarFacts(runtime="ready", announced=announce("touch")))
     assert cat.get("touch").sidecar == "alpha" and cat.owner("touch") == "alpha"
+
+
+def test_a_folder_s_confine_reaches_its_sidecar(tmp_path):
+    # PROTOCOL 7: an autodiscover folder's scripts run confined; its `confine` is their profile.
+    auto = tmp_path / "tools" / "auto"
+    auto.mkdir(parents=True)
+    make(auto, "weather.py")
+    doc = {
+        "schemaVersion": 2,
+        "autodiscover": [{"path": "tools/auto", "confine": {"write": ["out"], "project": "none"}}],
+    }
+    reg = registry(tmp_path, doc)
+    assert not reg.errors, reg.errors
+    known = load_known_catalog([])
+    plan = build_plan(reg, known, host_version="0.1.0")
+    add_discovered(plan, reg, known, scan_all(reg, host_python=PY), host_version="0.1.0")
+    profile = known.profile_for(plan.sidecars["auto:tools/auto"].config)
+    assert profile.write == ("out",) and profile.project == "none"
+    bad = registry(tmp_path, {"schemaVersion": 2, "autodiscover": [{"path": "x", "confine": 1}]})
+    assert any("autodiscover[0].confine" in e for e in bad.errors), bad.errors
