@@ -4,7 +4,8 @@ The shared ``toolhost serve`` hosts five SDK-written MCP servers (``bench/sideca
 gateway_mcp.py`` as ``gw``, ``s2`` .. ``s5``) and toolhost's SDK echo (``bench.echo``). One
 client process (:mod:`bench.mcp_gateway_client`, the official SDK's ``Client`` in the modern
 era, response cache off) holds a session on the same server spawned directly and one on
-``toolhost mcp`` (stdio, socket-connected), and alternates blocks of requests between them:
+``toolhost mcp`` (stdio, socket-connected) and one on ``toolhost mcp --embedded`` (its own host
+in-process on the same registry), and alternates blocks of requests between them:
 
 - ``tools/call`` of ``gw_echo`` (64-byte payload) through the gateway vs directly: p50 <= 1.3x;
 - ``resources/read`` of the 1 MiB ``blob://gw/1mb`` through the gateway vs directly: <= 1.3x;
@@ -27,6 +28,9 @@ from bench.stats import Figure, Target, latency_row
 DIRECT = "gateway: SDK client -> SDK server (direct), tools/call"
 CALL = "gateway: SDK client -> toolhost mcp -> SDK server, tools/call"
 CALL_SDK = "gateway: SDK client -> toolhost mcp -> toolhost SDK echo, tools/call"
+CALL_EMB = "gateway: SDK client -> toolhost mcp --embedded -> SDK server, tools/call"
+CALL_SDK_EMB = "gateway: SDK client -> toolhost mcp --embedded -> toolhost SDK echo, tools/call"
+READ_EMB = "gateway: SDK client -> toolhost mcp --embedded -> SDK server, resources/read 1 MiB"
 READ_DIRECT = "gateway: SDK client -> SDK server (direct), resources/read 1 MiB"
 READ = "gateway: SDK client -> toolhost mcp -> SDK server, resources/read 1 MiB"
 TOOLS_LIST = "gateway: tools/list, 1 of 5 servers hanging"
@@ -88,6 +92,22 @@ def mcp_gateway(b: Bench) -> None:
         latency_row("mcp_gateway", READ, r["gateway"], baseline=READ_DIRECT, cpuUs=rc["gateway"])
     )
     row.target = Target("gateway resources/read 1 MiB p50 <= 1.3x direct", 1.3, "le")
+    for name, key, base, target in (
+        (CALL_EMB, "embedded", DIRECT, Target("embedded tools/call p50 <= 1.3x direct", 1.3, "le")),
+        (
+            CALL_SDK_EMB,
+            "embedded_sdk",
+            DIRECT,
+            Target("embedded toolhost SDK echo p50 <= 0.7x SDK direct", 0.7, "le"),
+        ),
+    ):
+        row = add(latency_row("mcp_gateway", name, c[key], baseline=base, cpuUs=cc[key]))
+        row.target = target
+    emb = latency_row(
+        "mcp_gateway", READ_EMB, r["embedded"], baseline=READ_DIRECT, cpuUs=rc["embedded"]
+    )
+    row = add(emb)
+    row.target = Target("embedded resources/read 1 MiB p50 <= 1.3x direct", 1.3, "le")
     listed = got["listed"]
     for name, key in ((TOOLS_LIST, "tools"), (RESOURCES_LIST, "resources")):
         row = add(latency_row("mcp_gateway", name, lists[key], listed=len(listed[key])))

@@ -7,7 +7,9 @@ process, holding two sessions at once and alternating between them in blocks.
   ``bench/sidecars/gateway_mcp.py`` spawned over stdio;
 - ``gateway``: the same ``Client`` on ``toolhost mcp --app-root R`` over stdio, a kernel client
   of the bench's ``toolhost serve`` that hosts the same server (``gw``) among five, and
-  toolhost's own SDK echo (``bench.echo``).
+  toolhost's own SDK echo (``bench.echo``);
+- ``embedded``: the same ``Client`` on ``toolhost mcp --embedded --app-root R``, which runs its
+  own host in-process on the same registry (one process fewer on the path).
 
 Blocks of calls alternate between the rows (the order turning each round), so load drift on the
 shared machine hits every row alike. Then ``P`` (one of the five hosted servers) is stopped with
@@ -112,21 +114,33 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
         ["-m", "supervisor", "mcp", "--app-root", a.app_root, "--no-global"],
         {"XDG_CONFIG_HOME": os.path.join(a.app_root, ".xdg")},
     )
+    embedded_argv = ["-m", "supervisor", "mcp", "--embedded", "--settle", "60"]
+    embedded_params = _params(
+        [*embedded_argv, "--app-root", a.app_root, "--no-global"],
+        {"XDG_CONFIG_HOME": os.path.join(a.app_root, ".xdg")},
+    )
     out: dict[str, Any] = {}
     async with (
         Client(direct_params, mode="auto", cache=None) as direct,
         Client(gateway_params, mode="auto", cache=None) as gateway,
+        Client(embedded_params, mode="auto", cache=None) as embedded,
     ):
-        out["eras"] = {"direct": direct.protocol_version, "gateway": gateway.protocol_version}
-        if direct.protocol_version != MODERN or gateway.protocol_version != MODERN:
+        out["eras"] = {
+            "direct": direct.protocol_version,
+            "gateway": gateway.protocol_version,
+            "embedded": embedded.protocol_version,
+        }
+        if set(out["eras"].values()) != {MODERN}:
             raise RuntimeError(f"not the modern era: {out['eras']}")
         args = {"payload": PAYLOAD}
-        for client, tool in ((direct, "gw_echo"), (gateway, "gw_echo"), (gateway, "bench.echo")):
+        checks = [(direct, "gw_echo"), (gateway, "gw_echo"), (gateway, "bench.echo")]
+        checks += [(embedded, "gw_echo"), (embedded, "bench.echo")]
+        for client, tool in checks:
             got = await client.call_tool(tool, args)
             if got.is_error or (got.structured_content or {}).get("payload") != PAYLOAD:
                 raise RuntimeError(f"{tool}: unexpected answer {got}")
         uri = "blob://gw/1mb"
-        for client in (direct, gateway):
+        for client in (direct, gateway, embedded):
             read = await client.read_resource(uri, cache_mode="bypass")
             text = getattr(read.contents[0], "text", "")
             if len(text) != 1 << 20:
@@ -134,17 +148,25 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
 
         pids = dict(a.pid or [])
         for pid, cmd in children().items():
-            pids["direct server" if "gateway_mcp.py" in cmd else "toolhost mcp"] = pid
+            if "gateway_mcp.py" in cmd:
+                pids["direct server"] = pid
+            elif "--embedded" in cmd:
+                pids["toolhost mcp --embedded"] = pid
+            else:
+                pids["toolhost mcp"] = pid
         out["pids"] = pids
         calls: dict[str, Op] = {
             "direct": lambda: direct.call_tool("gw_echo", args),
             "gateway": lambda: gateway.call_tool("gw_echo", args),
             "gateway_sdk": lambda: gateway.call_tool("bench.echo", args),
+            "embedded": lambda: embedded.call_tool("gw_echo", args),
+            "embedded_sdk": lambda: embedded.call_tool("bench.echo", args),
         }
         out["calls"], out["callsCpuUs"] = await _blocks(calls, a.calls, a.warmup, a.rounds, pids)
         reads: dict[str, Op] = {
             "direct": lambda: direct.read_resource(uri, cache_mode="bypass"),
             "gateway": lambda: gateway.read_resource(uri, cache_mode="bypass"),
+            "embedded": lambda: embedded.read_resource(uri, cache_mode="bypass"),
         }
         out["reads"], out["readsCpuUs"] = await _blocks(
             reads, a.reads, max(2, a.reads // 10), a.rounds, pids
