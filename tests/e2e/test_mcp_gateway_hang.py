@@ -41,6 +41,7 @@ def _registry(root: Path, hang_socket: Path) -> None:
                 "protocol": "mcp",
                 "env": {"HANG_SOCKET": str(hang_socket)},
                 "probe": probe,
+                "confine": {"unix": [str(hang_socket)]},  # its way to tell the test
             },
         },
     )
@@ -62,6 +63,7 @@ def test_lists_answer_while_a_hosted_server_hangs(app, tmp_path):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(hang_socket))
     listener.listen(4)
+    listener.settimeout(30)  # a thread's accept cannot be cancelled: bound it
     _registry(app, hang_socket)
 
     async def main() -> None:
@@ -75,6 +77,7 @@ def test_lists_answer_while_a_hosted_server_hangs(app, tmp_path):
             # The host re-reads the server's lists after its list_changed: the server hangs.
             with anyio.fail_after(30):
                 conn, _ = await anyio.to_thread.run_sync(listener.accept)
+            conn.settimeout(30)
             with conn, anyio.fail_after(30):
                 said = await anyio.to_thread.run_sync(conn.recv, 100)
             assert said.startswith(b"hanging ")

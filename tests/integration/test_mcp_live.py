@@ -44,6 +44,7 @@ def live(log: Path) -> dict:
         "args": [str(LIVE)],
         "protocol": "mcp",
         "env": {"LIVE_LOG": str(log)},
+        "confine": {"write": [str(log)]},  # the server's method log, granted as an operator would
         "restart": {"backoffMs": 20, "maxBackoffMs": 200},
         "probe": {"startTimeoutMs": 20_000},
     }
