@@ -131,6 +131,9 @@ class McpConnection:
         """The era the server speaks, once known (``ready``)."""
         self._routes: dict[int, list[tuple[str, str]]] = {}
         self._discovering: int | None = None
+        self._late_rid: int | None = None
+        """A ``server/discover`` given up on: its late answer is kept (``take_late_discovery``)."""
+        self._late: Response | None = None
 
     @property
     def protocol_version(self) -> str | None:
@@ -235,7 +238,27 @@ class McpConnection:
         """No answer to ``server/discover`` in time: stop waiting (a late answer is dropped;
         the probe is never cancelled, as the specification asks) and go back to ``new``."""
         if self.state == "discovering":
+            self._late_rid = self._discovering
             self._end_discover()
+
+    def take_late_discovery(self) -> bool:
+        """The handshake that followed an abandoned ``server/discover`` failed: did the
+        discover's late answer come meanwhile, naming a stateless revision of ours? (A server
+        slow to start answers both in order; one that speaks the stateless era then refuses the
+        ``initialize``.) True: the connection is ready in the stateless era."""
+        late, self._late = self._late, None
+        self._late_rid = None
+        if late is None or self.state not in ("new", "initializing"):
+            return False
+        state = self.state
+        self.state = "discovering"
+        try:
+            if self.discovered(late):
+                return True
+        except RequestFailed:
+            pass
+        self.state = state
+        return False
 
     def _end_discover(self) -> None:
         rid = self._discovering
@@ -410,6 +433,10 @@ class McpConnection:
         self._progress.discard(rid)
         self._routes.pop(rid, None)
         if method is None:
+            if rid == self._late_rid:  # a discover given up on: kept for the handshake's end
+                self._late_rid = None
+                result = None if msg.result is msgspec.UNSET else msg.result
+                self._late = Response(id=rid, method="server/discover", result=result, error=error)
             return None  # a request the host cancelled, answered anyway
         result = None if msg.result is msgspec.UNSET else msg.result
         if self.state == "initializing" and method not in ("initialize", "ping"):

@@ -225,7 +225,10 @@ class McpClient:
                     response = await self.request(*self.conn.initialize())
                     if response is None:
                         return None
-                    await carrier.notify(self.conn.initialized(response))
+                    # A server slow to start answers the discover given up on, then refuses
+                    # the initialize: it speaks the stateless era after all.
+                    if response.error is None or not self.conn.take_late_discovery():
+                        await carrier.notify(self.conn.initialized(response))
                 tools = await self.list_tools()
             except proto.RequestFailed as exc:
                 failure = str(exc)

@@ -17,6 +17,27 @@ SERVER = FIXTURES.parent / "mcp" / "server.py"
 LEGACY = FIXTURES.parent / "mcp" / "legacy.py"
 
 
+async def test_a_stateless_server_slow_to_start_is_hosted_in_its_era(app, monkeypatch):
+    """The discover is given up on (the server reads nothing yet), the handshake follows; the
+    server then answers the discover and refuses the initialize: the session takes the late
+    answer and is stateless, instead of failing the start."""
+    monkeypatch.setattr(mcp_client, "DISCOVER_MAX_S", 0.5)
+    entry = {
+        "command": "python",
+        "args": [str(SERVER)],
+        "protocol": "mcp",
+        "env": {"SLOW_START_S": "1.5"},
+        "probe": {"startTimeoutMs": 20_000},
+    }
+    async with running_host(app, {"fx": entry}) as host:
+        await wait_available(host, "whoami", timeout=30)
+        worker = host.pools["fx"].workers[0]
+        assert worker.conn.era == "modern" and worker.conn.protocol_version == "2026-07-28"
+        env = await host.invoker.invoke(InvokeRequest("whoami", raw({})))
+        assert env.status == "success"
+        assert host.pools["fx"].status().restarts == 0
+
+
 def legacy(mode: str, log, start_ms: int = 4000) -> dict:
     log.touch()  # the server appends to it: confined, it may write that file only (granted)
     return {

@@ -205,6 +205,41 @@ def test_no_answer_in_time_falls_back_and_a_late_answer_is_dropped():
     assert conn.state == "ready"
 
 
+def test_a_late_discover_answer_wins_when_the_handshake_is_refused():
+    """A server slow to start reads the discover the host gave up on and the initialize that
+    followed, answers the first (stateless) and refuses the second: the session is stateless."""
+    conn, rid = probing()
+    conn.abandon_discover()
+    irid, _ = conn.initialize()
+    late = line({"jsonrpc": "2.0", "id": rid, "result": DISCOVERED})
+    refused = {"code": -32022, "message": "use server/discover", "data": {"supported": [V]}}
+    events = conn.feed(late + line({"jsonrpc": "2.0", "id": irid, "error": refused}))
+    assert [e.method for e in events] == ["initialize"]
+    assert events[0].error is not None
+    assert conn.take_late_discovery() is True
+    assert (conn.state, conn.era, conn.protocol_version) == ("ready", "modern", V)
+    assert conn.server is not None and conn.server.serverInfo.name == "modern-srv"
+    assert conn.take_late_discovery() is False  # taken once
+
+
+def test_a_refused_handshake_without_a_late_discover_answer_stays_a_failure():
+    conn, _ = probing()
+    conn.abandon_discover()
+    irid, _ = conn.initialize()
+    refused = {"code": -32600, "message": "no"}
+    [resp] = conn.feed(line({"jsonrpc": "2.0", "id": irid, "error": refused}))
+    assert conn.take_late_discovery() is False
+    with pytest.raises(proto.RequestFailed):
+        conn.initialized(resp)
+    # a late answer that names no revision of ours does not rescue it either
+    conn2, rid2 = probing()
+    conn2.abandon_discover()
+    irid2, _ = conn2.initialize()
+    old = line({"jsonrpc": "2.0", "id": rid2, "error": {"code": -32601, "message": "unknown"}})
+    conn2.feed(old + line({"jsonrpc": "2.0", "id": irid2, "error": refused}))
+    assert conn2.take_late_discovery() is False and conn2.state == "initializing"
+
+
 def test_a_server_with_no_revision_in_common_is_a_start_failure():
     conn, rid = probing()
     error = {"code": -32022, "message": "no", "data": {"supported": ["2030-01-01"]}}
