@@ -167,22 +167,33 @@ async def test_the_same_worker_unconfined_reads_the_planted_file(world: World) -
     assert seen["key"] == seen["planted"] == seen["cat"] == "ok"
 
 
-async def test_a_program_that_cannot_be_executed_ends_with_126(world: World) -> None:
+async def test_a_program_the_walls_refuse_ends_with_126(world: World) -> None:
+    """A program that exists and is executable, in a folder the profile does not grant ($HOME): the
+    parent's check passes, the walled child's ``execve`` is refused (Landlock), and the child
+    ends 126 saying so. (A missing program is refused before any fork: ``start-failed``.)"""
     plan = world.plan(Profile())
     confine = SidecarConfinement(plan, SidecarWalls(plan))
+    program = world.home / "tool.sh"
+    program.write_text("#!/bin/sh\necho ran\n")
+    program.chmod(0o755)
     missing = str(world.project / "no-such-program")
     try:
         async with running_zygote(world) as z:
-            child = Spawner(z).spawn([missing], cwd=str(world.app), env=ENV, confine=confine)
+            spawner = Spawner(z)
+            with pytest.raises(FileNotFoundError):
+                spawner.spawn([missing], cwd=str(world.app), env=ENV, confine=confine)
+            child = spawner.spawn([str(program)], cwd=str(world.app), env=ENV, confine=confine)
             assert child.confinement is not None and child.confinement.via == "zygote"
-            assert child.stderr is not None
-            err = b""
+            assert child.stderr is not None and child.stdout is not None
+            err = out = b""
             with trio.fail_after(15):
                 while chunk := await child.stderr.receive_some(4096):
                     err += chunk
+                while chunk := await child.stdout.receive_some(4096):
+                    out += chunk
                 rc = await child.wait()
             await child.aclose_streams()
     finally:
         confine.close()
-    assert rc == 126
-    assert f"cannot execute {missing}: {os.strerror(errno.ENOENT)}" in err.decode()
+    assert rc == 126 and out == b""
+    assert f"cannot execute {program}: {os.strerror(errno.EACCES)}" in err.decode()
