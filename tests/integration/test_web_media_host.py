@@ -51,7 +51,8 @@ async def test_web_worker_memory_and_killed_download(app: Path, project: Path) -
         port = base.rsplit(":", 1)[1].split("/", 1)[0]
         web["confine"] = {"network": {"allow": [f"127.0.0.1:{port}"]}}
         registry = {"web": web}
-        async with running_host(app, registry, manifest_dirs=MANIFESTS) as host:
+        confined = {"confinement": "best-effort"}
+        async with running_host(app, registry, manifest_dirs=MANIFESTS, host=confined) as host:
             await wait_available(host, "web.fetch", "web.download")
             # No providers: web.search is unavailable before any call, with the hint.
             await wait_for(host, lambda: effective(host, "web.search") == "unavailable")
