@@ -93,17 +93,23 @@ def facts_label(facts: ConfinementFacts) -> str:
     return "+".join(parts) or "none"
 
 
+def network_fact(plan: ConfinePlan, walled: bool) -> str:
+    """The ``network`` fact of a worker of ``plan``: ``walled`` says its network is held (a
+    namespace of its own, or Landlock's TCP rules); a socket filter that allows no socket holds
+    it too. ``host``, ``isolated``, or ``proxy`` (it reaches what the host relays)."""
+    if plan.network == "host" or not plan.active:
+        return "host"
+    if walled or plan.socket_filter == "none":
+        return "proxy" if plan.allow or plan.loopback else "isolated"
+    return "host"
+
+
 def planned_facts(plan: ConfinePlan) -> ConfinementFacts:
     """What a worker of ``plan`` is expected to get (before one runs: the plan, not a fact)."""
     if not plan.active:
         return ConfinementFacts(mode=plan.mode)
     fs = "none" if plan.landlock_abi < 1 else ("partial" if plan.landlock_abi < 3 else "enforced")
-    if plan.network == "host":
-        network = "host"
-    elif plan.netns or plan.socket_filter == "none" or plan.tcp_connect is not None:
-        network = "proxy" if plan.allow or plan.loopback else "isolated"
-    else:
-        network = "host"
+    network = network_fact(plan, bool(plan.netns) or plan.tcp_connect is not None)
     return ConfinementFacts(
         mode=plan.mode,
         filesystem=fs,  # type: ignore[arg-type]

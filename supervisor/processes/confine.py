@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 
 from supervisor.contracts.confine import ConfinementFacts, ConfinePlan, KernelFacts
+from supervisor.policy.confine_explain import network_fact
 from supervisor.processes import landlock, netns, seccomp
 from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.processes.walls import Walls
@@ -350,12 +351,7 @@ def facts(plan: ConfinePlan, pid: int, report: Mapping[str, object] | None) -> C
     isolated = own_netns(pid)
     if isolated is None:  # exited (not reaped yet): its namespace is gone; the report says
         isolated = bool(report.get("netns"))
-    if plan.network == "host" or not plan.active:
-        network = "host"
-    elif isolated or plan.socket_filter == "none" or report.get("tcp"):
-        network = "proxy" if plan.allow or plan.loopback else "isolated"
-    else:
-        network = "host"
+    network = network_fact(plan, bool(isolated or report.get("tcp")))
     return ConfinementFacts(
         mode=plan.mode,
         filesystem=fs,  # type: ignore[arg-type]
