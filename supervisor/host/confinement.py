@@ -150,6 +150,13 @@ class Confiner:
                 self._peers.cgroup_tag = os.path.basename(self._cgroups.base)
         secrets = registry.host_secrets() if mode != "off" else ()
         install = confine.install_paths() if mode != "off" else ()
+        if mode != "off" and _same_dir(registry.project_dir, registry.app_root):
+            log.warning(
+                "host.projectDir is the app root (%s): confined sidecars are granted it entry by"
+                " entry around the host's own files, so they cannot list its top or create"
+                ' anything new there; set projectDir to a folder of its own (e.g. "workspace")',
+                registry.app_root,
+            )
         plans: dict[str, ConfinePlan] = {}
         profiles: dict[str, Profile] = {}
         problems: dict[str, str] = {}
@@ -276,3 +283,10 @@ class Confiner:
         if self._cgroups is not None:
             with contextlib.suppress(OSError):
                 self._cgroups.close()
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)

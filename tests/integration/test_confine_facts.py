@@ -23,7 +23,7 @@ from supervisor.cli.render import stats_text, status_text
 from supervisor.contracts.confine import KernelFacts
 from supervisor.host.host import build_host
 from supervisor.host.loading import HostOptions
-from tests.conftest import raw, wait_available, wait_for, write_registry
+from tests.conftest import raw, running_host, wait_available, wait_for, write_registry
 from tests.integration.confine_kit import HOSTILE, KERNEL, need
 from tests.integration.test_confine_host import TOOL, entry, http_server, world
 from tests.kernel import served
@@ -340,3 +340,23 @@ async def test_sidecar_logs_name_the_grant_its_stderr_shows_was_refused(
     assert "Permission denied" in result["stderr"]
     hint = f"confine.read would allow {outside / 'started'}"
     assert any(hint in h for h in result["confinement"]["hints"]), result.get("confinement")
+
+
+@pytest.mark.parametrize(("project", "warned"), [(".", True), ("workspace", False)])
+async def test_a_project_dir_at_the_app_root_is_warned_about_when_confined(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, project: str, warned: bool
+) -> None:
+    """Landlock grants the app root entry by entry around ``.toolhost/``: confined sidecars
+    cannot list its top or create anything there; the operator is told at load, with the fix."""
+    app = tmp_path / "app"
+    (app / "workspace").mkdir(parents=True)
+    host_cfg = {"confinement": "best-effort", "projectDir": project}
+    with caplog.at_level("WARNING"):
+        async with running_host(app, {}, host=host_cfg):
+            pass
+    said = [
+        r.getMessage() for r in caplog.records if "projectDir is the app root" in r.getMessage()
+    ]
+    assert bool(said) is warned, said
+    if warned:
+        assert '"workspace"' in said[0] and str(app) in said[0]
