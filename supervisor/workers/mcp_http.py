@@ -128,27 +128,46 @@ class McpHttpWorker(Worker):
             await trio.sleep(backoff)
             backoff = min(backoff * 2, RELISTEN_BACKOFF_S[1])
 
-    async def _get(self) -> int:
-        """One ``GET`` of the session's stream, fed to the session until it ends; its status."""
+    async def _request_head(
+        self,
+        stream: trio.abc.Stream,
+        method: str,
+        body: bytes | None,
+        routing: list[tuple[str, str]] | None,
+    ) -> tuple[h11.Connection, h11.Response, dict[str, str]]:
+        """Send one request on ``stream`` and read its response head: the HTTP connection (for
+        the body), the head, and its header fields by lower-case name.
+
+        Raises:
+            Lost: The connection failed, or what came back was not an HTTP response.
+        """
         ep = self.endpoint
         assert ep is not None
+        h = h11.Connection(h11.CLIENT, max_incomplete_event_size=64 * 1024)
+        headers = mcp_http.request_headers(
+            ep,
+            session=self.session,
+            version=self.conn.protocol_version,
+            extra=self.extra,
+            body=body,
+            routing=routing,
+        )
+        out = h.send(h11.Request(method=method, target=ep.target, headers=headers)) or b""
+        if body is not None:
+            out += h.send(h11.Data(data=body)) or b""
+        out += h.send(h11.EndOfMessage()) or b""
+        await stream.send_all(out)
+        head = await self._next(h, stream)
+        if not isinstance(head, h11.Response):
+            raise Lost(f"no HTTP response ({type(head).__name__})")
+        fields = {k.decode().lower(): v.decode("latin-1") for k, v in head.headers}
+        return h, head, fields
+
+    async def _get(self) -> int:
+        """One ``GET`` of the session's stream, fed to the session until it ends; its status."""
         stream = await self._open()
         async with stream:
-            h = h11.Connection(h11.CLIENT, max_incomplete_event_size=64 * 1024)
-            headers = mcp_http.request_headers(
-                ep,
-                session=self.session,
-                version=self.conn.protocol_version,
-                extra=self.extra,
-                body=None,
-            )
-            out = h.send(h11.Request(method="GET", target=ep.target, headers=headers)) or b""
-            out += h.send(h11.EndOfMessage()) or b""
-            await stream.send_all(out)
-            head = await self._next(h, stream)
-            if not isinstance(head, h11.Response):
-                raise Lost(f"no HTTP response ({type(head).__name__})")
-            fields = {k.decode().lower(): v.decode("latin-1") for k, v in head.headers}
+            h, head, fields = await self._request_head(stream, "GET", None, None)
             if head.status_code != 200:
                 return int(head.status_code)
             if not fields.get("content-type", "").startswith("text/event-stream"):
@@ -299,29 +318,11 @@ class McpHttpWorker(Worker):
         Raises:
             Lost: The connection failed or broke before the answer was complete.
         """
-        ep = self.endpoint
-        assert ep is not None
         stream = await self._open()
         async with stream:
-            h = h11.Connection(h11.CLIENT, max_incomplete_event_size=64 * 1024)
-            headers = mcp_http.request_headers(
-                ep,
-                session=self.session,
-                version=self.conn.protocol_version,
-                extra=self.extra,
-                body=body,
-                routing=self.conn.http_headers(rid) if rid is not None else None,
-            )
+            routing = self.conn.http_headers(rid) if rid is not None else None
             method = "POST" if body is not None else "DELETE"
-            out = h.send(h11.Request(method=method, target=ep.target, headers=headers)) or b""
-            if body is not None:
-                out += h.send(h11.Data(data=body)) or b""
-            out += h.send(h11.EndOfMessage()) or b""
-            await stream.send_all(out)
-            head = await self._next(h, stream)
-            if not isinstance(head, h11.Response):
-                raise Lost(f"no HTTP response ({type(head).__name__})")
-            fields = {k.decode().lower(): v.decode("latin-1") for k, v in head.headers}
+            h, head, fields = await self._request_head(stream, method, body, routing)
             sid = fields.get(mcp_http.SESSION_HEADER)
             if sid and self.session is None:
                 self.session = sid
