@@ -104,9 +104,13 @@ async def _handshake(client: Any, notes: Notes, log: Path) -> None:
     assert str(updated.uri) == "live://a"
 
     await client.call_tool("add_prompt", {"name": "fresh"})
-    await notes.next("notifications/prompts/list_changed")
-    names = {p.name for p in (await client.list_prompts(cache_mode="bypass")).prompts}
-    assert names == {"slow", "fresh"}
+    # A list_changed of the server's start may still be on its way: each one is followed by a
+    # list, until the one that shows the new prompt (none: the wait fails).
+    names: set[str] = set()
+    with anyio.fail_after(30):
+        while names != {"slow", "fresh"}:
+            await notes.next("notifications/prompts/list_changed")
+            names = {p.name for p in (await client.list_prompts(cache_mode="bypass")).prompts}
 
     _kill_server(log)  # gone (its resources leave), then back (they return): both announced
     await notes.next("notifications/resources/list_changed")
