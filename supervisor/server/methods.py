@@ -98,7 +98,18 @@ CAPABILITIES = {
     "cancel": True,
     "subscribe": True,
     "events": ["workers", "calls", "logs"],
-    "extensions": ["sidecar.logs", "registry.reload"],
+    # What this host speaks beyond PROTOCOL.md; docs/kernel-protocol.md "Extensions, in one
+    # place" has a row per name (a unit test keeps the two equal).
+    "extensions": [
+        "packages",
+        "offers.changed",
+        "cancel.offers",
+        "restart.replaced",
+        "reload.needsRestart",
+        "logs.hints",
+        "health.ready",
+        "events.extras",
+    ],
     "packages": True,
     "resources": True,
     "prompts": True,
