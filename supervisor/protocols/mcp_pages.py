@@ -2,10 +2,12 @@
 ``resources/templates/list``, ``prompts/list``): pure.
 
 # Strategy: a cursor is self-contained (any replica can answer the next page, as the stateless
-# era asks): URL-safe base64 of ``{"o": offset, "k": name}``, the offset of the page and the name
-# of the last item before it. A list that changed between pages resumes right after that item
-# when it is still listed (nothing skipped or repeated for an insertion or removal elsewhere),
-# else at the offset. A cursor that does not decode is the client's error (``BadCursor``).
+# era asks): URL-safe base64 of ``{"o": offset, "k": [names]}``, the offset of the page and the
+# names of the last items before it, nearest first (at most ``TRAIL``). A list that changed
+# between pages resumes right after the nearest of those items still listed, so an insertion or
+# a removal elsewhere, or of the last item seen itself, skips or repeats nothing; only when all of
+# them are gone does the offset decide. A cursor that does not decode is the client's error
+# (``BadCursor``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import msgspec
 
 PAGE_SIZE = 1000
 """Items per page of the face's lists."""
+TRAIL = 8
+"""Names of the items before a page that its cursor carries."""
 
 
 class BadCursor(ValueError):
@@ -27,16 +31,18 @@ class BadCursor(ValueError):
 
 class _Cursor(msgspec.Struct, kw_only=True):
     o: int
-    k: str | None = None
+    k: list[str] | str | None = None
+    """The trail; a single name (or none) in cursors of an earlier version, still honoured so a
+    client paging across a rolling upgrade of replicas is not refused."""
 
 
-def encode_cursor(offset: int, after: str | None) -> str:
-    raw = msgspec.json.encode(_Cursor(o=offset, k=after))
+def encode_cursor(offset: int, after: Sequence[str]) -> str:
+    raw = msgspec.json.encode(_Cursor(o=offset, k=list(after[:TRAIL])))
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[int, str | None]:
-    """``(offset, name of the item before the page)``.
+def decode_cursor(cursor: str) -> tuple[int, list[str]]:
+    """``(offset, names of the items before the page, nearest first)``.
 
     Raises:
         BadCursor: Not a cursor of ours.
@@ -48,7 +54,7 @@ def decode_cursor(cursor: str) -> tuple[int, str | None]:
         raise BadCursor(f"invalid cursor {cursor[:40]!r}") from exc
     if c.o < 0:
         raise BadCursor(f"invalid cursor {cursor[:40]!r}")
-    return c.o, c.k
+    return c.o, [c.k] if isinstance(c.k, str) else list(c.k or [])
 
 
 def paginate(
@@ -63,15 +69,20 @@ def paginate(
     start = 0
     if cursor is not None:
         start, after = decode_cursor(cursor)
-        if after is not None:
-            for i, item in enumerate(items):
-                if isinstance(item, dict) and item.get(ident) == after:
-                    start = i + 1
+        if after:
+            where = {_name(item, ident): i for i, item in enumerate(items)}
+            for name in after:
+                if name in where:
+                    start = where[name] + 1
                     break
     size = max(1, size)
     chunk = list(items[start : start + size])
     if start + size >= len(items) or not chunk:
         return chunk, None
-    last = chunk[-1]
-    name = last.get(ident) if isinstance(last, dict) else None
-    return chunk, encode_cursor(start + size, name if isinstance(name, str) else None)
+    trail = [n for n in (_name(i, ident) for i in reversed(chunk[-TRAIL:])) if n is not None]
+    return chunk, encode_cursor(start + size, trail)
+
+
+def _name(item: Any, ident: str) -> str | None:
+    name = item.get(ident) if isinstance(item, dict) else None
+    return name if isinstance(name, str) else None

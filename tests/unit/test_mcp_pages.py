@@ -36,14 +36,31 @@ def test_a_list_that_changed_between_pages_resumes_after_the_last_item_seen():
     # An item inserted before the cursor shifts the offsets; the page still starts after "b".
     page, _ = paginate(items("0", *"abcdef"), cursor, "name", 2)
     assert [i["name"] for i in page] == ["c", "d"]
-    # "b" itself gone: the offset is the fallback (the list as it is now, from index 2).
+    # "b" itself gone: the page starts after "a", the nearest item seen that is still listed.
     page, _ = paginate(items("a", *"cdef"), cursor, "name", 2)
-    assert [i["name"] for i in page] == ["d", "e"]
+    assert [i["name"] for i in page] == ["c", "d"]
+    # Every item seen gone: the offset is the fallback (the list as it is now, from index 2).
+    page, _ = paginate(items(*"cdefg"), cursor, "name", 2)
+    assert [i["name"] for i in page] == ["e", "f"]
+
+
+def test_the_trail_is_bounded_and_nearest_first():
+    listed = items(*[f"t{i:02}" for i in range(30)])
+    _, cursor = paginate(listed, None, "name", 20)
+    assert cursor is not None
+    offset, after = decode_cursor(cursor)
+    assert offset == 20 and after == [f"t{i:02}" for i in range(19, 11, -1)]
+    # The last three seen removed, and one new item inserted at the front: nothing is skipped.
+    changed = items("new", *[f"t{i:02}" for i in range(30) if i not in (17, 18, 19)])
+    page, _ = paginate(changed, cursor, "name", 20)
+    assert page[0]["name"] == "t20"
 
 
 def test_a_cursor_is_self_contained_and_a_foreign_one_is_refused():
-    assert decode_cursor(encode_cursor(5, "x")) == (5, "x")
-    for bad in ["", "not base64 !", encode_cursor(-1, None), "eyJ4IjoxfQ"]:
+    assert decode_cursor(encode_cursor(5, ["x", "w"])) == (5, ["x", "w"])
+    # A cursor of the earlier format (one name) from a replica not yet upgraded still works.
+    assert decode_cursor("eyJvIjozLCJrIjoiYyJ9") == (3, ["c"])
+    for bad in ["", "not base64 !", encode_cursor(-1, []), "eyJ4IjoxfQ"]:
         with pytest.raises(BadCursor):
             decode_cursor(bad)
     with pytest.raises(BadCursor):
