@@ -16,11 +16,13 @@ resource subscriptions and list changes.
 # subscribes its owner's sessions (every worker of the owning sidecar, through
 # ``McpClient.sync_subscriptions``), the last one to leave unsubscribes them, and every new
 # worker of that sidecar is handed the host's URIs when it is made (:meth:`attach`), so a
-# restarted server is subscribed again. A server's ``notifications/resources/updated`` for a
-# subscribed URI reaches every subscriber. List changes are found, not told: at every change of
-# a pool (a worker ready or gone, a sidecar stopped or back) and every list_changed a server
-# sends, :meth:`watch` compares what the lists hold with what they held, and calls the watchers
-# with the kinds that really changed.
+# restarted server is subscribed again; when the owner of a subscribed URI changes (the owner
+# went and a shadowed server offers it, or the first-in-registry one is back), the subscription
+# moves with it (:meth:`_rehome`, at each change of the lists). A server's
+# ``notifications/resources/updated`` for a subscribed URI reaches every subscriber. List
+# changes are found, not told: at every change of a pool (a worker ready or gone, a sidecar
+# stopped or back) and every list_changed a server sends, :meth:`watch` compares what the
+# lists hold with what they held, and calls the watchers with the kinds that really changed.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ class HostedOffers:
         self._subscribers: dict[str, dict[object, Deliver]] = {}
         """Per URI, who subscribed (by session key) and how to tell them."""
         self._subscribed: dict[str, str] = {}
-        """Per subscribed URI, the sidecar that owned it when it was first subscribed."""
+        """Per subscribed URI, the sidecar subscribed at: its owner now, or the last one while
+        no available server offers it (renewed there when it comes back)."""
         self._watchers: dict[object, OnLists] = {}
         self._seen: dict[str, bytes] = {}
 
@@ -216,6 +219,22 @@ class HostedOffers:
         for client in clients_of(pool):
             client.sync_subscriptions(uris)
 
+    def _rehome(self) -> None:
+        """Move each subscribed URI to the sidecar that owns it now (its owner went and a
+        shadowed one took over, or the first-in-registry one came back); a URI nobody offers
+        stays where it was."""
+        moved: set[str] = set()
+        for uri, sid in list(self._subscribed.items()):
+            try:
+                now = self.owner_of_uri(uri)
+            except OfferError:
+                continue
+            if now != sid:
+                self._subscribed[uri] = now
+                moved |= {sid, now}
+        for sidecar in sorted(moved):
+            self._sync(sidecar)
+
     def _updated(self, sidecar: str, uri: str) -> None:
         if self._subscribed.get(uri) != sidecar:
             return
@@ -247,6 +266,8 @@ class HostedOffers:
             now = self._fingerprints()
             kinds = tuple(k for k in LIST_KINDS if now[k] != self._seen.get(k))
             self._seen = now
+            if "resources" in kinds:
+                self._rehome()
             if kinds:
                 for on_lists in list(self._watchers.values()):
                     on_lists(kinds)

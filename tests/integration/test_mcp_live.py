@@ -196,6 +196,41 @@ async def test_subscriptions_are_counted_routed_and_renewed(app, tmp_path):
             assert touched == {"uri": "note://readme"}
 
 
+async def test_a_subscription_moves_with_the_owner_of_its_uri(app, tmp_path):
+    """Two servers offer ``live://a``; the first in the registry owns it. When it stops, the
+    subscription moves to the other (subscribed there, its updates delivered); when it is back,
+    the subscription moves back (the other is unsubscribed)."""
+    log1, log2 = tmp_path / "one.log", tmp_path / "two.log"
+    second = live(log2)
+    second["env"]["LIVE_PREFIX"] = "second_"
+    second["confine"] = {"write": [str(log2)]}
+    async with running_host(app, {"first": live(log1), "second": second}) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: len(known.shadowed(("resources",))) == 2, 30)
+        async with served(host, app) as srv, srv.peer("unix-json") as raw:
+            peer = Peer(raw)
+            await peer.ok("server.hello")
+            assert await peer.ok("resources.subscribe", {"uri": "live://a"}) == {}
+            await until_logged(log1, "resources/subscribe live://a")
+            assert "resources/subscribe live://a" not in logged(log2)
+
+            assert await host.stop_sidecar("first")
+            await until_logged(log2, "resources/subscribe live://a")
+            assert host.offers.subscriptions()["live://a"]["sidecar"] == "second"
+            args = {"tool": "second_bump", "input": {"uri": "live://a"}}
+            assert (await peer.ok("tools.invoke", args))["status"] == "success"
+            assert await peer.event("resource.updated") == {"uri": "live://a"}
+
+            assert await host.start_sidecar("first")
+            await until_logged(log2, "resources/unsubscribe live://a", timeout=30)
+            await until_logged(log1, "resources/subscribe live://a", count=2)
+            assert host.offers.subscriptions()["live://a"] == {"sidecar": "first", "subscribers": 1}
+            peer.events.clear()
+            args = {"tool": "bump", "input": {"uri": "live://a"}}
+            assert (await peer.ok("tools.invoke", args))["status"] == "success"
+            assert await peer.event("resource.updated") == {"uri": "live://a"}
+
+
 async def test_list_changes_reach_kernels(app, tmp_path):
     log = tmp_path / "live.log"
     async with running_host(app, {"live": live(log)}) as host:
