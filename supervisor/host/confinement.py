@@ -13,10 +13,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import socket as stdsocket
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 import msgspec
 import trio
@@ -30,7 +33,7 @@ from supervisor.contracts.confine import (
     Profile,
 )
 from supervisor.contracts.snapshot import Reason
-from supervisor.host.egress import EgressProxy, client_for
+from supervisor.host.egress import EgressProxy, client_for, shared_listener
 from supervisor.host.loading import Loaded
 from supervisor.policy.confine import resolve, with_collector
 from supervisor.policy.confine_explain import (
@@ -98,6 +101,9 @@ class Confiner:
         self._refusals: dict[str, deque[tuple[float, EgressRecord]]] = {}
         self._held: dict[str, SidecarConfinement] = {}
         self._cgroups: PidsCgroups | None = None
+        self._shared: stdsocket.socket | None = None
+        """The egress proxy's shared loopback listener, made when a plan first needs it."""
+        self._shared_served = False
         self._probed = False
         self.proxy: EgressProxy | None = None
         """The host's egress proxy, once it runs (:meth:`attach`)."""
@@ -123,6 +129,9 @@ class Confiner:
         proxy = self.proxy
         if proxy is None:
             return
+        if self._shared is not None and not self._shared_served:
+            self._shared_served = True
+            proxy.serve_shared(self._shared)
         for sid, held in self._held.items():
             walls = held.walls
             if walls is None or id(walls) in self._served:
@@ -209,9 +218,7 @@ class Confiner:
                 held[sp.id] = old
                 continue
             try:
-                walls = confine.SidecarWalls(plan)
-                env = proxy_env(f"http://127.0.0.1:{plan.proxy_port}") if plan.proxy_port else {}
-                held[sp.id] = SidecarConfinement(plan, walls, self._cgroups, env)
+                held[sp.id] = self._prepare(plan)
             except OSError as exc:
                 message = f"confinement-unavailable: sidecar {sp.id}: walls not prepared: {exc}"
                 if plan.mode == "required":
@@ -231,6 +238,36 @@ class Confiner:
         self.profiles = profiles
         self._host_private = tuple(loaded.host_private)
         self._serve()
+
+    def _prepare(self, plan: ConfinePlan) -> SidecarConfinement:
+        """The walls of an active, enforceable ``plan``. A sidecar with ``network.allow`` and a
+        namespace of its own reaches the proxy at a listener in it; one without (a host that
+        cannot make namespaces) reaches the shared loopback listener, its Landlock TCP rule
+        naming that port, each worker with a token of its own in the proxy URL.
+
+        Raises:
+            OSError: The walls (or the shared listener) could not be made.
+        """
+        if plan.network != "proxy" or plan.netns or plan.tcp_connect is None:
+            walls = confine.SidecarWalls(plan)
+            env = proxy_env(f"http://127.0.0.1:{plan.proxy_port}") if plan.proxy_port else {}
+            return SidecarConfinement(plan, walls, self._cgroups, env)
+        if self._shared is None:
+            self._shared = shared_listener()
+        port = self._shared.getsockname()[1]
+        walls = confine.SidecarWalls(plan, proxy_port=port)
+        sid, allow = plan.sidecar, plan.allow
+
+        def issue(worker: str) -> tuple[dict[str, str], Callable[[], None]]:
+            proxy = self.proxy
+            if proxy is None:
+                raise OSError(errno.EAGAIN, "the host's egress proxy is not running")
+            token = proxy.add_token(client_for(sid, allow, worker=worker))
+            return proxy_env(f"http://toolhost:{token}@127.0.0.1:{port}"), partial(
+                proxy.forget, worker
+            )
+
+        return SidecarConfinement(plan, walls, self._cgroups, worker_env=issue)
 
     # what an operator is told ----------------------------------------------------------------
 
@@ -280,6 +317,9 @@ class Confiner:
             with contextlib.suppress(OSError):
                 held.close()
         self._held = {}
+        if self._shared is not None and not self._shared_served:
+            self._shared.close()  # served: the proxy closes it when it stops
+        self._shared = None
         if self._cgroups is not None:
             with contextlib.suppress(OSError):
                 self._cgroups.close()

@@ -117,6 +117,20 @@ def client_for(sidecar: str, allow: Sequence[str], worker: str = "") -> Client:
     return Client(sidecar=sidecar, worker=worker, rules=rules)
 
 
+def shared_listener(host: str = "127.0.0.1", port: int = 0) -> stdsocket.socket:
+    """A listening loopback socket for :meth:`EgressProxy.serve_shared` (made before the proxy
+    runs, so its port can be written into the walls of the workers that will reach it)."""
+    sock = stdsocket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
+    try:
+        sock.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class EgressProxy:
     """The host's egress proxy and loopback relays.
 
@@ -193,12 +207,14 @@ class EgressProxy:
 
     async def open_shared(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on the shared loopback port (token-identified clients); returns the port."""
-        sock = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
-        sock.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
-        await sock.bind((host, port))
-        sock.listen(128)
-        self.shared_port = sock.getsockname()[1]
-        self._start("", self._accept_loop, sock, None, 0)
+        return self.serve_shared(shared_listener(host, port))
+
+    def serve_shared(self, listener: stdsocket.socket) -> int:
+        """Serve ``listener`` (:func:`shared_listener`) as the shared port: workers without a
+        network namespace of their own, each identified by its token; returns the port."""
+        listener.setblocking(False)
+        self.shared_port = listener.getsockname()[1]
+        self._start("", self._accept_loop, trio.socket.from_stdlib_socket(listener), None, 0)
         return self.shared_port
 
     def forget(self, worker: str) -> None:

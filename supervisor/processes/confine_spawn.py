@@ -20,12 +20,15 @@ import contextlib
 import errno
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from supervisor.contracts.confine import ConfinementFacts, ConfinePlan
 from supervisor.processes import confine, limits
 from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.processes.walls import read_report
+
+WorkerEnv = Callable[[str], tuple[dict[str, str], Callable[[], None]]]
+"""``worker key -> (variables for that worker alone, what undoes them when it ends)``."""
 
 
 class Prepared:
@@ -43,6 +46,7 @@ class Prepared:
         "pass_fds",
         "plan",
         "program",
+        "release",
         "via",
         "walls_fd",
     )
@@ -81,6 +85,8 @@ class Prepared:
         self._cgroup = cgroup
         self._report: dict[str, object] | None = None
         self._facts: ConfinementFacts | None = None
+        self.release: Callable[[], None] | None = None
+        """Undoes what was issued for this worker alone (its proxy token), at :meth:`finish`."""
         self.env.setdefault("TMPDIR", tmpdir)
 
     def started(self) -> None:
@@ -126,6 +132,9 @@ class Prepared:
             with contextlib.suppress(OSError):
                 PidsCgroups.remove(self._cgroup)
             self._cgroup = ""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
 
 class SidecarConfinement:
@@ -137,6 +146,8 @@ class SidecarConfinement:
         cgroups: The host's pids groups (None: none here).
         proxy_env: The egress proxy's variables for this sidecar's workers (empty: none).
         refused: Why no worker may start (``confinement-unavailable`` under ``required``).
+        worker_env: Variables issued to one worker alone (named by its key), with what undoes
+            them when it ends: the shared proxy's URL with the worker's token (no namespace).
     """
 
     def __init__(
@@ -146,12 +157,14 @@ class SidecarConfinement:
         cgroups: PidsCgroups | None = None,
         proxy_env: dict[str, str] | None = None,
         refused: str = "",
+        worker_env: WorkerEnv | None = None,
     ) -> None:
         self.plan = plan
         self.walls = walls
         self.cgroups = cgroups
         self.proxy_env = dict(proxy_env or {})
         self.refused = refused
+        self.worker_env = worker_env
         self._count = 0
 
     def prepare(self, argv: Sequence[str]) -> Prepared:
@@ -165,9 +178,9 @@ class SidecarConfinement:
             raise PermissionError(errno.EACCES, self.refused or "confinement-unavailable")
         self._count += 1
         cgroup = ""
+        name = f"{plan.sidecar}-{os.getpid()}-{self._count}"
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
         if plan.pids == "cgroup" and self.cgroups is not None:
-            name = f"{plan.sidecar}-{os.getpid()}-{self._count}"
-            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
             with contextlib.suppress(OSError):
                 cgroup = self.cgroups.create(safe, plan.processes)
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
@@ -187,7 +200,7 @@ class SidecarConfinement:
             raise
         child_fd = child.detach()
         inherited = self.walls.inherited(walls)
-        return Prepared(
+        prepared = Prepared(
             plan,
             confine.shim_argv(argv, memfd),
             dict(self.proxy_env),
@@ -200,6 +213,14 @@ class SidecarConfinement:
             walls_fd=memfd,
             inherited=inherited,
         )
+        if self.worker_env is not None:
+            try:
+                mine, prepared.release = self.worker_env(safe)
+            except OSError:
+                prepared.finish()
+                raise
+            prepared.env.update(mine)
+        return prepared
 
     def close(self) -> None:
         if self.walls is not None:
