@@ -43,7 +43,7 @@ from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
 from supervisor.processes.confine_spawn import SidecarConfinement
 from supervisor.processes.peers import PeerGuard
-from supervisor.processes.pids_cgroup import PidsCgroups
+from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
 from supervisor.registry.plan import SidecarPlan
 
 log = logging.getLogger("toolhost.confine")
@@ -98,6 +98,7 @@ class Confiner:
         self._refusals: dict[str, deque[tuple[float, EgressRecord]]] = {}
         self._held: dict[str, SidecarConfinement] = {}
         self._cgroups: PidsCgroups | None = None
+        self._kept: KeptGroups | None = None
         self._probed = False
         self.proxy: EgressProxy | None = None
         """The host's egress proxy, once it runs (:meth:`attach`)."""
@@ -147,7 +148,9 @@ class Confiner:
             self._probed = True
             self._cgroups = PidsCgroups.probe()
             if self._cgroups is not None:
+                self._cgroups.sweep()
                 self._peers.cgroup_tag = os.path.basename(self._cgroups.base)
+                self._kept = KeptGroups(self._cgroups)
         secrets = registry.host_secrets() if mode != "off" else ()
         install = confine.install_paths() if mode != "off" else ()
         if mode != "off" and _same_dir(registry.project_dir, registry.app_root):
@@ -211,7 +214,7 @@ class Confiner:
             try:
                 walls = confine.SidecarWalls(plan)
                 env = proxy_env(f"http://127.0.0.1:{plan.proxy_port}") if plan.proxy_port else {}
-                held[sp.id] = SidecarConfinement(plan, walls, self._cgroups, env)
+                held[sp.id] = SidecarConfinement(plan, walls, self._cgroups, env, kept=self._kept)
             except OSError as exc:
                 message = f"confinement-unavailable: sidecar {sp.id}: walls not prepared: {exc}"
                 if plan.mode == "required":
@@ -227,6 +230,11 @@ class Confiner:
                     self._served.discard(id(old.walls))
                 with contextlib.suppress(OSError):
                     old.close()
+        if self._kept is not None:  # removed, or no longer granted keep: its processes die
+            for sid in self._kept.sidecars():
+                now = plans.get(sid)
+                if now is None or not now.active or now.keep == "worker":
+                    self._kept.release(sid)
         self.plans, self.problems, self.denials, self._held = plans, problems, denials, held
         self.profiles = profiles
         self._host_private = tuple(loaded.host_private)
@@ -280,6 +288,9 @@ class Confiner:
             with contextlib.suppress(OSError):
                 held.close()
         self._held = {}
+        if self._kept is not None:
+            for path in self._kept.close():
+                log.info("kept processes left running (confine.keep: host) in %s", path)
         if self._cgroups is not None:
             with contextlib.suppress(OSError):
                 self._cgroups.close()

@@ -126,6 +126,7 @@ def effective(entry: ConfineConfig, family: ConfineConfig | None = None) -> Prof
         network=pick("network", STRICT.network),
         unix=tuple(pick("unix", ())),
         processes=pick("processes", STRICT.processes),
+        keep=pick("keep", STRICT.keep),
     )
 
 
@@ -396,6 +397,7 @@ def resolve(
         loopback=loopback,
         unix=tuple(_norm(p, layout.app_root) for p in profile.unix),
         processes=profile.processes,
+        keep=profile.keep,
         landlock_abi=abi,
         netns=netns,  # type: ignore[arg-type]
         tcp_connect=tcp,
