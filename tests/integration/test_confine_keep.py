@@ -151,6 +151,8 @@ async def test_keep_sidecar_moves_them_to_the_kept_group_until_the_sidecar_goes(
             assert all(pid_alive(p) for p in sleepers), "kept processes died with the worker"
             kept = pids_group(sleepers[0])
             assert kept.endswith(f"/{KEPT_PREFIX}hostile"), kept
+            # Still one of this host's confined processes for the kernel socket's peer check.
+            assert host.confiner.refusal(sleepers[0])
             # A second worker's leftovers join the same group.
             more = await leave(host)
             sleepers += more

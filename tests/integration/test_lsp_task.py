@@ -213,6 +213,14 @@ async def test_language_server_dies_with_a_killed_worker(app: Path, project: Pat
 # task.background ---------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["off", "best-effort"])
+def confinement(request: pytest.FixtureRequest) -> str:
+    """``host.confinement`` of the task tests: the bundled utility family's profile grants its
+    keepers ``confine.keep: host`` (docs/confinement.md), so they behave the same confined."""
+    param: str = request.param
+    return param
+
+
 def task_config(**extra: Any) -> dict[str, Any]:
     return {"taskCommand": ["python", "ticker.py"], "cancelGraceMs": 2000, **extra}
 
@@ -232,10 +240,15 @@ def group_members(pgid: int) -> list[int]:
     return found
 
 
-async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path, project: Path) -> None:
+async def test_task_runs_grows_and_cancel_kills_its_whole_group(
+    app: Path, project: Path, confinement: str
+) -> None:
     (project / "ticker.py").write_text(TICKER)
     async with running_host(
-        app, {"utility": utility(task_config())}, manifest_dirs=MANIFESTS
+        app,
+        {"utility": utility(task_config())},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": confinement},
     ) as host:
         await wait_available(host, TASK)
         # Default sandbox of task.background: approval-required.
@@ -273,10 +286,17 @@ async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path, proje
         assert group_members(keeper) == []
 
 
-async def test_task_exit_code_stderr_cap_and_bad_ids(app: Path, project: Path) -> None:
+async def test_task_exit_code_stderr_cap_and_bad_ids(
+    app: Path, project: Path, confinement: str
+) -> None:
     (project / "ticker.py").write_text(TICKER)
     config = task_config(maxTasks=1)
-    async with running_host(app, {"utility": utility(config)}, manifest_dirs=MANIFESTS) as host:
+    async with running_host(
+        app,
+        {"utility": utility(config)},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": confinement},
+    ) as host:
         await wait_available(host, TASK)
         tid = data(await task(host, {"action": "start", "args": ["400"]}))["id"]
         env = await task(host, {"action": "start", "args": ["1"]})
@@ -306,10 +326,15 @@ async def test_task_exit_code_stderr_cap_and_bad_ids(app: Path, project: Path) -
         assert env.status == "failed" and env.error.code == "invalid-input"
 
 
-async def test_task_survives_a_worker_restart_and_is_reattached(app: Path, project: Path) -> None:
+async def test_task_survives_a_worker_restart_and_is_reattached(
+    app: Path, project: Path, confinement: str
+) -> None:
     (project / "ticker.py").write_text(TICKER)
     async with running_host(
-        app, {"utility": utility(task_config())}, manifest_dirs=MANIFESTS
+        app,
+        {"utility": utility(task_config())},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": confinement},
     ) as host:
         await wait_available(host, TASK)
         started = data(await task(host, {"action": "start", "args": ["400"]}))
