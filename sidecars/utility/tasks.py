@@ -223,8 +223,18 @@ def start(args: TaskInput, ctx: Context) -> Reply:
             )
         task_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         folder = root / task_id
-        create_parents(folder)
-        folder.mkdir()
+        try:
+            create_parents(folder)
+            folder.mkdir()
+        except PermissionError as exc:
+            raise ToolError(
+                f"cannot create the task folder {TASKS_DIR}/{task_id}: {exc.strerror}. Under"
+                " confinement a projectDir that is the app root cannot hold it (its .toolhost/"
+                " is the host's, never granted): set host.projectDir to a folder of its own"
+                ' (e.g. "workspace")',
+                code="failed",
+                details={"reason": "tasks-dir-denied", "dir": TASKS_DIR},
+            ) from exc
         watch = 0 if detach else os.getppid()
         with open(folder / "keeper.log", "ab") as keeper_log:
             proc = subprocess.Popen(

@@ -28,6 +28,7 @@ from tests.conftest import (
     wait_for,
     wait_replaced,
 )
+from tests.integration.confine_kit import KERNEL, need
 
 LSP_TOOLS = ["lsp.symbols", "lsp.diagnostics"]
 TASK = "task.background"
@@ -355,3 +356,21 @@ async def test_task_survives_a_worker_restart_and_is_reattached(
         assert cancelled["status"] != "running" and not pid_alive(keeper)
         meta = json.loads((project / ".toolhost" / "tasks" / tid / "meta.json").read_text())
         assert meta["pid"] == keeper and meta["argv"][-1] == "400"
+
+
+async def test_confined_tasks_need_a_project_that_is_not_the_app_root(app: Path) -> None:
+    """With ``projectDir: "."`` the tasks' folder is the app root's ``.toolhost/``, which a
+    confined sidecar is never granted: ``start`` fails and names the fix."""
+    need(KERNEL.landlock_abi >= 1, "Landlock")
+    (app / "ticker.py").write_text(TICKER)
+    async with running_host(
+        app,
+        {"utility": utility(task_config())},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": "best-effort", "projectDir": "."},
+    ) as host:
+        await wait_available(host, TASK)
+        env = await task(host, {"action": "start", "args": ["5"]})
+        assert env.status == "failed" and env.error.details["reason"] == "tasks-dir-denied"
+        assert "set host.projectDir to a folder of its own" in env.error.message
+        assert not (app / ".toolhost" / "tasks").exists()
