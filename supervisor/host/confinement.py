@@ -231,9 +231,9 @@ class Confiner:
                 with contextlib.suppress(OSError):
                     old.close()
         if self._kept is not None:  # removed, or no longer granted keep: its processes die
-            for sid in self._kept.sidecars():
+            for sid in self._kept.sidecars():  # (host.confinement off keeps them: no new walls)
                 now = plans.get(sid)
-                if now is None or not now.active or now.keep == "worker":
+                if now is None or now.keep == "worker":
                     self._kept.release(sid)
         self.plans, self.problems, self.denials, self._held = plans, problems, denials, held
         self.profiles = profiles

@@ -348,7 +348,9 @@ def resolve(
         ``unavailable`` holds the reason and the sidecar must not start.
     """
     if mode == "off":
-        return ConfinePlan(sidecar=sidecar, mode=mode, network="host", processes=0)
+        return ConfinePlan(
+            sidecar=sidecar, mode=mode, network="host", processes=0, keep=profile.keep
+        )
     read, write, never, refused = grants(profile, layout, listdir, realpath)
     gaps: list[tuple[str, str]] = []
     abi = kernel.landlock_abi

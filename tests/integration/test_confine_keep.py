@@ -140,8 +140,9 @@ async def test_without_confinement_the_same_processes_outlive_the_worker(app: Pa
             kill(sleepers)
 
 
+@pytest.mark.parametrize("reload", ["removed", "keep-withdrawn"])
 async def test_keep_sidecar_moves_them_to_the_kept_group_until_the_sidecar_goes(
-    app: Path,
+    app: Path, reload: str
 ) -> None:
     async with running_host(app, sidecars(keep="sidecar"), host=HOST) as host:
         await wait_available(host, TOOL)
@@ -158,9 +159,10 @@ async def test_keep_sidecar_moves_them_to_the_kept_group_until_the_sidecar_goes(
             sleepers += more
             await restart(host)
             assert pid_alive(more[0]) and pids_group(more[0]) == kept
-            # The sidecar leaves the registry: its kept processes die, the group goes.
+            # The sidecar leaves the registry, or its profile no longer grants keep: its kept
+            # processes die, the group goes.
             folder = folder_of(kept)
-            write_registry(app, {}, host=HOST)
+            write_registry(app, {} if reload == "removed" else sidecars(keep="worker"), host=HOST)
             await host.reload()
             assert await gone(sleepers), "kept processes outlived their sidecar"
             assert folder and not os.path.isdir(folder)
