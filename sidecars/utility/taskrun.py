@@ -23,6 +23,7 @@ import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -91,6 +92,9 @@ def main(argv: list[str]) -> int:
         os.mkfifo(control, 0o600)
         # Read-write: the keeper holds a writer itself, so the FIFO never reads as closed.
         ctl_fd = os.open(control, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
+        if not stat.S_ISFIFO(os.fstat(ctl_fd).st_mode):  # not the FIFO it made: ignore it
+            os.close(ctl_fd)
+            ctl_fd = None
     try:
         with (
             open(os.path.join(taskdir, "stdout.log"), "ab") as out,

@@ -5,12 +5,11 @@
 # ``<projectDir>/.toolhost/tasks/<id>/`` holding ``meta.json`` (argv, keeper pid and the pid's
 # kernel start time), ``stdout.log``/``stderr.log``, the keeper's ``control`` FIFO (``cancel``
 # asks it to stop its group: a restarted confined worker may not signal it) and ``exit.json``
-# once it ended. A keeper
-# process (:mod:`sidecars.utility.taskrun`, in its own session, so its pid is the task's process
-# group) runs the command, records the exit and watches the host: when the host's process ends
-# the task's group is stopped, unless ``config.detach`` is true. Because everything is on disk
-# and the keeper is identified by pid *and* start time (a reused pid never matches), a worker
-# that restarted re-attaches to its tasks with no state of its own.
+# once it ended. A keeper process (:mod:`sidecars.utility.taskrun`, in its own session, so its
+# pid is the task's process group) runs the command, records the exit and watches the host:
+# when the host's process ends the task's group is stopped, unless ``config.detach`` is true.
+# Because everything is on disk and the keeper is identified by pid *and* start time (a reused
+# pid never matches), a worker that restarted re-attaches to its tasks with no state of its own.
 """
 
 from __future__ import annotations
