@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from supervisor.calls.call import InvokeRequest
+from supervisor.cli import doctor_confine
 from supervisor.processes.pids_cgroup import KEPT_PREFIX, PidsCgroups
 from tests.conftest import (
     pid_alive,
@@ -90,6 +91,12 @@ async def leave(host: Any, count: int = 1) -> list[int]:
     return pids
 
 
+def doctor(host: Any) -> str:
+    rep = doctor_confine.report(host, "hostile")
+    assert rep is not None
+    return "\n".join(doctor_confine.render(rep))
+
+
 async def restart(host: Any) -> None:
     [pid] = ready_pids(host, "hostile")
     os.kill(pid, signal.SIGKILL)
@@ -121,6 +128,7 @@ async def test_without_keep_what_a_worker_left_dies_with_it(app: Path) -> None:
         await wait_available(host, TOOL)
         sleepers = await leave(host, 2)
         try:
+            assert "leftover processes: killed with the worker's group" in doctor(host)
             worker_group = pids_group(sleepers[0])
             assert "/toolhost-" in worker_group and KEPT_PREFIX not in worker_group
             await restart(host)
@@ -148,6 +156,9 @@ async def test_keep_sidecar_moves_them_to_the_kept_group_until_the_sidecar_goes(
         await wait_available(host, TOOL)
         sleepers = await leave(host, 2)
         try:
+            shown = doctor(host)
+            assert ", keep sidecar" in shown
+            assert "leftover processes: kept until the sidecar is removed" in shown
             await restart(host)
             assert all(pid_alive(p) for p in sleepers), "kept processes died with the worker"
             kept = pids_group(sleepers[0])
