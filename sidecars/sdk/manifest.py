@@ -57,7 +57,9 @@ BUNDLED: dict[str, tuple[str, str, str]] = {
 
 
 CONFINE: dict[str, dict[str, Any]] = {
-    "utility": {"project": "write"},  # lsp.* and task.* are utility's tools
+    # lsp.* and task.* are utility's tools; task.background's keepers outlive a worker restart
+    # and, with config.detach, the host (their own session; docs/confinement.md, confine.keep).
+    "utility": {"project": "write", "keep": "host"},
     "web": {"project": "write", "network": {"allow": ["*"]}},
     "media": {"project": "write"},
     "browser": {"project": "write", "network": {"loopback": [9222]}},

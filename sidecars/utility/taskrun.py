@@ -11,7 +11,9 @@ Usage: ``python taskrun.py <taskdir> <watch-pid> -- <argv...>``
 # atomically, so a worker that restarted meanwhile (and so is not the keeper's parent) still
 # learns the exit code. SIGTERM/SIGINT/SIGHUP reach the keeper too when the group is signalled;
 # it catches them (a handler, not SIG_IGN, so the command gets default dispositions) and keeps
-# waiting for the command to end.
+# waiting for the command to end. ``cancel`` asks the keeper through ``<taskdir>/control``, a
+# FIFO it reads (``cancel <grace-ms>``): a worker that restarted under confinement runs in
+# another Landlock domain and may not signal the keeper's group, but the keeper may.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
 
 GRACE_S = 2.0
+CONTROL = "control"
+"""The FIFO in the task's folder the keeper reads requests from."""
 
 
 def group_members(pgid: int) -> list[int]:
@@ -81,6 +86,15 @@ def main(argv: list[str]) -> int:
         except ProcessLookupError:
             write_json(os.path.join(taskdir, "exit.json"), _exit_doc(None, "host-stopped"))
             return 0
+    control = os.path.join(taskdir, CONTROL)
+    ctl_fd = None
+    with contextlib.suppress(OSError):
+        os.mkfifo(control, 0o600)
+        # Read-write: the keeper holds a writer itself, so the FIFO never reads as closed.
+        ctl_fd = os.open(control, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
+        if not stat.S_ISFIFO(os.fstat(ctl_fd).st_mode):  # not the FIFO it made: ignore it
+            os.close(ctl_fd)
+            ctl_fd = None
     try:
         with (
             open(os.path.join(taskdir, "stdout.log"), "ab") as out,
@@ -96,8 +110,8 @@ def main(argv: list[str]) -> int:
         return 0
     child_fd = os.pidfd_open(proc.pid)
     reason = "exited"
+    fds = [fd for fd in (child_fd, host_fd, ctl_fd) if fd is not None]
     while True:
-        fds = [child_fd] if host_fd is None else [child_fd, host_fd]
         try:
             ready, _, _ = select.select(fds, [], [])
         except InterruptedError:
@@ -108,10 +122,34 @@ def main(argv: list[str]) -> int:
             reason = "host-stopped"
             stop_group(GRACE_S)
             break
+        if ctl_fd is not None and ctl_fd in ready:
+            grace = _cancel_request(ctl_fd)
+            if grace is not None:
+                reason = "cancelled"
+                stop_group(grace)
+                break
     code = proc.wait()
     stop_group(0.5)  # whatever the command left running in its group
+    if ctl_fd is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(control)
+        os.close(ctl_fd)
     write_json(os.path.join(taskdir, "exit.json"), _exit_doc(code, reason))
     return 0
+
+
+def _cancel_request(fd: int) -> float | None:
+    """The grace in seconds of a ``cancel <grace-ms>`` line read from ``fd`` (None: none)."""
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    for line in data.decode("ascii", "replace").splitlines():
+        words = line.split()
+        if words[:1] == ["cancel"]:
+            ms = words[1] if len(words) > 1 and words[1].isdigit() else ""
+            return int(ms) / 1000.0 if ms else GRACE_S
+    return None
 
 
 def _exit_doc(code: int | None, reason: str) -> dict[str, object]:

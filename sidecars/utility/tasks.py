@@ -3,12 +3,13 @@
 # Strategy: ``config.taskCommand`` (an argument list) is the only program this tool runs; a
 # call's ``args`` are appended, never passed through a shell. Each task gets a directory
 # ``<projectDir>/.toolhost/tasks/<id>/`` holding ``meta.json`` (argv, keeper pid and the pid's
-# kernel start time), ``stdout.log``/``stderr.log``, and ``exit.json`` once it ended. A keeper
-# process (:mod:`sidecars.utility.taskrun`, in its own session, so its pid is the task's process
-# group) runs the command, records the exit and watches the host: when the host's process ends
-# the task's group is stopped, unless ``config.detach`` is true. Because everything is on disk
-# and the keeper is identified by pid *and* start time (a reused pid never matches), a worker
-# that restarted re-attaches to its tasks with no state of its own.
+# kernel start time), ``stdout.log``/``stderr.log``, the keeper's ``control`` FIFO (``cancel``
+# asks it to stop its group: a restarted confined worker may not signal it) and ``exit.json``
+# once it ended. A keeper process (:mod:`sidecars.utility.taskrun`, in its own session, so its
+# pid is the task's process group) runs the command, records the exit and watches the host:
+# when the host's process ends the task's group is stopped, unless ``config.detach`` is true.
+# Because everything is on disk and the keeper is identified by pid *and* start time (a reused
+# pid never matches), a worker that restarted re-attaches to its tasks with no state of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import re
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -32,7 +34,7 @@ from msgspec import Meta
 from sidecars.sdk import Context, Reply, Sidecar, ToolError
 from sidecars.sdk.commands import Missing, require, resolve
 from sidecars.sdk.paths import confine, create_parents
-from sidecars.utility.taskrun import group_members
+from sidecars.utility.taskrun import CONTROL, group_members
 
 HINT = 'set "taskCommand": ["<program>", "<fixed args>..."]; call args are appended'
 KEEPER = str(Path(__file__).with_name("taskrun.py"))
@@ -41,6 +43,8 @@ DEFAULT_MAX_TASKS = 4
 DEFAULT_CANCEL_GRACE_MS = 3000
 DEFAULT_OUTPUT_BYTES = 16 << 10
 MAX_OUTPUT_BYTES = 1 << 20
+KEEPER_MARGIN_S = 2.0
+"""How much longer than the grace a cancel waits for a keeper it asked to stop its group."""
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 
 _start_lock = threading.Lock()
@@ -218,8 +222,18 @@ def start(args: TaskInput, ctx: Context) -> Reply:
             )
         task_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         folder = root / task_id
-        create_parents(folder)
-        folder.mkdir()
+        try:
+            create_parents(folder)
+            folder.mkdir()
+        except PermissionError as exc:
+            raise ToolError(
+                f"cannot create the task folder {TASKS_DIR}/{task_id}: {exc.strerror}. Under"
+                " confinement a projectDir that is the app root cannot hold it (its .toolhost/"
+                " is the host's, never granted): set host.projectDir to a folder of its own"
+                ' (e.g. "workspace")',
+                code="failed",
+                details={"reason": "tasks-dir-denied", "dir": TASKS_DIR},
+            ) from exc
         watch = 0 if detach else os.getppid()
         with open(folder / "keeper.log", "ab") as keeper_log:
             proc = subprocess.Popen(
@@ -276,6 +290,25 @@ def output(args: TaskInput, ctx: Context) -> Reply:
     return Reply(data=data, content=data["text"] or f"(no {stream} output yet)")
 
 
+def _ask_keeper(folder: Path, grace_ms: int) -> bool:
+    """Ask the task's keeper to stop its group (its ``control`` FIFO): it can signal the
+    group even when this worker cannot (a restarted confined worker is in another Landlock
+    domain, which signals do not cross). False: no keeper reads it (gone, or too old)."""
+    try:
+        fd = os.open(folder / CONTROL, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:  # ENXIO: no reader
+        return False
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        os.write(fd, f"cancel {grace_ms}\n".encode("ascii"))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def cancel(args: TaskInput, ctx: Context) -> Reply:
     folder = _task_dir(ctx, args.id)
     meta = _read_json(folder / "meta.json") or {}
@@ -283,9 +316,11 @@ def cancel(args: TaskInput, ctx: Context) -> Reply:
     if _running(meta, folder):
         pgid = int(meta["pid"])
         _write_json(folder / "cancel.json", {"at": time.time()})
+        asked = _ask_keeper(folder, grace_ms)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
-        end = time.monotonic() + grace_ms / 1000.0
+        # An asked keeper kills what is left at the grace's end itself, and then ends.
+        end = time.monotonic() + grace_ms / 1000.0 + (KEEPER_MARGIN_S if asked else 0.0)
         while group_members(pgid) and time.monotonic() < end:
             _reap()
             time.sleep(0.02)

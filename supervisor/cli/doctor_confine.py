@@ -51,7 +51,19 @@ def _profile(profile: Profile) -> dict[str, Any]:
         "network": network,
         "unix": list(profile.unix),
         "processes": profile.processes,
+        "keep": profile.keep,
     }
+
+
+def _keep(plan: ConfinePlan) -> str:
+    """What happens to processes a worker leaves outside its process group when it ends."""
+    if plan.pids != "cgroup":
+        return "not enforced (no pids cgroup: processes in a session of their own outlive it)"
+    return {
+        "worker": "killed with the worker's group",
+        "sidecar": "kept until the sidecar is removed or the host stops",
+        "host": "kept until the sidecar is removed; left running at host stop",
+    }[plan.keep]
 
 
 def _plan(plan: ConfinePlan) -> dict[str, Any]:
@@ -67,6 +79,7 @@ def _plan(plan: ConfinePlan) -> dict[str, Any]:
         "loopback": list(plan.loopback),
         "syscalls": expected.syscalls,
         "processes": f"{plan.processes} ({plan.pids})",
+        "keep": _keep(plan),
         "missing": list(plan.missing),
         "fixes": list(plan.fixes),
     }
@@ -107,6 +120,8 @@ def render(rep: ConfineReport) -> list[str]:
         if isinstance(net, dict):
             net = f"allow {net['allow'] or '[]'}, loopback {net['loopback'] or '[]'}"
         grants = f"project {p['project']}, network {net}, processes {p['processes']}"
+        if p.get("keep", "worker") != "worker":
+            grants += f", keep {p['keep']}"
         if p["read"]:
             grants += f", read {p['read']}"
         if p["write"]:
@@ -121,6 +136,7 @@ def render(rep: ConfineReport) -> list[str]:
             f" {q['readRules']} read and {q['writeRules']} write rules), network {q['network']}"
             f" (namespace: {q['netns']}), syscalls {q['syscalls']}, processes {q['processes']}"
         )
+        out.append(f"       leftover processes: {q['keep']}")
     f = rep.enforced
     if f is not None:
         nnp = "yes" if f.no_new_privs else "no"

@@ -15,7 +15,12 @@ from typing import Literal
 import msgspec
 from msgspec import Struct
 
-from supervisor.contracts.registry import ConfinementMode, NetworkGrant, ProjectAccess
+from supervisor.contracts.registry import (
+    ConfinementMode,
+    KeepScope,
+    NetworkGrant,
+    ProjectAccess,
+)
 
 NetnsWay = Literal["root", "user", ""]
 """How a worker gets a network namespace of its own: ``unshare(CLONE_NEWNET)`` as root, a user
@@ -53,6 +58,7 @@ class Profile(Struct, frozen=True, kw_only=True):
     network: Literal["none", "host"] | NetworkGrant = "none"
     unix: tuple[str, ...] = ()
     processes: int = 64
+    keep: KeepScope = "worker"
 
 
 class Layout(Struct, frozen=True, kw_only=True):
@@ -100,6 +106,9 @@ class ConfinePlan(Struct, frozen=True, kw_only=True):
     loopback: tuple[int, ...] = ()
     unix: tuple[str, ...] = ()
     processes: int = 64
+    keep: KeepScope = "worker"
+    """What the worker's leftover processes may outlive (``confine.keep``): with a pids
+    cgroup, ``sidecar``/``host`` move them to the sidecar's kept group when the worker ends."""
     landlock_abi: int = 0
     """The Landlock ABI to build the ruleset for (0: no Landlock)."""
     netns: NetnsWay = ""

@@ -66,6 +66,8 @@ class TelemetryConfig(_Config):
 
 ConfinementMode = Literal["required", "best-effort", "off"]
 ProjectAccess = Literal["none", "read", "write"]
+KeepScope = Literal["worker", "sidecar", "host"]
+"""``confine.keep``: how long processes a worker left outside its process group may live."""
 ConfinePath = Annotated[str, Meta(min_length=1, max_length=4096)]
 """A path of a profile: relative to appRoot, or absolute (checked by registry.check)."""
 Port = Annotated[int, Meta(ge=1, le=65535)]
@@ -100,6 +102,12 @@ class ConfineConfig(_Config):
     """Unix sockets it may connect to (``socket(AF_UNIX)`` is refused without one)."""
     processes: Annotated[int, Meta(ge=1, le=1_000_000)] | UnsetType = UNSET
     """Most processes and threads alive at once in the worker's tree."""
+    keep: KeepScope | UnsetType = UNSET
+    """What processes the worker started in a session or group of their own may outlive
+    (toolhost extension of PROTOCOL 7): ``worker`` (the default) nothing, they are killed with
+    its pids group when it ends; ``sidecar`` the worker: they move to the sidecar's kept pids
+    group (same ``processes`` limit), emptied when the sidecar leaves the registry or the host
+    stops; ``host`` also the host: that group is left running when the host stops."""
 
 
 MCP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

@@ -46,7 +46,7 @@ from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
 from supervisor.processes.confine_spawn import SidecarConfinement
 from supervisor.processes.peers import PeerGuard
-from supervisor.processes.pids_cgroup import PidsCgroups
+from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
 from supervisor.registry.plan import SidecarPlan
 
 log = logging.getLogger("toolhost.confine")
@@ -104,6 +104,7 @@ class Confiner:
         self._shared: stdsocket.socket | None = None
         """The egress proxy's shared loopback listener, made when a plan first needs it."""
         self._shared_served = False
+        self._kept: KeptGroups | None = None
         self._probed = False
         self.proxy: EgressProxy | None = None
         """The host's egress proxy, once it runs (:meth:`attach`)."""
@@ -156,7 +157,9 @@ class Confiner:
             self._probed = True
             self._cgroups = PidsCgroups.probe()
             if self._cgroups is not None:
+                self._cgroups.sweep()
                 self._peers.cgroup_tag = os.path.basename(self._cgroups.base)
+                self._kept = KeptGroups(self._cgroups)
         secrets = registry.host_secrets() if mode != "off" else ()
         install = confine.install_paths() if mode != "off" else ()
         if mode != "off" and _same_dir(registry.project_dir, registry.app_root):
@@ -234,6 +237,11 @@ class Confiner:
                     self._served.discard(id(old.walls))
                 with contextlib.suppress(OSError):
                     old.close()
+        if self._kept is not None:  # removed, or no longer granted keep: its processes die
+            for sid in self._kept.sidecars():  # (host.confinement off keeps them: no new walls)
+                now = plans.get(sid)
+                if now is None or now.keep == "worker":
+                    self._kept.release(sid)
         self.plans, self.problems, self.denials, self._held = plans, problems, denials, held
         self.profiles = profiles
         self._host_private = tuple(loaded.host_private)
@@ -251,7 +259,7 @@ class Confiner:
         if plan.network != "proxy" or plan.netns or plan.tcp_connect is None:
             walls = confine.SidecarWalls(plan)
             env = proxy_env(f"http://127.0.0.1:{plan.proxy_port}") if plan.proxy_port else {}
-            return SidecarConfinement(plan, walls, self._cgroups, env)
+            return SidecarConfinement(plan, walls, self._cgroups, env, kept=self._kept)
         if self._shared is None:
             self._shared = shared_listener()
         port = self._shared.getsockname()[1]
@@ -267,7 +275,7 @@ class Confiner:
                 proxy.forget, worker
             )
 
-        return SidecarConfinement(plan, walls, self._cgroups, worker_env=issue)
+        return SidecarConfinement(plan, walls, self._cgroups, worker_env=issue, kept=self._kept)
 
     # what an operator is told ----------------------------------------------------------------
 
@@ -320,6 +328,9 @@ class Confiner:
         if self._shared is not None and not self._shared_served:
             self._shared.close()  # served: the proxy closes it when it stops
         self._shared = None
+        if self._kept is not None:
+            for path in self._kept.close():
+                log.info("kept processes left running (confine.keep: host) in %s", path)
         if self._cgroups is not None:
             with contextlib.suppress(OSError):
                 self._cgroups.close()

@@ -126,6 +126,7 @@ def effective(entry: ConfineConfig, family: ConfineConfig | None = None) -> Prof
         network=pick("network", STRICT.network),
         unix=tuple(pick("unix", ())),
         processes=pick("processes", STRICT.processes),
+        keep=pick("keep", STRICT.keep),
     )
 
 
@@ -347,7 +348,9 @@ def resolve(
         ``unavailable`` holds the reason and the sidecar must not start.
     """
     if mode == "off":
-        return ConfinePlan(sidecar=sidecar, mode=mode, network="host", processes=0)
+        return ConfinePlan(
+            sidecar=sidecar, mode=mode, network="host", processes=0, keep=profile.keep
+        )
     read, write, never, refused = grants(profile, layout, listdir, realpath)
     gaps: list[tuple[str, str]] = []
     abi = kernel.landlock_abi
@@ -396,6 +399,7 @@ def resolve(
         loopback=loopback,
         unix=tuple(_norm(p, layout.app_root) for p in profile.unix),
         processes=profile.processes,
+        keep=profile.keep,
         landlock_abi=abi,
         netns=netns,  # type: ignore[arg-type]
         tcp_connect=tcp,

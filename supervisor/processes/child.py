@@ -150,7 +150,7 @@ class Child:
     def _reaped(self, rc: int) -> int:
         self.returncode = rc
         if self.confinement is not None:
-            self.confinement.finish()
+            self.confinement.finish(ended=True)
         if self._popen is not None:
             self._popen.returncode = rc
         if self._pidfd is not None:

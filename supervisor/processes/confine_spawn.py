@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from supervisor.contracts.confine import ConfinementFacts, ConfinePlan
 from supervisor.processes import confine, limits
-from supervisor.processes.pids_cgroup import PidsCgroups
+from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
 from supervisor.processes.walls import read_report
 
 WorkerEnv = Callable[[str], tuple[dict[str, str], Callable[[], None]]]
@@ -39,6 +39,7 @@ class Prepared:
         "_channel",
         "_child_fds",
         "_facts",
+        "_kept",
         "_report",
         "argv",
         "env",
@@ -65,6 +66,7 @@ class Prepared:
         program: list[str],
         walls_fd: int,
         inherited: list[int],
+        kept: KeptGroups | None = None,
     ) -> None:
         self.plan = plan
         self.program = program
@@ -83,6 +85,7 @@ class Prepared:
         self._child_fds = child_fds
         self._channel = channel
         self._cgroup = cgroup
+        self._kept = kept if plan.keep != "worker" else None
         self._report: dict[str, object] | None = None
         self._facts: ConfinementFacts | None = None
         self.release: Callable[[], None] | None = None
@@ -119,8 +122,10 @@ class Prepared:
             self._facts = facts
         return facts
 
-    def finish(self) -> None:
-        """The worker ended: remove its ``TMPDIR`` and its pids group."""
+    def finish(self, *, ended: bool = False) -> None:
+        """Remove the worker's ``TMPDIR`` and its pids group, killing what is left in it;
+        ``ended`` (the worker ran and was reaped) with ``confine.keep``: moving that to the
+        sidecar's kept group instead (a start abandoned midway keeps nothing)."""
         self.started()
         if self._channel is not None:
             self._channel.close()
@@ -130,7 +135,11 @@ class Prepared:
             confine.remove_tmpdir(tmpdir)
         if self._cgroup:
             with contextlib.suppress(OSError):
-                PidsCgroups.remove(self._cgroup)
+                if self._kept is not None and ended:
+                    plan = self.plan
+                    self._kept.keep(plan.sidecar, plan.keep, plan.processes, self._cgroup)
+                else:
+                    PidsCgroups.remove(self._cgroup)
             self._cgroup = ""
         release, self.release = self.release, None
         if release is not None:
@@ -144,6 +153,7 @@ class SidecarConfinement:
         plan: The sidecar's plan.
         walls: Its prepared walls (``confine.SidecarWalls``; None with ``refused``).
         cgroups: The host's pids groups (None: none here).
+        kept: The host's kept groups (``confine.keep``; None: none here).
         proxy_env: The egress proxy's variables for this sidecar's workers (empty: none).
         refused: Why no worker may start (``confinement-unavailable`` under ``required``).
         worker_env: Variables issued to one worker alone (named by its key), with what undoes
@@ -158,10 +168,12 @@ class SidecarConfinement:
         proxy_env: dict[str, str] | None = None,
         refused: str = "",
         worker_env: WorkerEnv | None = None,
+        kept: KeptGroups | None = None,
     ) -> None:
         self.plan = plan
         self.walls = walls
         self.cgroups = cgroups
+        self.kept = kept
         self.proxy_env = dict(proxy_env or {})
         self.refused = refused
         self.worker_env = worker_env
@@ -212,6 +224,7 @@ class SidecarConfinement:
             program=list(argv),
             walls_fd=memfd,
             inherited=inherited,
+            kept=self.kept,
         )
         if self.worker_env is not None:
             try:

@@ -1,4 +1,6 @@
-"""task.background tasks end with the host process (no orphans) unless ``config.detach``."""
+"""task.background tasks end with the host process (no orphans) unless ``config.detach``; the
+same confined (``host.confinement: best-effort``: the utility family's ``confine.keep: host``
+lets a detached task's keeper outlive the host)."""
 
 from __future__ import annotations
 
@@ -27,13 +29,16 @@ TICKER = textwrap.dedent(
 )
 
 
-def write_app(root: Path, detach: bool) -> None:
+CONFINEMENT = ["off", "best-effort"]
+
+
+def write_app(root: Path, detach: bool, confinement: str) -> None:
     (root / "tools").mkdir(parents=True)
     (root / "workspace").mkdir()
     (root / "workspace" / "ticker.py").write_text(TICKER)
     registry = {
         "schemaVersion": 2,
-        "host": {"socket": ".toolhost/host.sock"},
+        "host": {"socket": ".toolhost/host.sock", "confinement": confinement},
         "sidecars": {
             "utility": {
                 "command": "python",
@@ -87,10 +92,11 @@ def wait_gone(*pids: int, timeout: float = 30) -> bool:
     return True
 
 
+@pytest.mark.parametrize("confinement", CONFINEMENT)
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_tasks_die_with_the_host(tmp_path: Path, how: str) -> None:
+def test_tasks_die_with_the_host(tmp_path: Path, how: str, confinement: str) -> None:
     root = tmp_path / "app"
-    write_app(root, detach=False)
+    write_app(root, detach=False, confinement=confinement)
     with serve(root, "--no-global", env={"PYTHONPATH": str(REPO)}) as proc:
         keeper, grandchild = start_task(root)
         assert pid_alive(keeper) and pid_alive(grandchild)
@@ -99,9 +105,10 @@ def test_tasks_die_with_the_host(tmp_path: Path, how: str) -> None:
     assert wait_gone(keeper, grandchild), "a task outlived the host"
 
 
-def test_detached_tasks_outlive_the_host(tmp_path: Path) -> None:
+@pytest.mark.parametrize("confinement", CONFINEMENT)
+def test_detached_tasks_outlive_the_host(tmp_path: Path, confinement: str) -> None:
     root = tmp_path / "app"
-    write_app(root, detach=True)
+    write_app(root, detach=True, confinement=confinement)
     with serve(root, "--no-global", env={"PYTHONPATH": str(REPO)}) as proc:
         keeper, grandchild = start_task(root)
         proc.terminate()

@@ -25,6 +25,7 @@ from tests.integration.confine_kit import HOSTILE, KERNEL, need
 NOBODY = 65534
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = HOSTILE.parent / "nonroot_host.py"
+TASKS = HOSTILE.parent / "nonroot_tasks.py"
 SIDECAR = HOSTILE.parent / "hostile_sidecar.py"
 SITE = Path(msgspec.__file__).resolve().parents[1]
 """The virtual environment's site-packages (the unprivileged host imports from it)."""
@@ -206,3 +207,33 @@ def test_without_confinement_the_same_user_reaches_it_all(place: Path, python: s
     assert out["results"] == {name: "ok" for name in todo}, out["results"]
     assert not quiet and (place / "app" / "planted.txt").exists()
     assert out["facts"] is None
+
+
+def test_a_normal_users_confined_tasks_survive_a_worker_restart_and_cancel(
+    place: Path, python: str
+) -> None:
+    """task.background confined as a normal user: no pids cgroup, so nothing empties the
+    worker's group (``keep`` is moot: docs/confinement.md, Processes); the keeper survives the
+    worker, and the replacement, in another Landlock domain, still cancels it (its FIFO)."""
+    need(KERNEL.landlock_abi >= 6, "Landlock ABI 6 (Linux 6.12)")
+    app, bin_dir = place / "app", place / "bin"
+    for d in (app, bin_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "python").symlink_to(python)
+    for path in [place, *place.rglob("*")]:
+        os.lchown(path, NOBODY, NOBODY)
+    pythonpath = f"{REPO}:{SITE}"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(place), "PYTHONPATH": pythonpath}
+    done = subprocess.run(
+        setpriv(python, str(TASKS), str(app), "best-effort"),
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert out["uid"] == NOBODY and out["plan"] == {"pids": "rlimit", "keep": "host"}, out
+    assert out["afterRestart"] == "running" and out["keeperAlive"], out
+    assert out["cancelled"]["reason"] == "cancelled", out
+    assert not out["keeperAliveAfterCancel"], out

@@ -28,6 +28,7 @@ from tests.conftest import (
     wait_for,
     wait_replaced,
 )
+from tests.integration.confine_kit import KERNEL, need
 
 LSP_TOOLS = ["lsp.symbols", "lsp.diagnostics"]
 TASK = "task.background"
@@ -213,6 +214,14 @@ async def test_language_server_dies_with_a_killed_worker(app: Path, project: Pat
 # task.background ---------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["off", "best-effort"])
+def confinement(request: pytest.FixtureRequest) -> str:
+    """``host.confinement`` of the task tests: the bundled utility family's profile grants its
+    keepers ``confine.keep: host`` (docs/confinement.md), so they behave the same confined."""
+    param: str = request.param
+    return param
+
+
 def task_config(**extra: Any) -> dict[str, Any]:
     return {"taskCommand": ["python", "ticker.py"], "cancelGraceMs": 2000, **extra}
 
@@ -232,10 +241,15 @@ def group_members(pgid: int) -> list[int]:
     return found
 
 
-async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path, project: Path) -> None:
+async def test_task_runs_grows_and_cancel_kills_its_whole_group(
+    app: Path, project: Path, confinement: str
+) -> None:
     (project / "ticker.py").write_text(TICKER)
     async with running_host(
-        app, {"utility": utility(task_config())}, manifest_dirs=MANIFESTS
+        app,
+        {"utility": utility(task_config())},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": confinement},
     ) as host:
         await wait_available(host, TASK)
         # Default sandbox of task.background: approval-required.
@@ -273,10 +287,17 @@ async def test_task_runs_grows_and_cancel_kills_its_whole_group(app: Path, proje
         assert group_members(keeper) == []
 
 
-async def test_task_exit_code_stderr_cap_and_bad_ids(app: Path, project: Path) -> None:
+async def test_task_exit_code_stderr_cap_and_bad_ids(
+    app: Path, project: Path, confinement: str
+) -> None:
     (project / "ticker.py").write_text(TICKER)
     config = task_config(maxTasks=1)
-    async with running_host(app, {"utility": utility(config)}, manifest_dirs=MANIFESTS) as host:
+    async with running_host(
+        app,
+        {"utility": utility(config)},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": confinement},
+    ) as host:
         await wait_available(host, TASK)
         tid = data(await task(host, {"action": "start", "args": ["400"]}))["id"]
         env = await task(host, {"action": "start", "args": ["1"]})
@@ -306,10 +327,15 @@ async def test_task_exit_code_stderr_cap_and_bad_ids(app: Path, project: Path) -
         assert env.status == "failed" and env.error.code == "invalid-input"
 
 
-async def test_task_survives_a_worker_restart_and_is_reattached(app: Path, project: Path) -> None:
+async def test_task_survives_a_worker_restart_and_is_reattached(
+    app: Path, project: Path, confinement: str
+) -> None:
     (project / "ticker.py").write_text(TICKER)
     async with running_host(
-        app, {"utility": utility(task_config())}, manifest_dirs=MANIFESTS
+        app,
+        {"utility": utility(task_config())},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": confinement},
     ) as host:
         await wait_available(host, TASK)
         started = data(await task(host, {"action": "start", "args": ["400"]}))
@@ -330,3 +356,21 @@ async def test_task_survives_a_worker_restart_and_is_reattached(app: Path, proje
         assert cancelled["status"] != "running" and not pid_alive(keeper)
         meta = json.loads((project / ".toolhost" / "tasks" / tid / "meta.json").read_text())
         assert meta["pid"] == keeper and meta["argv"][-1] == "400"
+
+
+async def test_confined_tasks_need_a_project_that_is_not_the_app_root(app: Path) -> None:
+    """With ``projectDir: "."`` the tasks' folder is the app root's ``.toolhost/``, which a
+    confined sidecar is never granted: ``start`` fails and names the fix."""
+    need(KERNEL.landlock_abi >= 1, "Landlock")
+    (app / "ticker.py").write_text(TICKER)
+    async with running_host(
+        app,
+        {"utility": utility(task_config())},
+        manifest_dirs=MANIFESTS,
+        host={"confinement": "best-effort", "projectDir": "."},
+    ) as host:
+        await wait_available(host, TASK)
+        env = await task(host, {"action": "start", "args": ["5"]})
+        assert env.status == "failed" and env.error.details["reason"] == "tasks-dir-denied"
+        assert "set host.projectDir to a folder of its own" in env.error.message
+        assert not (app / ".toolhost" / "tasks").exists()

@@ -316,3 +316,14 @@ def test_the_telemetry_collector_is_granted_by_address() -> None:
     host = Profile(network="host")
     assert with_collector(host, "http://localhost:4318") == host
     assert with_collector(STRICT, "http://localhost:notaport") == STRICT
+
+
+@pytest.mark.parametrize("mode", ["best-effort", "off"])
+def test_keep_goes_from_the_entry_or_family_into_the_plan(mode: str) -> None:
+    family = ConfineConfig(project="write", keep="host")
+    assert effective(ConfineConfig(), family).keep == "host"
+    assert effective(ConfineConfig(keep="worker"), family).keep == "worker"
+    assert effective(ConfineConfig()).keep == "worker"
+    # Also with confinement off: the host then keeps a kept group it already has.
+    assert plan_for(Profile(keep="sidecar"), mode=mode).keep == "sidecar"
+    assert plan_for(STRICT, mode=mode).keep == "worker"

@@ -53,6 +53,7 @@ def load(root: Path, sidecars: dict[str, object], host: dict[str, object] | None
         ({"write": [""]}, 'sidecars.s.confine.write[0]: expected str of length >= 1, got ""'),
         ({"unix": ["a\u0000b"]}, "sidecars.s.confine.unix[0]: a path cannot hold a NUL byte"),
         ({"processes": 0}, "sidecars.s.confine.processes: expected int >= 1, got 0"),
+        ({"keep": "forever"}, 'sidecars.s.confine.keep: invalid value "forever"'),
         ({"cpus": 2}, "sidecars.s.confine.cpus: unknown field"),
     ],
 )
@@ -90,6 +91,11 @@ def test_bundled_families_carry_their_profiles_and_apply_by_run_recipe(tmp_path:
                 "confine": {"network": "none", "processes": 8},
             },
             "utility": {"command": "python", "args": ["-m", "sidecars.utility"]},
+            "tasks_die": {
+                "command": "python",
+                "args": ["-m", "sidecars.utility"],
+                "confine": {"keep": "worker"},
+            },
             "browser": {"command": "python", "args": ["-m", "sidecars.browser_cdp"]},
             "computer": {"command": "python", "args": ["-m", "sidecars.computer"]},
             "impostor": {"command": "node", "args": ["-m", "sidecars.web"], "tools": ["web.fetch"]},
@@ -103,6 +109,9 @@ def test_bundled_families_carry_their_profiles_and_apply_by_run_recipe(tmp_path:
     assert profile["tweaked"].network == "none" and profile["tweaked"].project == "write"
     assert profile["tweaked"].processes == 8
     assert profile["utility"].project == "write" and profile["utility"].network == "none"
+    assert profile["utility"].keep == "host"  # task.background's keepers (and detach)
+    assert profile["tasks_die"].keep == "worker" and profile["tasks_die"].project == "write"
+    assert web.keep == "worker" and STRICT.keep == "worker"
     assert profile["browser"].network == NetworkGrant(loopback=[9222])
     assert profile["computer"].unix == ("/tmp/.X11-unix",)
     assert profile["impostor"] == STRICT  # serving web.fetch is not running the web code
