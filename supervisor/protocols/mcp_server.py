@@ -59,17 +59,6 @@ HTTP_STATUS = {
 """The HTTP status of a JSON-RPC error in the stateless era (200 for any other code)."""
 
 _encode = mcp.encoder.encode
-
-
-def _line(message: Any) -> bytes:
-    """``message`` as one newline-terminated line, encoded into a buffer the newline is
-    appended to (a 1 MiB resource passed through is not copied once more by ``+``)."""
-    out = bytearray()
-    mcp.encoder.encode_into(message, out)
-    out += b"\n"
-    return out  # type: ignore[return-value]  # bytes-like, written as it is
-
-
 _decode = mcp.incoming_decoder.decode
 
 
@@ -502,7 +491,7 @@ class McpServerConnection:
         meta = dict(meta) if isinstance(meta, dict) else {}
         meta.setdefault(mcp.SERVER_INFO_KEY, self._stamp_info)
         out["_meta"] = meta
-        return _line(mcp.OutResult(id=rid, result=out))
+        return _encode(mcp.OutResult(id=rid, result=out)) + b"\n"
 
     def error(self, rid: mcp.RequestId | None, code: int, message: str, data: Any = None) -> bytes:
         """An error response line."""

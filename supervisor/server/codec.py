@@ -23,8 +23,6 @@ T = TypeVar("T")
 Encoding = Literal["json", "msgpack"]
 
 _json_encoder = msgspec.json.Encoder()
-BIG_RESULT = 1 << 16
-"""A Raw result at least this long is encoded without a second copy for its newline."""
 _msgpack_encoder = msgspec.msgpack.Encoder()
 _json_request = msgspec.json.Decoder(Request)
 _msgpack_request = msgspec.msgpack.Decoder(Request)
@@ -166,13 +164,6 @@ class Codec:
 
     def response(self, request_id: RequestId, result: Any) -> bytes:
         if self.encoding == "json":
-            if type(result) is msgspec.Raw and len(result) >= BIG_RESULT:
-                # A result passed through as JSON (a 1 MiB resource): encoded into a buffer
-                # the newline is appended to, not copied once more by ``+``.
-                out = bytearray()
-                _json_encoder.encode_into(Response(id=request_id, result=result), out)
-                out += self._json_end
-                return out  # type: ignore[return-value]  # bytes-like, written as it is
             return _json_encoder.encode(Response(id=request_id, result=result)) + self._json_end
         return self._pack(
             _msgpack_encoder.encode(Response(id=request_id, result=_json_safe(result)))
