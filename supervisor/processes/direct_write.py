@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -51,25 +50,6 @@ def grow_pipe(fd: int, size: int = 1 << 20) -> None:
     """Ask for a bigger pipe buffer (fewer wake-ups for large payloads); best effort."""
     with contextlib.suppress(OSError):
         fcntl.fcntl(fd, F_SETPIPE_SZ, size)
-
-
-BIG_FRAME = 1 << 18
-"""A socket answer at least this long grows its connection's send buffer (:func:`grow_socket`)."""
-SOCKET_BUFFER = 1 << 21
-"""What :func:`grow_socket` asks for (Linux doubles it, capped by ``net.core.wmem_max``)."""
-
-
-def grow_socket(sock: trio.socket.SocketType, size: int = SOCKET_BUFFER) -> bool:
-    """Ask for a bigger send buffer on ``sock`` (a large answer in one or two writes and as
-    many wake-ups of the reader, not one per ~200 KiB); best effort. True when it grew."""
-    try:
-        before = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-        if before >= size:
-            return False
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-        return bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) > before)
-    except OSError:
-        return False
 
 
 _corked = 0

@@ -18,14 +18,7 @@ import struct
 import msgspec
 import trio
 
-from supervisor.processes.direct_write import (
-    BIG_FRAME,
-    DirectWriter,
-    cork,
-    grow_socket,
-    read_ready,
-    uncork,
-)
+from supervisor.processes.direct_write import DirectWriter, cork, read_ready, uncork
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 from supervisor.server.admission import ConnectionCount
@@ -97,8 +90,6 @@ class StreamConnection(QueuedTransport):
         # Write-through: answers go out on the answering task, no writer hop (the drain task
         # only writes what the socket buffer could not take).
         self._direct = DirectWriter(stream.socket.fileno())
-        self._grown = False
-        """The send buffer was grown for a large answer (:func:`grow_socket`, once)."""
         self.pauses = 0
         """Times reading stopped because answers were piling up (for tests and stats)."""
 
@@ -106,11 +97,6 @@ class StreamConnection(QueuedTransport):
         direct = self._direct
         if self.out.closed:
             return
-        if len(frame) >= BIG_FRAME and not self._grown:
-            # A large answer (a 1 MiB resource) leaves in one or two writes and wakes the
-            # client as often, not once per default-sized buffer (~200 KiB): seven each way.
-            self._grown = True
-            grow_socket(self.stream.socket)
         direct.write(frame)
         if direct.broken:
             self.disconnect("write failed")
