@@ -101,14 +101,19 @@ class CatalogMirror:
 
 
 class _Pending:
-    __slots__ = ("done", "error", "on_event", "raw", "result")
+    __slots__ = ("done", "error", "members", "on_event", "raw", "result", "split")
 
-    def __init__(self, on_event: EventSink | None, raw: bool = False) -> None:
+    def __init__(
+        self, on_event: EventSink | None, raw: bool = False, members: bool = False
+    ) -> None:
         self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
         self.on_event = on_event
-        self.raw = raw
+        self.raw = raw or members
+        self.members = members
+        self.split = False
+        """The result is already the members (decoded in one pass by the reader)."""
 
 
 class _Answer(msgspec.Struct):
@@ -119,7 +124,24 @@ class _Answer(msgspec.Struct):
     """Empty when the frame has no result (an event, an error)."""
 
 
+class _Members(msgspec.Struct):
+    """A frame's id and result, the result's members each left as JSON (``members`` requests)."""
+
+    id: Any = None
+    result: dict[str, msgspec.Raw] | None = None
+
+
 _answer_decoder = msgspec.json.Decoder(_Answer)
+_members_decoder = msgspec.json.Decoder(_Members)
+_split_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _split(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
+    """A JSON object's members, each value left as JSON; None when ``raw`` is not an object."""
+    try:
+        return _split_decoder.decode(raw)
+    except msgspec.ValidationError:
+        return None
 
 
 class Client:
@@ -146,6 +168,8 @@ class Client:
         """Frames handed to the writer task and not yet fully sent."""
         self._raw = 0
         """Requests in flight whose result is wanted as JSON (``request(raw=True)``)."""
+        self._members = 0
+        """Of those, the ones wanting the result's members as JSON (``request(members=True)``)."""
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -239,8 +263,22 @@ class Client:
                 i = 0
 
     def _route_raw(self, frame: bytes) -> bool:
-        """Answer a ``raw`` request with its result as JSON (never decoded into objects);
-        False for any other frame (an event, an error, another request's answer)."""
+        """Answer a ``raw`` request with its result as JSON (never decoded into objects), a
+        ``members`` one with its result's members as JSON (one pass over a large answer, not
+        two); False for any other frame (an event, an error, another request's answer)."""
+        if self._members:
+            try:
+                top = _members_decoder.decode(frame)
+            except msgspec.ValidationError:  # a result that is not an object
+                top = None
+            if top is not None and top.result is not None and top.id is not None:
+                pending = self._pending.get(top.id)
+                if pending is not None and pending.members:
+                    del self._pending[top.id]
+                    pending.result = top.result
+                    pending.split = True
+                    pending.done.set()
+                    return True
         answer = _answer_decoder.decode(frame)
         if not answer.result or answer.id is None:
             return False
@@ -285,9 +323,12 @@ class Client:
         request_id: Any = None,
         on_event: EventSink | None = None,
         raw: bool = False,
+        members: bool = False,
     ) -> Any:
         """Send one request and wait for its response; with ``raw`` the result is the JSON
-        the host sent (``msgspec.Raw``), for a caller that passes it on without looking in.
+        the host sent (``msgspec.Raw``), for a caller that passes it on without looking in;
+        with ``members`` (a result that is an object) a dict of its members, each value the
+        JSON the host sent, for a caller that passes them on but picks among them.
 
         Raises:
             RpcError: The host answered with an error.
@@ -296,21 +337,26 @@ class Client:
         if self._closed:
             raise ConnectionLost("connection closed")
         rid = request_id if request_id is not None else self.new_id()
-        pending = _Pending(on_event, raw)
+        pending = _Pending(on_event, raw, members)
         self._pending[rid] = pending
         body: dict[str, Any] = {"id": rid, "method": method, "params": params or {}}
         if method == "server.hello" and (params or {}).get("encoding") == "msgpack":
             self._switch_after = rid
         frame = self._encode(body)
-        self._raw += raw
+        self._raw += pending.raw
+        self._members += members
         try:
             self._push(frame)
             await pending.done.wait()
         finally:
-            self._raw -= raw
+            self._raw -= pending.raw
+            self._members -= members
             self._pending.pop(rid, None)
-        if raw and not isinstance(pending.result, msgspec.Raw) and pending.error is None:
-            pending.result = msgspec.Raw(msgspec.json.encode(pending.result))  # MessagePack
+        if pending.raw and pending.error is None and not pending.split:
+            result = pending.result
+            if not isinstance(result, msgspec.Raw):
+                result = msgspec.Raw(msgspec.json.encode(result))  # MessagePack
+            pending.result = _split(result) if members else result
         if method == "server.hello" and (params or {}).get("encoding") == "msgpack":
             self.encoding = "msgpack"
         if pending.error is not None:

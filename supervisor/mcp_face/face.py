@@ -95,18 +95,6 @@ def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
     return connect
 
 
-_top_level_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
-
-
-def _top_level(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
-    """A JSON object's members, each value left as JSON (a 1 MiB resource is copied through,
-    not decoded and encoded again); None when ``raw`` is not an object."""
-    try:
-        return _top_level_decoder.decode(raw)
-    except msgspec.ValidationError:
-        return None
-
-
 def _fingerprint(tools: list[Any]) -> bytes:
     return msgspec.json.encode(sorted(tools, key=lambda t: str(t.get("name"))))
 
@@ -253,11 +241,11 @@ class McpFace:
         krid = self.kernel.new_id()
         self._calls[ev.id] = krid
         try:
+            # A read, get or completion: its parts pass through as JSON (split from the
+            # kernel's answer in the same pass that finds its id: a 1 MiB read is scanned once).
             result = await self.kernel.request(
-                ev.kernel, params, request_id=krid, raw=listing is None
+                ev.kernel, params, request_id=krid, members=listing is None
             )
-            if listing is None:  # a read, get or completion: its parts pass through as JSON
-                result = _top_level(result)
         except RpcError as exc:
             if ev.id in self._cancelled:
                 self._cancelled.discard(ev.id)

@@ -108,6 +108,8 @@ class McpConnection:
         client_name: ``clientInfo.name`` sent in ``initialize``.
         client_version: ``clientInfo.version``.
         channel: Where the server's messages arrive, as error messages say it.
+        routes: Keep each request's HTTP routing headers (:meth:`http_headers`); off for a
+            transport that has no headers (stdio), which then builds none per request.
     """
 
     def __init__(
@@ -117,8 +119,13 @@ class McpConnection:
         client_name: str = "toolhost",
         client_version: str = "0",
         channel: str = "on stdout",
+        routes: bool = True,
     ) -> None:
         self.state: State = "new"
+        self._keep_routes = routes
+        self._modern_meta: mcp.RequestMeta | None = None
+        """The stateless era's envelope without a progress token or traceparent (the same
+        for every request of the session: built once)."""
         self.channel = channel
         self.error: str | None = None
         self.server: mcp.InitializeResult | None = None
@@ -148,7 +155,7 @@ class McpConnection:
         rid = self._next_id
         self._next_id += 1
         self.pending[rid] = method
-        if self.era == "modern" or method == "server/discover":
+        if self._keep_routes and (self.era == "modern" or method == "server/discover"):
             version = self.protocol_version or mcp.MODERN_VERSIONS[0]
             route = [("MCP-Protocol-Version", version), ("Mcp-Method", method)]
             if name is not None:
@@ -160,8 +167,16 @@ class McpConnection:
         """``meta`` with the stateless era's envelope (as it is in the handshake era)."""
         if self.era != "modern":
             return meta
+        if meta is None:
+            plain = self._modern_meta
+            if plain is None or plain.protocol_version != self.protocol_version:
+                plain = self._modern_meta = self._stamp(mcp.RequestMeta())
+            return plain
+        return self._stamp(meta)
+
+    def _stamp(self, meta: mcp.RequestMeta) -> mcp.RequestMeta:
         return msgspec.structs.replace(
-            meta or mcp.RequestMeta(),
+            meta,
             protocol_version=self.protocol_version,
             client_info=self._client_info,
             client_capabilities={},

@@ -185,6 +185,7 @@ class McpClient:
             client_name="toolhost",
             client_version=supervisor.__version__,
             channel=channel,
+            routes=carrier.TRANSPORT != "pipe",  # HTTP's routing headers; stdio has none
         )
         self.start_timeout_s = spec.start_timeout_s
         self._era_key = (spec.sidecar, tuple(spec.argv))

@@ -50,3 +50,44 @@ async def test_many_large_requests_at_once_each_gets_its_own_answer(app):
                     await client.request("no.such.method", {}, raw=True)
                 assert exc.value.code == "unknown-method"
             nursery.cancel_scope.cancel()
+
+
+async def test_members_requests_split_the_result_once_and_leave_other_answers_alone(app):
+    """``members=True`` hands back the result's members, each the JSON the host sent (what
+    the MCP face passes on from a 1 MiB read); a plain request answered meanwhile is decoded
+    as usual, and an error is still an ``RpcError``."""
+    async with running_host(app, {"echo": echo(pool={"min": 2, "max": 2})}) as host:
+        await wait_available(host, "echo.say")
+        path = str(Path(tempfile.mkdtemp(prefix="thclient")) / "h.sock")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_unix, Backend.of(host), path)
+            async with open_client(path) as client:
+                big = "y" * (32 * 1024)
+                got: dict[str, object] = {}
+
+                async def split() -> None:
+                    got["members"] = await client.request(
+                        "tools.invoke",
+                        {"tool": "echo.say", "input": {"text": big}},
+                        members=True,
+                    )
+
+                async def plain() -> None:
+                    got["plain"] = await client.invoke("echo.say", {"text": "plain"})
+
+                async with trio.open_nursery() as both:
+                    both.start_soon(split)
+                    both.start_soon(plain)
+                members = got["members"]
+                assert isinstance(members, dict)
+                assert all(isinstance(v, msgspec.Raw) for v in members.values())
+                assert msgspec.json.decode(members["status"]) == "success"
+                assert big in msgspec.json.decode(members["content"])  # as the host sent it
+                plain_env = got["plain"]
+                assert getattr(plain_env, "status", None) == "success"
+                assert getattr(plain_env, "content", None) == "plain"
+                assert client._members == 0 and client._raw == 0
+                with pytest.raises(RpcError) as exc:
+                    await client.request("no.such.method", {}, members=True)
+                assert exc.value.code == "unknown-method"
+            nursery.cancel_scope.cancel()
