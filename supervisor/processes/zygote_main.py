@@ -75,7 +75,7 @@ ADOPT_DEADLINE_S = 2.0
 SPARE_UNJOINED = 3
 """A spare's exit status: it could not join its group (no request read from it)."""
 SPARE_NO_FORK = 4
-"""A spare's exit status: it read the request but could not fork the worker."""
+"""A spare's exit status: it could not read the request or fork the worker."""
 
 _SPARE: list[Any] = []
 """The zygote's spare, when it has one: ``[n, pid, its socket]``."""
@@ -323,7 +323,7 @@ def _spare(
         except InterruptedError:
             continue
         except OSError:
-            os._exit(1)
+            os._exit(SPARE_NO_FORK)  # nothing forked: the zygote serves the request itself
     if not msg:  # the zygote dropped this spare, or is gone
         os._exit(0)
     own.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -197,6 +198,54 @@ async def test_a_confined_worker_starts_in_the_group_its_spare_joined(
         confine.close()
         groups.close()
     assert not os.path.exists(groups.base)  # nothing left: the folder is removed only empty
+
+
+async def test_a_spare_killed_before_the_request_leaves_the_start_to_the_zygote(
+    world: World,
+) -> None:
+    """The zygote finds its spare gone: it forks the worker the usual way, and the worker
+    joins the group itself (the one the dead spare had joined)."""
+    need_groups()
+    script = world.project / "worker.py"
+    script.write_text(WORKER)
+    plan = world.plan(Profile(processes=7))
+    groups = PidsCgroups.probe(f"toolhost-test-{os.getpid()}")
+    assert groups is not None
+    confine = SidecarConfinement(plan, SidecarWalls(plan), groups)
+    argv = [sys.executable, str(script)]
+    try:
+        async with running_zygote(world) as z:
+            spawner = Spawner(z)
+            first = spawner.spawn(argv, cwd=str(world.app), env=ENV, may_fork=True, confine=confine)
+            await first_line(first)
+            with trio.fail_after(15):
+                await z.spare.joined.wait()
+            assert z.spare.made is not None and z.spare.pid is not None
+            spare_group = z.spare.made[1]
+            pidfd = os.pidfd_open(z.spare.pid)
+            try:
+                os.kill(z.spare.pid, signal.SIGKILL)
+                with trio.fail_after(15):
+                    await trio.lowlevel.wait_readable(pidfd)  # it has exited
+            finally:
+                os.close(pidfd)
+            second = spawner.spawn(
+                argv, cwd=str(world.app), env=ENV, may_fork=True, confine=confine
+            )
+            prepared = second.confinement
+            assert prepared is not None and second.started_by == "zygote"
+            assert prepared.cgroup == spare_group
+            seen = await first_line(second)
+            assert in_group(seen["cgroup"], spare_group)
+            assert procs(spare_group) == [second.pid] and pids_max(spare_group) == "7"
+            report = prepared.report()
+            assert report is not None and report["pids"] == "cgroup"
+            assert report["joined_ahead"] is False  # it migrated into the group itself
+            assert (await stop(first), await stop(second)) == (0, 0)
+    finally:
+        confine.close()
+        groups.close()
+    assert not os.path.exists(groups.base)
 
 
 @pytest.mark.parametrize("why", ["one process", "no groups"])
