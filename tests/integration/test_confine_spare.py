@@ -13,15 +13,15 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from supervisor.contracts.confine import Profile
+from supervisor.contracts.confine import ConfinePlan, Profile
 from supervisor.processes import zygote
 from supervisor.processes.child import Child
 from supervisor.processes.confine import SidecarWalls
@@ -70,6 +70,25 @@ async def running_zygote(world: World) -> AsyncIterator[zygote.Zygote]:
             yield z
         finally:
             nursery.cancel_scope.cancel()
+
+
+@contextmanager
+def confined(
+    plan: ConfinePlan, groups: PidsCgroups | None
+) -> Iterator[tuple[SidecarConfinement, list[Child]]]:
+    """The sidecar's walls, and the workers started behind them: their groups are removed even
+    when an assertion failed before a worker was stopped."""
+    confine = SidecarConfinement(plan, SidecarWalls(plan), groups)
+    started: list[Child] = []
+    try:
+        yield confine, started
+    finally:
+        for child in started:
+            if child.confinement is not None:
+                child.confinement.finish()  # kills what is left in its group, removes it
+        confine.close()
+        if groups is not None:
+            groups.close()
 
 
 def procs(group: str) -> list[int]:
@@ -142,16 +161,17 @@ async def test_a_confined_worker_starts_in_the_group_its_spare_joined(
     assert plan.pids == "cgroup"
     groups = PidsCgroups.probe(f"toolhost-test-{os.getpid()}")
     assert groups is not None
-    confine = SidecarConfinement(plan, SidecarWalls(plan), groups)
     argv = [sys.executable, str(script)]
-    try:
+    with confined(plan, groups) as (confine, started):
         async with running_zygote(world) as z:
             spawner = Spawner(z)
 
             def start() -> Child:
-                return spawner.spawn(
+                child = spawner.spawn(
                     argv, cwd=str(world.app), env=ENV, may_fork=run, confine=confine
                 )
+                started.append(child)
+                return child
 
             first = start()  # no spare yet: a fresh group, joined by the worker itself
             assert first.confinement is not None and first.confinement.via == "zygote"
@@ -194,9 +214,6 @@ async def test_a_confined_worker_starts_in_the_group_its_spare_joined(
             assert (await stop(first), await stop(second)) == (0, 0)
         assert not os.path.exists(next_group)  # the untaken spare's group: at zygote stop
         assert not os.path.exists(first_group) and not os.path.exists(spare_group)
-    finally:
-        confine.close()
-        groups.close()
     assert not os.path.exists(groups.base)  # nothing left: the folder is removed only empty
 
 
@@ -211,12 +228,12 @@ async def test_a_spare_killed_before_the_request_leaves_the_start_to_the_zygote(
     plan = world.plan(Profile(processes=7))
     groups = PidsCgroups.probe(f"toolhost-test-{os.getpid()}")
     assert groups is not None
-    confine = SidecarConfinement(plan, SidecarWalls(plan), groups)
     argv = [sys.executable, str(script)]
-    try:
+    with confined(plan, groups) as (confine, started):
         async with running_zygote(world) as z:
             spawner = Spawner(z)
             first = spawner.spawn(argv, cwd=str(world.app), env=ENV, may_fork=True, confine=confine)
+            started.append(first)
             await first_line(first)
             with trio.fail_after(15):
                 await z.spare.joined.wait()
@@ -232,6 +249,7 @@ async def test_a_spare_killed_before_the_request_leaves_the_start_to_the_zygote(
             second = spawner.spawn(
                 argv, cwd=str(world.app), env=ENV, may_fork=True, confine=confine
             )
+            started.append(second)
             prepared = second.confinement
             assert prepared is not None and second.started_by == "zygote"
             assert prepared.cgroup == spare_group
@@ -242,9 +260,6 @@ async def test_a_spare_killed_before_the_request_leaves_the_start_to_the_zygote(
             assert report is not None and report["pids"] == "cgroup"
             assert report["joined_ahead"] is False  # it migrated into the group itself
             assert (await stop(first), await stop(second)) == (0, 0)
-    finally:
-        confine.close()
-        groups.close()
     assert not os.path.exists(groups.base)
 
 
@@ -261,11 +276,9 @@ async def test_a_start_takes_no_spare_when_it_could_not_use_one(world: World, wh
         groups = PidsCgroups.probe(f"toolhost-test-{os.getpid()}")
         assert groups is not None
     plan = world.plan(Profile(processes=1))
-    confine = SidecarConfinement(plan, SidecarWalls(plan), groups)
-    try:
+    with confined(plan, groups) as (confine, children):
         async with running_zygote(world) as z:
             spawner = Spawner(z)
-            children = []
             for _ in range(2):
                 child = spawner.spawn(
                     [sys.executable, str(script)],
@@ -284,10 +297,6 @@ async def test_a_start_takes_no_spare_when_it_could_not_use_one(world: World, wh
                     assert group == ""
             assert z.spare.made is None and z.spare.cgroups is None
             assert [await stop(c) for c in children] == [0, 0]
-    finally:
-        confine.close()
-        if groups is not None:
-            groups.close()
     assert groups is None or not os.path.exists(groups.base)
 
 
