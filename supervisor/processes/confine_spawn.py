@@ -162,11 +162,12 @@ class SidecarConfinement:
     @property
     def spare_limit(self) -> int:
         """``pids.max`` for a group the zygote's spare joined ahead (0: this sidecar's workers
-        take none: no pids groups, or a limit of 1, which leaves the spare no room to fork)."""
+        take none: refused, no pids groups, or a limit of 1, which leaves the spare no room to
+        fork)."""
         plan = self.plan
-        if plan.pids != "cgroup" or self.cgroups is None or plan.processes < 2:
+        if self.walls is None or plan.pids != "cgroup" or self.cgroups is None:
             return 0
-        return plan.processes
+        return plan.processes if plan.processes >= 2 else 0
 
     def prepare(self, argv: Sequence[str], cgroup: str | None = None) -> Prepared:
         """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel.
@@ -182,6 +183,9 @@ class SidecarConfinement:
         """
         plan = self.plan
         if self.walls is None:
+            if cgroup:
+                with contextlib.suppress(OSError):
+                    PidsCgroups.remove(cgroup)
             raise PermissionError(errno.EACCES, self.refused or "confinement-unavailable")
         self._count += 1
         if cgroup is None and plan.pids == "cgroup" and self.cgroups is not None:
