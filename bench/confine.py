@@ -8,7 +8,9 @@
   (``landlock-build``); the cgroup join is a migration, which waits for an RCU grace period
   unless another migration just happened (so ``cgroup`` alone, measured right after the
   previous one, is fast, and ``apply`` shows what an isolated worker start pays);
-- ``fork``: fork a warm process -> the child's first line, with and without the walls;
+- ``fork``: fork a warm process -> the child's first line, with and without the walls, and
+  (``fork+walls spare``) from a spare that joined the child's group ahead, as the zygote's
+  spare does (the request -> the first line of the child it forks inside the group);
 - on the real paths (``bench/confine_paths.py``, ``toolhost serve`` hosts confined and not):
   worker spawn -> ready through the zygote, exec'd, and through the exec shim (target: at most
   1.2x without); host CPU per call (at most 1.05x); ``web.fetch`` of a 100 KB loopback page
@@ -110,6 +112,40 @@ def _fork_line_s(armed_walls: Walls | None) -> float:
     return elapsed
 
 
+def _spare_line_s(walls: Walls) -> float:
+    """A spare (a fork that joined the worker's pids group ahead, as the zygote's does) is asked
+    for the worker -> the child's first line, after the walls (the join skipped: the child was
+    forked inside the group)."""
+    walls.cgroup_joined = True
+    armed = arm(walls)
+    r, w = os.pipe()
+    go_r, go_w = os.pipe()
+    joined_r, joined_w = os.pipe()
+    spare = os.fork()
+    if spare == 0:  # pragma: no cover - the spare
+        fd = os.open(walls.cgroup_procs, os.O_WRONLY)
+        os.write(fd, b"%d" % os.getpid())
+        os.close(fd)
+        os.write(joined_w, b"j")
+        os.read(go_r, 1)
+        child = os.fork()
+        if child == 0:
+            armed.apply()
+            os.write(w, b"ready\n")
+            os._exit(0)
+        os.waitpid(child, 0)
+        os._exit(0)
+    os.read(joined_r, 1)
+    t = time.perf_counter()
+    os.write(go_w, b"g")
+    os.read(r, 16)
+    elapsed = time.perf_counter() - t
+    os.waitpid(spare, 0)
+    for fd in (r, w, go_r, go_w, joined_r, joined_w):
+        os.close(fd)
+    return elapsed
+
+
 def measure(
     rounds: int, log: Any = print, *, paths: tuple[int, int, int, int] = (6, 5, 3000, 30)
 ) -> dict[str, Any]:
@@ -155,6 +191,8 @@ def measure(
     }
     out: dict[str, Any] = {"rules": shared.rules, "plan_missing": list(plan.missing)}
     keys = ["apply", *parts, "fork", "fork+walls"]
+    if groups is not None:
+        keys.append("fork+walls spare")
     samples.update({k: [] for k in keys})
     for i in range(rounds):
         if i % 10 == 0:
@@ -164,6 +202,8 @@ def measure(
             samples[name].append(_apply_us(walls() if callable(walls) else walls) / 1e6)
         samples["fork"].append(_fork_line_s(None))
         samples["fork+walls"].append(_fork_line_s(full()))
+        if groups is not None:
+            samples["fork+walls spare"].append(_spare_line_s(full()))
     for group in made:
         PidsCgroups.remove(group)
     if groups is not None:
@@ -210,6 +250,8 @@ def confine(b: Bench) -> None:
             Row(scenario="confine", name=f"confine {key}", stats=Stats.of(s[key]))
         )
     rows["fork+walls"].baseline = rows["fork"].name
+    if "fork+walls spare" in rows:
+        rows["fork+walls spare"].baseline = rows["fork"].name
     for group in ("spawn", "fetch"):
         for key, values in data[group].items():
             rows[key] = b.results.add(Row(scenario="confine", name=key, stats=Stats.of(values)))

@@ -92,6 +92,11 @@ class Prepared:
         """Undoes what was issued for this worker alone (its proxy token), at :meth:`finish`."""
         self.env.setdefault("TMPDIR", tmpdir)
 
+    @property
+    def cgroup(self) -> str:
+        """The worker's pids group folder (``""``: none)."""
+        return self._cgroup
+
     def started(self) -> None:
         """The child runs (or never will): close the descriptors only it needed."""
         for fd in self._child_fds:
@@ -179,22 +184,52 @@ class SidecarConfinement:
         self.worker_env = worker_env
         self._count = 0
 
-    def prepare(self, argv: Sequence[str]) -> Prepared:
+    @property
+    def spare_limit(self) -> int:
+        """``pids.max`` for a group the zygote's spare joined ahead (0: this sidecar's workers
+        take none: refused, no pids groups, or a limit of 1, which leaves the spare no room to
+        fork)."""
+        plan = self.plan
+        if self.walls is None or plan.pids != "cgroup" or self.cgroups is None:
+            return 0
+        return plan.processes if plan.processes >= 2 else 0
+
+    def prepare(self, argv: Sequence[str], cgroup: str | None = None) -> Prepared:
         """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel.
+
+        Args:
+            argv: The sidecar's command line.
+            cgroup: A pids group made ahead, its ``pids.max`` already :attr:`spare_limit`
+                (the zygote's spare's, ``Zygote.take_spare``); the worker owns it from now on
+                (removed by :meth:`Prepared.finish`). None: a fresh one is made here.
 
         Raises:
             OSError: A part could not be made.
         """
         plan = self.plan
         if self.walls is None:
+            if cgroup:
+                with contextlib.suppress(OSError):
+                    PidsCgroups.remove(cgroup)
             raise PermissionError(errno.EACCES, self.refused or "confinement-unavailable")
         self._count += 1
-        cgroup = ""
         name = f"{plan.sidecar}-{os.getpid()}-{self._count}"
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-        if plan.pids == "cgroup" and self.cgroups is not None:
+        if cgroup is None and plan.pids == "cgroup" and self.cgroups is not None:
+            cgroup = ""
             with contextlib.suppress(OSError):
                 cgroup = self.cgroups.create(safe, plan.processes)
+        try:
+            return self._prepare(argv, cgroup or "", safe)
+        except BaseException:
+            if cgroup:  # the worker that would own it never exists
+                with contextlib.suppress(OSError):
+                    PidsCgroups.remove(cgroup)
+            raise
+
+    def _prepare(self, argv: Sequence[str], cgroup: str, key: str) -> Prepared:
+        plan = self.plan
+        assert self.walls is not None
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         walls, tmpdir = self.walls.worker(
@@ -228,7 +263,7 @@ class SidecarConfinement:
         )
         if self.worker_env is not None:
             try:
-                mine, prepared.release = self.worker_env(safe)
+                mine, prepared.release = self.worker_env(key)
             except OSError:
                 prepared.finish()
                 raise

@@ -156,6 +156,16 @@ class PidsCgroups:
         return path
 
     @staticmethod
+    def set_limit(path: str, limit: int) -> None:
+        """Set ``pids.max`` of the group at ``path`` (a spare's group, taken by a worker).
+
+        Raises:
+            OSError: It could not be written.
+        """
+        with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as f:
+            f.write(str(limit))
+
+    @staticmethod
     def procs_file(path: str) -> str:
         """The file a child writes its pid to, to join the group at ``path``."""
         return os.path.join(path, "cgroup.procs")

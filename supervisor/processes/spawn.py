@@ -34,6 +34,7 @@ from supervisor.policy.paths import host_path
 from supervisor.processes.child import Child
 from supervisor.processes.confine_spawn import Prepared, SidecarConfinement
 from supervisor.processes.linux import make_preexec
+from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.processes.warden import Warden, process_warden
 
 ENV_ALLOW = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")  # PROTOCOL 3, exactly (plus LC_*)
@@ -71,6 +72,11 @@ class Forker(Protocol):
 
     def fell_back(self, why: str) -> None:
         """Count a start that was exec'd although its sidecar allows forking."""
+        ...
+
+    def take_spare(self, cgroups: PidsCgroups, limit: int) -> str | None:
+        """A pids group the zygote's spare joined ahead, ``pids.max`` = ``limit``, for the
+        next confined fork (None: none now)."""
         ...
 
 
@@ -230,10 +236,14 @@ class Spawner:
         confine: SidecarConfinement,
     ) -> Child:
         _check_program(argv, cwd, env)
-        prepared = confine.prepare(argv)
+        z = self.zygote
+        limit = confine.spare_limit
+        group = None
+        if z is not None and limit and confine.cgroups is not None:
+            group = z.take_spare(confine.cgroups, limit)
+        prepared = confine.prepare(argv, cgroup=group)
         full_env = {**env, **prepared.env}
         stdin, stdout, stderr = stdio
-        z = self.zygote
         if z is not None:
             try:
                 child, why = z.fork(

@@ -62,6 +62,8 @@ class Walls:
         allow_unix: The filter lets ``socket(AF_UNIX)`` through.
         drop_caps: Drop every capability (the host runs as root).
         cgroup_procs: The pids group's ``cgroup.procs`` to join (``""``: none).
+        cgroup_joined: The process is in that group already (the zygote's spare joined it and
+            forked the worker there): the join is skipped, the report still says ``cgroup``.
         nproc: ``RLIMIT_NPROC`` to set (0: leave it).
         channel: An inherited ``AF_UNIX`` socket for the report (-1: none).
     """
@@ -69,6 +71,7 @@ class Walls:
     __slots__ = (
         "allow_unix",
         "audit",
+        "cgroup_joined",
         "cgroup_procs",
         "channel",
         "devices",
@@ -104,6 +107,7 @@ class Walls:
         allow_unix: bool = True,
         drop_caps: bool = False,
         cgroup_procs: str = "",
+        cgroup_joined: bool = False,
         nproc: int = 0,
         channel: int = -1,
     ) -> None:
@@ -122,6 +126,7 @@ class Walls:
         self.allow_unix = allow_unix
         self.drop_caps = drop_caps
         self.cgroup_procs = cgroup_procs
+        self.cgroup_joined = cgroup_joined
         self.nproc = nproc
         self.channel = channel
 
@@ -208,6 +213,7 @@ class Armed:
             "nnp": False,
             "seccomp": False,
             "pids": "none",
+            "joined_ahead": False,
             "errors": self.errors,
         }
 
@@ -237,7 +243,10 @@ class Armed:
     def _apply(self) -> None:
         w = self.walls
         r = self.report
-        if self.cgroup:
+        if self.cgroup and w.cgroup_joined:
+            r["pids"] = "cgroup"  # a fork keeps its parent's group: no migration to wait for
+            r["joined_ahead"] = True
+        elif self.cgroup:
             try:
                 fd = os.open(self.cgroup, os.O_WRONLY | os.O_CLOEXEC)
                 try:

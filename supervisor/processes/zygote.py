@@ -41,9 +41,11 @@ from supervisor.processes import linux
 from supervisor.processes.child import Child
 from supervisor.processes.confine_spawn import Prepared
 from supervisor.processes.limits import host_limits
+from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.processes.spawn import allowed_env
 from supervisor.processes.warden import Warden, process_warden
 from supervisor.processes.zygote_main import ZYGOTE_FD
+from supervisor.processes.zygote_spare import Spare
 
 log = logging.getLogger("toolhost.zygote")
 
@@ -131,6 +133,9 @@ class Zygote:
         self._rng = random.Random()
         self._restart_state = restart.RestartState()
         self._warden = warden if warden is not None else process_warden()
+        self.spare = Spare()
+        """The spare: the next confined worker's pids group, joined ahead (cgroup v1's
+        migration off the critical path; :mod:`supervisor.processes.zygote_spare`)."""
 
     @property
     def state(self) -> str:
@@ -207,6 +212,14 @@ class Zygote:
 
     # forking (synchronous, on the trio thread, like Popen) -----------------------------------
 
+    def take_spare(self, cgroups: PidsCgroups, limit: int) -> str | None:
+        """A confined start's pids group, already joined by the zygote's spare, ``pids.max``
+        set to ``limit`` (None: no spare now: make a fresh group). Name it in the walls of the
+        very next :meth:`fork`; the caller owns the group (and removes it)."""
+        if self.state != "ready":
+            return None
+        return self.spare.take(cgroups, limit)
+
     def fork(
         self,
         argv: Sequence[str],
@@ -236,6 +249,7 @@ class Zygote:
             stdout: Give the worker a stdout pipe (else /dev/null).
             stderr: Give the worker a stderr pipe (else /dev/null).
         """
+        spare = self.spare.claim(walls.cgroup) if walls is not None else None
         if self.state != "ready" or self._sock is None:
             return None, f"zygote {self.state}" + (f" ({self.reason})" if self.reason else "")
         if not argv:
@@ -273,6 +287,8 @@ class Zygote:
         if walls is not None:
             req["walls"] = {"fds": list(walls.inherited)}
             extra = [walls.walls_fd, *walls.inherited]
+        if spare is not None:
+            req["spare"] = spare
         fds: list[int] = []
         ours: list[int | None] = []
         theirs: list[int] = []
@@ -366,7 +382,11 @@ class Zygote:
         return msg if isinstance(msg, dict) else {}
 
     def _late(self, msg: dict[str, Any]) -> None:
-        """An answer to a request the host stopped waiting for: that worker is not wanted."""
+        """An answer to a request the host stopped waiting for: that worker is not wanted.
+        (Or the spare's report.)"""
+        if "spare" in msg:
+            self.spare.report(msg)
+            return
         rid = msg.get("id")
         if rid not in self._pending:
             return
@@ -551,9 +571,14 @@ class Zygote:
                             await self._replace.wait()
                             n.cancel_scope.cancel()
 
+                        async def spare() -> None:
+                            await self.spare.wanted.wait()
+                            n.cancel_scope.cancel()
+
                         n.start_soon(dead)
                         n.start_soon(readable)
                         n.start_soon(replace)
+                        n.start_soon(spare)
                 if popen.poll() is not None:
                     self._lost(f"the zygote exited ({popen.returncode})")
                     return
@@ -568,13 +593,29 @@ class Zygote:
                 else:
                     self._stalled = 0
                 linux.reap_orphans()
+                self._ask_spare()
                 if _mtimes(self._mtimes) != self._mtimes:
                     log.info("zygote: preloaded code changed on disk; starting a fresh zygote")
                     self.replace()
         finally:
             os.close(pidfd)
 
+    def _ask_spare(self) -> None:
+        """Ask the zygote for the next spare when one is wanted."""
+        if not self.spare.wanted.is_set():
+            return
+        msg = self.spare.request()
+        sock = self._sock
+        if msg is None or sock is None:
+            return
+        try:
+            sock.send(json.dumps(msg).encode())
+        except OSError as exc:
+            self.spare.discard()
+            self._lost(f"request failed: {exc}")
+
     def _stop_process(self) -> None:
+        self.spare.discard()  # kills an untaken spare with its group
         sock = self._sock
         if sock is not None:
             # No worker may report after this (its send fails and it exits before it is a

@@ -25,6 +25,17 @@
 # ``required``, or a program that cannot be executed, ends the worker with status 126 and one
 # line on stderr, as the shim does.
 #
+# A confined worker's pids group (cgroup v1) is joined by a migration, which waits for an RCU
+# grace period (~15 ms); the spare takes it off the critical path. On the host's ``{"spare":
+# n, "procs": ...}`` the zygote forks a spare: a child that writes its pid into that (empty,
+# ``pids.max`` 1) group at once, then waits on its own socketpair. A fork request naming spare
+# ``n`` is forwarded to it (the message and the descriptors) instead of forking an intermediate:
+# the spare, already in the group, forks the worker there (a fork keeps the group: no
+# migration) and exits, as the intermediate does; the worker then skips the join (``joined``).
+# A spare that could not join or fork says so by its exit status and the zygote forks the
+# intermediate as before (the worker joins the group itself). The spare is a fork of the zygote
+# made before the request, so it holds nothing of any sidecar; at most one exists.
+#
 # This module imports only the standard library and :mod:`supervisor.processes.linux`,
 # :mod:`~supervisor.processes.walls` and :mod:`~supervisor.processes.netns` (standard library
 # only, shared with the host's side and the exec shim): it is the zygote's first import and must
@@ -33,6 +44,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
@@ -60,6 +72,13 @@ CONFINEMENT_FAILED = 126
 """The worker's exit status when its walls could not go up (``required``) or its program could
 not be executed (the exec shim's)."""
 ADOPT_DEADLINE_S = 2.0
+SPARE_UNJOINED = 3
+"""A spare's exit status: it could not join its group (no request read from it)."""
+SPARE_NO_FORK = 4
+"""A spare's exit status: it could not read the request or fork the worker."""
+
+_SPARE: list[Any] = []
+"""The zygote's spare, when it has one: ``[n, pid, its socket]``."""
 
 # What a fresh interpreter has, recorded before the zygote touches anything.
 _FRESH_SIGNALS: dict[int, Any] = {}
@@ -173,6 +192,12 @@ def main(preload: list[str], fresh_path: list[str]) -> dict[str, Any] | None:
             return None
         try:
             req = json.loads(msg)
+            if "procs" in req:  # make a spare; no descriptors come with it
+                for fd in fds:
+                    os.close(fd)
+                if thread_count() == 1 and _new_spare(sock, req, host_pid):
+                    return req["worker"]
+                continue
             rid = req["id"]
         except (ValueError, KeyError, TypeError):
             for fd in fds:
@@ -212,6 +237,10 @@ def _fork_worker(
     The zygote answers only when the fork failed.
     """
     rid = req["id"]
+    if _SPARE and req.get("spare") == _SPARE[0] and _served_by_spare(sock, req, fds):
+        for fd in fds:
+            os.close(fd)
+        return None
     try:
         mid = os.fork()
     except OSError as exc:
@@ -235,6 +264,119 @@ def _fork_worker(
     if status != 0:
         _send(sock, {"id": rid, "error": f"intermediate fork failed (status {status})"})
     return None
+
+
+def _new_spare(sock: socket.socket, msg: dict[str, Any], host_pid: int) -> bool:
+    """Fork a spare for the group whose ``cgroup.procs`` is ``msg["procs"]`` (the previous
+    spare, if any, is ended). True in a worker forked from it (``msg["worker"]`` is its
+    request), False in the zygote."""
+    _drop_spare()
+    n, procs = int(msg["spare"]), str(msg["procs"])
+    zygote_pid = os.getpid()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return False
+    if pid == 0:  # the spare never returns to the zygote's loop: only a worker forked from it
+        try:
+            ours.close()
+            msg["worker"] = _spare(sock, theirs, n, procs, zygote_pid, host_pid)
+        except BaseException:
+            os._exit(1)
+        return True
+    theirs.close()
+    _SPARE[:] = [n, pid, ours]
+    return False
+
+
+def _spare(
+    sock: socket.socket,
+    own: socket.socket,
+    n: int,
+    procs: str,
+    zygote_pid: int,
+    host_pid: int,
+) -> dict[str, Any]:
+    """The spare: join the group now, wait for the request the zygote forwards, fork the
+    worker inside the group and exit; returns the request in the worker."""
+    if not linux.die_with_parent(zygote_pid):
+        os._exit(1)
+    try:
+        fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"%d" % os.getpid())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            _send(sock, {"spare": n, "error": f"{procs}: {exc.strerror or exc}"})
+        os._exit(SPARE_UNJOINED)
+    with contextlib.suppress(OSError):
+        _send(sock, {"spare": n, "pid": os.getpid()})
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(own, MAX_MESSAGE, MAX_FDS)
+            break
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(SPARE_NO_FORK)  # nothing forked: the zygote serves the request itself
+    if not msg:  # the zygote dropped this spare, or is gone
+        os._exit(0)
+    own.close()
+    req: dict[str, Any] = json.loads(msg)
+    req["joined"] = procs
+    try:
+        pid = os.fork()
+    except OSError:
+        os._exit(SPARE_NO_FORK)
+    if pid == 0:
+        _become_worker(sock, fds, req, host_pid)
+        return req
+    os._exit(0)
+
+
+def _served_by_spare(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> bool:
+    """Forward a fork request to the spare (used up by it either way). True when that settled
+    the request (the spare forked the worker, or ended without saying why: then the zygote
+    answers with the error); False when the zygote must fork the intermediate itself (the spare
+    was gone, could not join its group or could not fork)."""
+    _n, pid, own = _SPARE
+    _SPARE.clear()
+    try:
+        socket.send_fds(own, [json.dumps(req).encode()], fds)
+        sent = True
+    except OSError:
+        sent = False
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    own.close()
+    try:
+        _pid, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return False
+    code = os.waitstatus_to_exitcode(status)
+    if not sent or code in (SPARE_UNJOINED, SPARE_NO_FORK):
+        return False
+    if code != 0:
+        _send(sock, {"id": req["id"], "error": f"the spare failed (status {code})"})
+    return True
+
+
+def _drop_spare() -> None:
+    """End the spare, if any (it has forked nothing)."""
+    if not _SPARE:
+        return
+    _n, pid, own = _SPARE
+    _SPARE.clear()
+    own.close()
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.waitpid(pid, 0)
 
 
 def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], host_pid: int) -> None:
@@ -287,7 +429,7 @@ def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], hos
     linux.set_rlimits(req["rlimits"])
     # 7. The walls, before the worker's first instruction; an exec'd program now replaces us.
     if req.get("walls") is not None:
-        _put_up_walls(fds[3:], req["walls"]["fds"])
+        _put_up_walls(fds[3:], req["walls"]["fds"], req.get("joined", ""))
     if req.get("exec"):
         _execve(req["argv"], env)
     # 8. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
@@ -330,10 +472,12 @@ def _fail(message: str) -> NoReturn:
         os._exit(CONFINEMENT_FAILED)
 
 
-def _put_up_walls(fds: list[int], host_fds: list[int]) -> None:
+def _put_up_walls(fds: list[int], host_fds: list[int], joined: str = "") -> None:
     """Read the walls from the memfd (``fds[0]``), give them this process's numbers of the
     descriptors they name (``fds[1:]``, which the host numbered ``host_fds``), and put them up
-    (the code the exec shim runs); close what is left of them. A failure ends the worker."""
+    (the code the exec shim runs); close what is left of them. A failure ends the worker.
+    ``joined``: the ``cgroup.procs`` of the group the spare forked this worker in (its walls
+    then skip that join)."""
     memfd, passed = fds[0], fds[1:]
     try:
         size = os.fstat(memfd).st_size
@@ -350,6 +494,7 @@ def _put_up_walls(fds: list[int], host_fds: list[int]) -> None:
         w.netns_fds = [mine[fd] for fd in w.netns_fds]
         if w.channel >= 0:
             w.channel = mine[w.channel]
+        w.cgroup_joined = bool(joined) and w.cgroup_procs == joined
     except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
         _fail(f"confinement failed: the walls did not arrive ({exc!r})")
     try:
