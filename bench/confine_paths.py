@@ -173,7 +173,8 @@ page's ``allow`` grant). ``confined`` has every wall but reaches the page on the
 
 def web_fetch(rounds: int, calls: int, log: Log) -> dict[str, list[float]]:
     """Latencies (s) of ``web.fetch`` of a 100 KB loopback page, through the proxy (confined),
-    confined on the host's network, and directly, ``calls`` per host per round, alternating."""
+    confined on the host's network, and directly, ``calls`` per host per round, one call of
+    each in turn."""
     out: dict[str, list[float]] = {k: [] for k, _, _ in FETCHES}
     with ExitStack() as stack:
         port = stack.enter_context(page_server())
@@ -211,8 +212,8 @@ def web_fetch(rounds: int, calls: int, log: Log) -> dict[str, list[float]]:
                     raise RuntimeError(f"web.fetch {k}: short answer {str(env)[:300]}")
         for r in range(rounds):
             log(f"confine: web.fetch, round {r + 1}/{rounds}")
-            for k, c in clients.items():
-                for _ in range(calls):
+            for _ in range(calls):  # one call each in turn: a load swing hits all alike
+                for k, c in clients.items():
                     t = time.perf_counter()
                     check_envelope(c.roundtrip(req))
                     out[k].append(time.perf_counter() - t)
