@@ -17,21 +17,19 @@
 # ``CONNECT`` tunnels bytes; an absolute-form request is forwarded with its ``Host`` set to the
 # checked name and ``Connection: close``. Bytes a client sends after its ``CONNECT`` head, before
 # the ``200`` (its request, pipelined to save a round trip), are forwarded once the tunnel is up
-# and dropped when it is refused. The tunnel's bytes move socket -> pipe -> socket with
-# ``splice(2)`` (:func:`_pump`): they never enter Python, and one wake-up moves whatever the
-# socket holds (up to a pipe's 64 KiB); the counts are what ``splice`` reports delivered. Every
-# connection, allowed or refused, ends in one audit record and counts in the sidecar's
-# :class:`EgressStats`.
+# and dropped when it is refused. The connection path runs on plain non-blocking sockets
+# (:mod:`supervisor.host.egress_io`: no scheduler pass after each operation) and the tunnel's
+# bytes move socket -> pipe -> socket with ``splice(2)``: they never enter Python; the counts
+# are what ``splice`` reports delivered. Every connection, allowed or refused, ends in one
+# audit record and counts in the sidecar's :class:`EgressStats`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import hmac
 import logging
-import os
 import secrets
 import socket as stdsocket
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,6 +38,7 @@ import msgspec
 import trio
 
 from supervisor.contracts.confine import EgressRecord, EgressStats
+from supervisor.host import egress_io
 from supervisor.policy.egress import (
     Decision,
     IPAddress,
@@ -186,10 +185,9 @@ class EgressProxy:
         listener.setblocking(False)
         if not relay_to:  # a proxy client speaks first; a relayed protocol may not
             self._defer_accept(listener)
-        sock = trio.socket.from_stdlib_socket(listener)
-        self._start(client.worker or client.sidecar, self._accept_loop, sock, client, relay_to)
+        self._start(client.worker or client.sidecar, self._accept_loop, listener, client, relay_to)
 
-    def _defer_accept(self, listener: stdsocket.socket | trio.socket.SocketType) -> None:
+    def _defer_accept(self, listener: stdsocket.socket) -> None:
         """Wake the accept loop only once a connection's first bytes are in (its request head,
         with the pipelined request): one wake-up of the host per connection fewer. A client
         that sends nothing is accepted after about this long and meets the head timeout."""
@@ -212,10 +210,16 @@ class EgressProxy:
 
     async def open_shared(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on the shared loopback port (token-identified clients); returns the port."""
-        sock = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
-        sock.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
-        await sock.bind((host, port))
-        sock.listen(128)
+        sock = stdsocket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
+        try:
+            sock.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        await trio.lowlevel.checkpoint()
         self._defer_accept(sock)
         self.shared_port = sock.getsockname()[1]
         self._start("", self._accept_loop, sock, None, 0)
@@ -236,23 +240,29 @@ class EgressProxy:
     # connections -------------------------------------------------------------------------
 
     async def _accept_loop(
-        self, sock: trio.socket.SocketType, client: Client | None, relay_to: int
+        self, sock: stdsocket.socket, client: Client | None, relay_to: int
     ) -> None:
-        with sock:
+        try:
             async with trio.open_nursery() as nursery:
                 while True:
                     try:
-                        conn, _ = await sock.accept()
+                        conn, _ = sock.accept()
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_readable(sock)
+                        continue
                     except OSError as exc:  # EMFILE and friends: back off, keep serving
                         log.warning("egress: accept failed: %s", exc)
                         await trio.sleep(0.1)
                         continue
-                    stream = trio.SocketStream(conn)
+                    conn.setblocking(False)
+                    conn.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
                     if relay_to:
                         assert client is not None
-                        nursery.start_soon(self._relay, stream, client, relay_to)
+                        nursery.start_soon(self._relay, conn, client, relay_to)
                     else:
-                        nursery.start_soon(self._serve, stream, client)
+                        nursery.start_soon(self._serve, conn, client)
+        finally:
+            egress_io.close(sock)
 
     def _stat(self, sidecar: str) -> EgressStats:
         stats = self._stats.get(sidecar)
@@ -276,9 +286,9 @@ class EgressProxy:
         if not record.allowed:
             log.info("egress refused for %s: %s", record.sidecar, record.reason)
 
-    async def _serve(self, stream: trio.SocketStream, client: Client | None) -> None:
+    async def _serve(self, stream: stdsocket.socket, client: Client | None) -> None:
         limits = self.limits
-        async with stream:
+        with egress_io.Closing(stream):
             try:
                 with trio.fail_after(limits.head_timeout_s):
                     head, rest = await _read_head(stream, limits.max_head)
@@ -292,7 +302,7 @@ class EgressProxy:
             except trio.TooSlowError:
                 await _answer(stream, 408, "the request head did not arrive in time")
                 return
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except OSError:  # reset, or closed before the head ended
                 return
             stats = self._stat(client.sidecar)
             if stats.open >= limits.per_sidecar:
@@ -342,6 +352,9 @@ class EgressProxy:
         return found
 
     async def _decide(self, client: Client, host: str, port: int) -> Decision:
+        literal = literal_address(host)
+        if literal is not None:  # an address resolves to itself
+            return decide(client.rules, host, port, [literal])
         try:
             with trio.fail_after(self.limits.resolve_timeout_s):
                 addresses = await self.resolver(host, port)
@@ -351,7 +364,7 @@ class EgressProxy:
 
     async def _forward(
         self,
-        stream: trio.SocketStream,
+        stream: stdsocket.socket,
         method: str,
         target: str,
         host: str,
@@ -363,30 +376,33 @@ class EgressProxy:
     ) -> None:
         try:
             with trio.fail_after(self.limits.connect_timeout_s):
-                upstream = await _connect(address, port)
+                upstream = await egress_io.connect(address, port)
         except (OSError, trio.TooSlowError) as exc:
             status = 504 if isinstance(exc, trio.TooSlowError) else 502
             await _answer(stream, status, f"{host}:{port} ({address}) cannot be reached: {exc}")
             return
-        async with upstream:
-            if method == "CONNECT":
-                await stream.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                if rest:
-                    await upstream.send_all(rest)
-                    counts[1] += len(rest)
-            else:
-                out = _origin_request(method, target, host, port, headers) + rest
-                await upstream.send_all(out)
-                counts[1] += len(out)
+        with egress_io.Closing(upstream):
+            try:
+                if method == "CONNECT":
+                    await egress_io.send_all(stream, b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    if rest:
+                        await egress_io.send_all(upstream, rest)
+                        counts[1] += len(rest)
+                else:
+                    out = _origin_request(method, target, host, port, headers) + rest
+                    await egress_io.send_all(upstream, out)
+                    counts[1] += len(out)
+            except OSError:
+                return
             await self._splice(stream, upstream, counts)
 
-    async def _relay(self, stream: trio.SocketStream, client: Client, port: int) -> None:
+    async def _relay(self, stream: stdsocket.socket, client: Client, port: int) -> None:
         rule = "confine.network.loopback"
         counts = [0, 0]
-        async with stream:
+        with egress_io.Closing(stream):
             try:
                 with trio.fail_after(self.limits.connect_timeout_s):
-                    upstream = await _connect("127.0.0.1", port)
+                    upstream = await egress_io.connect("127.0.0.1", port)
             except (OSError, trio.TooSlowError) as exc:
                 why = f"127.0.0.1:{port} cannot be reached: {exc}"
                 self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, why))
@@ -394,14 +410,14 @@ class EgressProxy:
             stats = self._stat(client.sidecar)
             stats.open += 1
             try:
-                async with upstream:
+                with egress_io.Closing(upstream):
                     await self._splice(stream, upstream, counts)
             finally:
                 stats.open -= 1
                 self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, "", counts))
 
     async def _splice(
-        self, client: trio.SocketStream, upstream: trio.SocketStream, counts: list[int]
+        self, client: stdsocket.socket, upstream: stdsocket.socket, counts: list[int]
     ) -> None:
         """Copy both ways until both sides are done (half-closes passed on) or nothing moved
         for ``idle_timeout_s``."""
@@ -413,90 +429,20 @@ class EgressProxy:
             counts[slot] += n
             scope.deadline = trio.current_time() + idle
 
-        async def copy(src: trio.SocketStream, dst: trio.SocketStream, slot: int) -> None:
+        async def copy(src: stdsocket.socket, dst: stdsocket.socket, slot: int) -> None:
             try:
-                if not await _pump(src.socket, dst.socket, chunk, slot, moved):
-                    while data := await src.receive_some(chunk):  # no splice here
-                        await dst.send_all(data)
+                if not await egress_io.pump(src, dst, chunk, slot, moved):
+                    while data := await egress_io.recv(src, chunk):  # no splice here
+                        await egress_io.send_all(dst, data)
                         moved(slot, len(data))
-                await dst.send_eof()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                dst.shutdown(stdsocket.SHUT_WR)
+            except OSError:
                 scope.cancel()
 
         with scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(copy, upstream, client, 0)
                 nursery.start_soon(copy, client, upstream, 1)
-
-
-async def _connect(address: str, port: int) -> trio.SocketStream:
-    """A TCP stream to an address literal (the checked one: no name, so no resolution and no
-    happy-eyeballs race to set up)."""
-    family = stdsocket.AF_INET6 if ":" in address else stdsocket.AF_INET
-    sock = trio.socket.socket(family, stdsocket.SOCK_STREAM)
-    try:
-        await sock.connect((address, port))
-    except BaseException:
-        sock.close()
-        raise
-    return trio.SocketStream(sock)
-
-
-_SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
-_NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM)
-
-
-async def _pump(
-    src: trio.socket.SocketType,
-    dst: trio.socket.SocketType,
-    chunk: int,
-    slot: int,
-    moved: Callable[[int, int], None],
-) -> bool:
-    """Move bytes ``src`` -> a pipe -> ``dst`` with ``splice(2)`` until ``src`` ends; each
-    delivered count goes to ``moved(slot, n)``. False (nothing moved) when splicing these
-    sockets is not possible here: the caller copies through Python instead.
-
-    Raises:
-        OSError: Either socket failed (reset, broken pipe).
-    """
-    if not hasattr(os, "splice"):
-        return False
-    try:
-        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:  # out of descriptors: this tunnel copies through Python
-        return False
-    try:
-        first, waited = True, True
-        while True:
-            if not waited:  # a stream that never makes us wait must not hog the loop
-                await trio.lowlevel.checkpoint()
-            waited = False
-            try:
-                n = os.splice(src.fileno(), w, chunk, flags=_SPLICE_FLAGS)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(src)
-                waited = True
-                continue
-            except OSError as exc:
-                if first and exc.errno in _NO_SPLICE:
-                    return False
-                raise
-            first = False
-            if n == 0:
-                return True
-            while n:
-                try:
-                    out = os.splice(r, dst.fileno(), n, flags=_SPLICE_FLAGS)
-                except BlockingIOError:
-                    await trio.lowlevel.wait_writable(dst)
-                    waited = True
-                    continue
-                n -= out
-                moved(slot, out)
-    finally:
-        os.close(r)
-        os.close(w)
+                await copy(upstream, client, 0)
 
 
 def _record(
@@ -523,7 +469,7 @@ def _record(
     )
 
 
-async def _read_head(stream: trio.SocketStream, limit: int) -> tuple[bytes, bytes]:
+async def _read_head(stream: stdsocket.socket, limit: int) -> tuple[bytes, bytes]:
     """The request head (without the blank line) and what came after it."""
     buf = bytearray()
     while True:
@@ -532,9 +478,9 @@ async def _read_head(stream: trio.SocketStream, limit: int) -> tuple[bytes, byte
             return bytes(buf[:end]), bytes(buf[end + 4 :])
         if len(buf) > limit:
             raise _Refusal(431, f"the request head is over {limit} bytes")
-        data = await stream.receive_some(4096)
+        data = await egress_io.recv(stream, 4096)
         if not data:
-            raise trio.BrokenResourceError("closed before the head ended")
+            raise ConnectionError("closed before the head ended")
         buf += data
 
 
@@ -608,7 +554,7 @@ def _origin_request(
 
 
 async def _answer(
-    stream: trio.SocketStream, status: int, reason: str, *, auth: bool = False
+    stream: stdsocket.socket, status: int, reason: str, *, auth: bool = False
 ) -> None:
     body = reason.replace("\r", " ").replace("\n", " ").encode() + b"\n"
     head = [
@@ -620,13 +566,13 @@ async def _answer(
     if auth:
         head.append(b'Proxy-Authenticate: Basic realm="toolhost"')
     try:
-        await stream.send_all(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        await egress_io.send_all(stream, b"\r\n".join(head) + b"\r\n\r\n" + body)
         # Read (and drop) what the client still sends for a moment, so closing with unread
         # bytes does not reset the connection before the client reads the answer.
-        await stream.send_eof()
+        stream.shutdown(stdsocket.SHUT_WR)
         with trio.move_on_after(LINGER_S):
             dropped = 0
-            while dropped < LINGER_BYTES and (data := await stream.receive_some(65536)):
+            while dropped < LINGER_BYTES and (data := await egress_io.recv(stream, 65536)):
                 dropped += len(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+    except OSError:
         pass
