@@ -97,6 +97,7 @@ _REASONS = {
     503: b"Service Unavailable",
     504: b"Gateway Timeout",
 }
+ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 LINGER_S = 1.0
 LINGER_BYTES = 1 << 20
 _HOP = {b"proxy-authorization", b"proxy-connection", b"connection", b"keep-alive", b"host"}
@@ -381,20 +382,24 @@ class EgressProxy:
             status = 504 if isinstance(exc, trio.TooSlowError) else 502
             await _answer(stream, status, f"{host}:{port} ({address}) cannot be reached: {exc}")
             return
+        answer = b""
         with egress_io.Closing(upstream):
             try:
-                if method == "CONNECT":
-                    await egress_io.send_all(stream, b"HTTP/1.1 200 Connection established\r\n\r\n")
-                    if rest:
-                        await egress_io.send_all(upstream, rest)
-                        counts[1] += len(rest)
+                if method == "CONNECT" and rest:
+                    # The client sent its request without waiting for the 200 (the web
+                    # sidecar does): the 200 goes out with the first bytes of the answer.
+                    answer = ESTABLISHED
+                    await egress_io.send_all(upstream, rest)
+                    counts[1] += len(rest)
+                elif method == "CONNECT":
+                    await egress_io.send_all(stream, ESTABLISHED)
                 else:
                     out = _origin_request(method, target, host, port, headers) + rest
                     await egress_io.send_all(upstream, out)
                     counts[1] += len(out)
             except OSError:
                 return
-            await self._splice(stream, upstream, counts)
+            await self._splice(stream, upstream, counts, answer)
 
     async def _relay(self, stream: stdsocket.socket, client: Client, port: int) -> None:
         rule = "confine.network.loopback"
@@ -417,10 +422,15 @@ class EgressProxy:
                 self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, "", counts))
 
     async def _splice(
-        self, client: stdsocket.socket, upstream: stdsocket.socket, counts: list[int]
+        self,
+        client: stdsocket.socket,
+        upstream: stdsocket.socket,
+        counts: list[int],
+        answer: bytes = b"",
     ) -> None:
         """Copy both ways until both sides are done (half-closes passed on) or nothing moved
-        for ``idle_timeout_s``."""
+        for ``idle_timeout_s``; ``answer`` (not counted) goes to the client before the first
+        bytes from upstream."""
         idle = self.limits.idle_timeout_s
         chunk = self.limits.chunk
         scope = trio.CancelScope(deadline=trio.current_time() + idle)
@@ -429,12 +439,16 @@ class EgressProxy:
             counts[slot] += n
             scope.deadline = trio.current_time() + idle
 
-        async def copy(src: stdsocket.socket, dst: stdsocket.socket, slot: int) -> None:
+        async def copy(
+            src: stdsocket.socket, dst: stdsocket.socket, slot: int, prefix: bytes = b""
+        ) -> None:
             try:
-                if not await egress_io.pump(src, dst, chunk, slot, moved):
+                if not await egress_io.pump(src, dst, chunk, slot, moved, prefix):
                     while data := await egress_io.recv(src, chunk):  # no splice here
-                        await egress_io.send_all(dst, data)
+                        await egress_io.send_all(dst, prefix + data)
                         moved(slot, len(data))
+                        prefix = b""
+                    await egress_io.send_all(dst, prefix)
                 dst.shutdown(stdsocket.SHUT_WR)
             except OSError:
                 scope.cancel()
@@ -442,7 +456,7 @@ class EgressProxy:
         with scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(copy, client, upstream, 1)
-                await copy(upstream, client, 0)
+                await copy(upstream, client, 0, answer)
 
 
 def _record(

@@ -45,12 +45,12 @@ async def recv(sock: stdsocket.socket, n: int) -> bytes:
             await trio.lowlevel.wait_readable(sock)
 
 
-async def send_all(sock: stdsocket.socket, data: bytes) -> None:
+async def send_all(sock: stdsocket.socket, data: bytes, flags: int = 0) -> None:
     """Send all of ``data``, waiting only while the socket's buffer is full."""
     view = memoryview(data)
     while view:
         try:
-            view = view[sock.send(view) :]
+            view = view[sock.send(view, flags) :]
         except BlockingIOError:
             await trio.lowlevel.wait_writable(sock)
 
@@ -91,10 +91,12 @@ async def pump(
     chunk: int,
     slot: int,
     moved: Callable[[int, int], None],
+    prefix: bytes = b"",
 ) -> bool:
     """Move bytes ``src`` -> a pipe -> ``dst`` with ``splice(2)`` until ``src`` ends; each
-    delivered count goes to ``moved(slot, n)``. False (nothing moved) when splicing these
-    sockets is not possible here: the caller copies through Python instead.
+    delivered count goes to ``moved(slot, n)``. ``prefix`` (not counted) goes out just before
+    the first bytes, or alone when ``src`` ends without any. False (nothing moved) when
+    splicing these sockets is not possible here: the caller copies through Python instead.
 
     Raises:
         OSError: Either socket failed (reset, broken pipe).
@@ -122,6 +124,9 @@ async def pump(
                     return False
                 raise
             first = False
+            if prefix:  # coalesced with what follows (MSG_MORE): one wake-up of the reader
+                await send_all(dst, prefix, stdsocket.MSG_MORE if n else 0)
+                prefix = b""
             if n == 0:
                 return True
             while n:

@@ -382,3 +382,35 @@ async def test_a_request_sent_with_a_refused_connect_reaches_nothing() -> None:
             nursery.cancel_scope.cancel()
     assert seen == []
     assert [(r.allowed, r.rule, r.bytes_out) for r in audit] == [(False, "no-rule", 0)]
+
+
+async def test_the_200_of_a_pipelined_connect_comes_even_when_the_server_sends_nothing() -> None:
+    """With the request sent after the head, the proxy's ``200`` travels with the server's
+    first bytes; a server that sends none still lets the client see the ``200``, then the end."""
+
+    async def silent(stream: trio.SocketStream) -> None:
+        async with stream:
+            while await stream.receive_some(65536):
+                pass
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+            nursery.start_soon(trio.serve_listeners, silent, [listener])
+            server = listener.socket.getsockname()[1]
+            proxy, audit = await start(nursery)
+            port = await proxy.open_shared()
+            token = proxy.add_token(client_for("s", [f"127.0.0.1:{server}"]))
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(
+                    b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n%s\r\nhello" % (server, auth(token))
+                )
+                await stream.send_eof()
+                out = b""
+                while data := await stream.receive_some(65536):
+                    out += data
+            assert out == b"HTTP/1.1 200 Connection established\r\n\r\n"
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert [(r.allowed, r.bytes_out, r.bytes_in) for r in audit] == [(True, 5, 0)]
