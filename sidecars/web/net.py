@@ -68,6 +68,7 @@ class Proxy(msgspec.Struct, frozen=True):
 
 
 HEAD_LIMIT = 16 << 10
+READ_SIZE = 64 << 10
 EGRESS_PROXY_VAR = "TOOLHOST_EGRESS_PROXY"
 """Set by the host to its egress proxy's URL (``supervisor.policy.egress.proxy_env``)."""
 
@@ -205,7 +206,8 @@ class _Tunnel(httpcore.AsyncNetworkStream):
             await self.stream.write(head, timeout)
         answer = b""
         while b"\r\n\r\n" not in answer:
-            chunk = await self.stream.read(4096, timeout)
+            # As much as a read of the response takes: the answer comes with its first bytes.
+            chunk = await self.stream.read(READ_SIZE, timeout)
             if not chunk or len(answer) > HEAD_LIMIT:
                 where = f"{self.host}:{self.port}"
                 raise httpcore.ProxyError(f"the egress proxy closed the tunnel to {where}")

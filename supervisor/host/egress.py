@@ -63,7 +63,8 @@ class EgressLimits(msgspec.Struct, frozen=True, kw_only=True):
     resolve_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0
-    """A tunnel with no byte either way for this long is closed."""
+    """A tunnel with no byte either way for this long is closed (at most a tenth of it, and a
+    second, later)."""
     per_sidecar: int = 64
     """Connections one sidecar may have open at once."""
     chunk: int = 64 * 1024
@@ -431,13 +432,18 @@ class EgressProxy:
         """Copy both ways until both sides are done (half-closes passed on) or nothing moved
         for ``idle_timeout_s``; ``answer`` (not counted) goes to the client before the first
         bytes from upstream."""
-        idle = self.limits.idle_timeout_s
         chunk = self.limits.chunk
+        # The deadline moves at most every `step` (moving it is trio bookkeeping): a tunnel
+        # closes after `idle_timeout_s` without a byte, and within `step` after that.
+        step = min(1.0, self.limits.idle_timeout_s / 10)
+        idle = self.limits.idle_timeout_s + step
         scope = trio.CancelScope(deadline=trio.current_time() + idle)
 
         def moved(slot: int, n: int) -> None:
             counts[slot] += n
-            scope.deadline = trio.current_time() + idle
+            now = trio.current_time()
+            if now + idle - scope.deadline > step:
+                scope.deadline = now + idle
 
         async def copy(
             src: stdsocket.socket, dst: stdsocket.socket, slot: int, prefix: bytes = b""
