@@ -414,3 +414,18 @@ async def test_the_200_of_a_pipelined_connect_comes_even_when_the_server_sends_n
             await trio.testing.wait_all_tasks_blocked()
             nursery.cancel_scope.cancel()
     assert [(r.allowed, r.bytes_out, r.bytes_in) for r in audit] == [(True, 5, 0)]
+
+
+async def test_a_client_that_sends_nothing_still_meets_the_head_timeout() -> None:
+    """The proxy's listeners wake on a connection's first bytes (``TCP_DEFER_ACCEPT``); one
+    that never sends any is still taken after a while and answered ``408``."""
+    limits = EgressLimits(head_timeout_s=0.5)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            proxy, audit = await start(nursery, limits=limits)
+            port = await proxy.open_shared()
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                assert (await stream.receive_some(100)).startswith(b"HTTP/1.1 408")
+            nursery.cancel_scope.cancel()
+    assert audit == []
