@@ -14,7 +14,8 @@
 - on the real paths (``bench/confine_paths.py``, ``toolhost serve`` hosts confined and not):
   worker spawn -> ready through the zygote, exec'd, and through the exec shim (target: at most
   1.2x without); host CPU per call (at most 1.05x); ``web.fetch`` of a 100 KB loopback page
-  through the egress proxy against directly (at most 1.2x).
+  through the egress proxy against directly (at most 1.2x), and confined without the proxy
+  (``network: "host"``), which splits that ratio into the proxy's part and the walls'.
 
 Every pair is measured alternating in the same run; the ratios are of medians over the rounds.
 ``python -m bench.confine`` runs it alone (``--rounds N``, ``--out FILE``); ``python -m bench
@@ -223,6 +224,11 @@ def measure(
 
 SPAWN_PAIRS = [(f"spawn {a}", f"spawn {b}") for a, b in confine_paths.PAIRS]
 FETCH_PAIR = ("web.fetch proxy", "web.fetch direct")
+FETCH_PARTS = [
+    ("web.fetch proxy", "web.fetch confined"),
+    ("web.fetch confined", "web.fetch direct"),
+]
+"""The target's ratio split: the proxy's own cost (both confined) and the walls' (no proxy)."""
 
 
 def ratios(data: dict[str, Any]) -> dict[str, float]:
@@ -230,8 +236,8 @@ def ratios(data: dict[str, Any]) -> dict[str, float]:
     med = statistics.median
     out = {f"{a} / {b}": med(data["spawn"][a]) / med(data["spawn"][b]) for a, b in SPAWN_PAIRS}
     out["host CPU per call walls / off"] = med(data["cpu"]["walls"]) / med(data["cpu"]["off"])
-    a, b = FETCH_PAIR
-    out[f"{a} / {b}"] = med(data["fetch"][a]) / med(data["fetch"][b])
+    for a, b in [FETCH_PAIR, *FETCH_PARTS]:
+        out[f"{a} / {b}"] = med(data["fetch"][a]) / med(data["fetch"][b])
     return out
 
 
@@ -261,6 +267,7 @@ def confine(b: Bench) -> None:
     key, base = FETCH_PAIR
     rows[key].baseline = rows[base].name
     rows[key].target = Target("web.fetch through the proxy <= 1.2x direct", 1.2)
+    rows["web.fetch confined"].baseline = rows["web.fetch direct"].name
     cpu = data["cpu"]
     for k in ("walls", "off"):
         b.results.figure(

@@ -12,7 +12,10 @@
 # it (TLS runs inside the tunnel), the proxy resolving the name and checking it against the
 # sidecar's grants; this guard still checks whatever the name resolves to here (its own SSRF
 # check stays as a second wall; inside the worker's namespace only ``/etc/hosts`` names and
-# literal addresses resolve, the proxy judges the rest).
+# literal addresses resolve, the proxy judges the rest). When the proxy is the host's own
+# (``TOOLHOST_EGRESS_PROXY`` names it) the ``CONNECT`` head goes out with the request's first
+# bytes in one write and the proxy's answer is read with the response (:class:`_Tunnel`): one
+# round trip to the proxy fewer per connection; a refusal still surfaces as ``EgressRefused``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import ssl
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -59,9 +63,14 @@ class Proxy(msgspec.Struct, frozen=True):
     port: int
     auth: str = ""
     """``Proxy-Authorization`` value (the token-identified shared proxy), empty when none."""
+    early: bool = False
+    """The host's own proxy: the request may follow the ``CONNECT`` head without waiting."""
 
 
 HEAD_LIMIT = 16 << 10
+READ_SIZE = 64 << 10
+EGRESS_PROXY_VAR = "TOOLHOST_EGRESS_PROXY"
+"""Set by the host to its egress proxy's URL (``supervisor.policy.egress.proxy_env``)."""
 
 
 def proxy_from_env(env: Mapping[str, str] = os.environ) -> Proxy | None:
@@ -83,7 +92,7 @@ def proxy_from_env(env: Mapping[str, str] = os.environ) -> Proxy | None:
             user = urllib.parse.unquote(parts.username)
             pair = f"{user}:{urllib.parse.unquote(parts.password or '')}"
             auth = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-        return Proxy(parts.hostname, port, auth)
+        return Proxy(parts.hostname, port, auth, early=env.get(EGRESS_PROXY_VAR) == url)
     return None
 
 
@@ -150,32 +159,16 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         if proxy.auth:
             head += f"Proxy-Authorization: {proxy.auth}\r\n"
         stream = await self.inner.connect_tcp(proxy.host, proxy.port, timeout)
+        tunnel = _Tunnel(stream, (head + "\r\n").encode("ascii"), host, port)
+        if proxy.early:
+            return tunnel
         try:
-            await stream.write((head + "\r\n").encode("ascii"), timeout)
-            answer = b""
-            while b"\r\n\r\n" not in answer:
-                chunk = await stream.read(4096, timeout)
-                if not chunk or len(answer) > HEAD_LIMIT:
-                    raise httpcore.ProxyError(f"the egress proxy closed the tunnel to {target}")
-                answer += chunk
-            head_bytes, _, body = answer.partition(b"\r\n\r\n")
-            fields = head_bytes.split(b"\r\n", 1)[0].split(None, 2)
-            status = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
-            if status == 200:
-                if body:
-                    raise httpcore.ProxyError("the egress proxy sent bytes before the tunnel")
-                return stream
-            while len(body) < 4096:
-                chunk = await stream.read(4096, timeout)
-                if not chunk:
-                    break
-                body += chunk
+            if await tunnel.open(timeout):
+                raise httpcore.ProxyError("the egress proxy sent bytes before the tunnel")
         except BaseException:
             await stream.aclose()
             raise
-        await stream.aclose()
-        reason = body.decode("utf-8", "replace").strip().splitlines()
-        raise EgressRefused(host, port, status, reason[0] if reason else "")
+        return stream
 
     async def connect_unix_socket(
         self,
@@ -187,6 +180,84 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self.inner.sleep(seconds)
+
+
+class _Tunnel(httpcore.AsyncNetworkStream):
+    """A connection to the proxy that sends the ``CONNECT`` head with its first write (the
+    request's first bytes) and reads the proxy's answer before its first read returns, or
+    before TLS starts: the request does not wait a round trip for the ``200``.
+
+    Raises (from ``read``, ``start_tls`` and :meth:`open`):
+        EgressRefused: The proxy answered other than ``200`` (with its reason).
+        httpcore.ProxyError: The proxy closed, or its answer was too long.
+    """
+
+    def __init__(
+        self, stream: httpcore.AsyncNetworkStream, head: bytes, host: str, port: int
+    ) -> None:
+        self.stream, self.host, self.port = stream, host, port
+        self._head = head
+        self._answered = False
+
+    async def open(self, timeout: float | None) -> bytes:  # noqa: ASYNC109
+        """Send the head if it was not sent, read the answer; returns what came after it."""
+        if self._head:
+            head, self._head = self._head, b""
+            await self.stream.write(head, timeout)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            # As much as a read of the response takes: the answer comes with its first bytes.
+            chunk = await self.stream.read(READ_SIZE, timeout)
+            if not chunk or len(answer) > HEAD_LIMIT:
+                where = f"{self.host}:{self.port}"
+                raise httpcore.ProxyError(f"the egress proxy closed the tunnel to {where}")
+            answer += chunk
+        head_bytes, _, body = answer.partition(b"\r\n\r\n")
+        fields = head_bytes.split(b"\r\n", 1)[0].split(None, 2)
+        status = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+        if status == 200:
+            self._answered = True
+            return body
+        while len(body) < 4096:
+            chunk = await self.stream.read(4096, timeout)
+            if not chunk:
+                break
+            body += chunk
+        await self.stream.aclose()
+        reason = body.decode("utf-8", "replace").strip().splitlines()
+        raise EgressRefused(self.host, self.port, status, reason[0] if reason else "")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        if not self._answered:
+            early = await self.open(timeout)
+            if early:
+                return early
+        return await self.stream.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        if self._head:
+            buffer, self._head = self._head + buffer, b""
+        await self.stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            if await self.open(timeout):
+                raise httpcore.ProxyError("the egress proxy sent bytes before the tunnel")
+        except BaseException:
+            await self.stream.aclose()
+            raise
+        return await self.stream.start_tls(ssl_context, server_hostname, timeout)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.stream.get_extra_info(info)
 
 
 def refused_error(exc: DestinationRefused, url: str) -> ToolError:

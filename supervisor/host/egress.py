@@ -15,7 +15,12 @@
 # resolution (``policy.egress.decide``), and the allowed address connected by number, so what
 # was checked is what is reached; a refusal is ``403`` with a one-line reason naming the rule.
 # ``CONNECT`` tunnels bytes; an absolute-form request is forwarded with its ``Host`` set to the
-# checked name and ``Connection: close``. Every connection, allowed or refused, ends in one
+# checked name and ``Connection: close``. Bytes a client sends after its ``CONNECT`` head, before
+# the ``200`` (its request, pipelined to save a round trip), are forwarded once the tunnel is up
+# and dropped when it is refused. The connection path runs on plain non-blocking sockets
+# (:mod:`supervisor.host.egress_io`: no scheduler pass after each operation) and the tunnel's
+# bytes move socket -> pipe -> socket with ``splice(2)``: they never enter Python; the counts
+# are what ``splice`` reports delivered. Every connection, allowed or refused, ends in one
 # audit record and counts in the sidecar's :class:`EgressStats`.
 """
 
@@ -33,6 +38,7 @@ import msgspec
 import trio
 
 from supervisor.contracts.confine import EgressRecord, EgressStats
+from supervisor.host import egress_io
 from supervisor.policy.egress import (
     Decision,
     IPAddress,
@@ -57,7 +63,8 @@ class EgressLimits(msgspec.Struct, frozen=True, kw_only=True):
     resolve_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0
-    """A tunnel with no byte either way for this long is closed."""
+    """A tunnel with no byte either way for this long is closed (at most a tenth of it, and a
+    second, later)."""
     per_sidecar: int = 64
     """Connections one sidecar may have open at once."""
     chunk: int = 64 * 1024
@@ -91,6 +98,7 @@ _REASONS = {
     503: b"Service Unavailable",
     504: b"Gateway Timeout",
 }
+ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 LINGER_S = 1.0
 LINGER_BYTES = 1 << 20
 _HOP = {b"proxy-authorization", b"proxy-connection", b"connection", b"keep-alive", b"host"}
@@ -191,8 +199,19 @@ class EgressProxy:
                 host's loopback (a ``confine.network.loopback`` grant).
         """
         listener.setblocking(False)
-        sock = trio.socket.from_stdlib_socket(listener)
-        self._start(client.worker or client.sidecar, self._accept_loop, sock, client, relay_to)
+        if not relay_to:  # a proxy client speaks first; a relayed protocol may not
+            self._defer_accept(listener)
+        self._start(client.worker or client.sidecar, self._accept_loop, listener, client, relay_to)
+
+    def _defer_accept(self, listener: stdsocket.socket) -> None:
+        """Wake the accept loop only once a connection's first bytes are in (its request head,
+        with the pipelined request): one wake-up of the host per connection fewer. A client
+        that sends nothing is accepted after about this long and meets the head timeout."""
+        seconds = max(1, int(self.limits.head_timeout_s))
+        try:
+            listener.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_DEFER_ACCEPT, seconds)
+        except (OSError, AttributeError):  # not Linux: accept at once
+            pass
 
     def add_token(self, client: Client) -> str:
         """A new token for a worker that reaches the shared listener (no namespace); its proxy
@@ -213,8 +232,9 @@ class EgressProxy:
         """Serve ``listener`` (:func:`shared_listener`) as the shared port: workers without a
         network namespace of their own, each identified by its token; returns the port."""
         listener.setblocking(False)
+        self._defer_accept(listener)
         self.shared_port = listener.getsockname()[1]
-        self._start("", self._accept_loop, trio.socket.from_stdlib_socket(listener), None, 0)
+        self._start("", self._accept_loop, listener, None, 0)
         return self.shared_port
 
     def forget(self, worker: str) -> None:
@@ -232,23 +252,29 @@ class EgressProxy:
     # connections -------------------------------------------------------------------------
 
     async def _accept_loop(
-        self, sock: trio.socket.SocketType, client: Client | None, relay_to: int
+        self, sock: stdsocket.socket, client: Client | None, relay_to: int
     ) -> None:
-        with sock:
+        try:
             async with trio.open_nursery() as nursery:
                 while True:
                     try:
-                        conn, _ = await sock.accept()
+                        conn, _ = sock.accept()
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_readable(sock)
+                        continue
                     except OSError as exc:  # EMFILE and friends: back off, keep serving
                         log.warning("egress: accept failed: %s", exc)
                         await trio.sleep(0.1)
                         continue
-                    stream = trio.SocketStream(conn)
+                    conn.setblocking(False)
+                    conn.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
                     if relay_to:
                         assert client is not None
-                        nursery.start_soon(self._relay, stream, client, relay_to)
+                        nursery.start_soon(self._relay, conn, client, relay_to)
                     else:
-                        nursery.start_soon(self._serve, stream, client)
+                        nursery.start_soon(self._serve, conn, client)
+        finally:
+            egress_io.close(sock)
 
     def _stat(self, sidecar: str) -> EgressStats:
         stats = self._stats.get(sidecar)
@@ -272,9 +298,9 @@ class EgressProxy:
         if not record.allowed:
             log.info("egress refused for %s: %s", record.sidecar, record.reason)
 
-    async def _serve(self, stream: trio.SocketStream, client: Client | None) -> None:
+    async def _serve(self, stream: stdsocket.socket, client: Client | None) -> None:
         limits = self.limits
-        async with stream:
+        with egress_io.Closing(stream):
             try:
                 with trio.fail_after(limits.head_timeout_s):
                     head, rest = await _read_head(stream, limits.max_head)
@@ -288,7 +314,7 @@ class EgressProxy:
             except trio.TooSlowError:
                 await _answer(stream, 408, "the request head did not arrive in time")
                 return
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except OSError:  # reset, or closed before the head ended
                 return
             stats = self._stat(client.sidecar)
             if stats.open >= limits.per_sidecar:
@@ -338,6 +364,9 @@ class EgressProxy:
         return found
 
     async def _decide(self, client: Client, host: str, port: int) -> Decision:
+        literal = literal_address(host)
+        if literal is not None:  # an address resolves to itself
+            return decide(client.rules, host, port, [literal])
         try:
             with trio.fail_after(self.limits.resolve_timeout_s):
                 addresses = await self.resolver(host, port)
@@ -347,7 +376,7 @@ class EgressProxy:
 
     async def _forward(
         self,
-        stream: trio.SocketStream,
+        stream: stdsocket.socket,
         method: str,
         target: str,
         host: str,
@@ -359,30 +388,37 @@ class EgressProxy:
     ) -> None:
         try:
             with trio.fail_after(self.limits.connect_timeout_s):
-                upstream = await trio.open_tcp_stream(address, port)
+                upstream = await egress_io.connect(address, port)
         except (OSError, trio.TooSlowError) as exc:
             status = 504 if isinstance(exc, trio.TooSlowError) else 502
             await _answer(stream, status, f"{host}:{port} ({address}) cannot be reached: {exc}")
             return
-        async with upstream:
-            if method == "CONNECT":
-                await stream.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                if rest:
-                    await upstream.send_all(rest)
+        answer = b""
+        with egress_io.Closing(upstream):
+            try:
+                if method == "CONNECT" and rest:
+                    # The client sent its request without waiting for the 200 (the web
+                    # sidecar does): the 200 goes out with the first bytes of the answer.
+                    answer = ESTABLISHED
+                    await egress_io.send_all(upstream, rest)
                     counts[1] += len(rest)
-            else:
-                out = _origin_request(method, target, host, port, headers) + rest
-                await upstream.send_all(out)
-                counts[1] += len(out)
-            await self._splice(stream, upstream, counts)
+                elif method == "CONNECT":
+                    await egress_io.send_all(stream, ESTABLISHED)
+                else:
+                    out = _origin_request(method, target, host, port, headers) + rest
+                    await egress_io.send_all(upstream, out)
+                    counts[1] += len(out)
+            except OSError:
+                return
+            await self._splice(stream, upstream, counts, answer)
 
-    async def _relay(self, stream: trio.SocketStream, client: Client, port: int) -> None:
+    async def _relay(self, stream: stdsocket.socket, client: Client, port: int) -> None:
         rule = "confine.network.loopback"
         counts = [0, 0]
-        async with stream:
+        with egress_io.Closing(stream):
             try:
                 with trio.fail_after(self.limits.connect_timeout_s):
-                    upstream = await trio.open_tcp_stream("127.0.0.1", port)
+                    upstream = await egress_io.connect("127.0.0.1", port)
             except (OSError, trio.TooSlowError) as exc:
                 why = f"127.0.0.1:{port} cannot be reached: {exc}"
                 self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, why))
@@ -390,35 +426,53 @@ class EgressProxy:
             stats = self._stat(client.sidecar)
             stats.open += 1
             try:
-                async with upstream:
+                with egress_io.Closing(upstream):
                     await self._splice(stream, upstream, counts)
             finally:
                 stats.open -= 1
                 self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, "", counts))
 
     async def _splice(
-        self, client: trio.SocketStream, upstream: trio.SocketStream, counts: list[int]
+        self,
+        client: stdsocket.socket,
+        upstream: stdsocket.socket,
+        counts: list[int],
+        answer: bytes = b"",
     ) -> None:
         """Copy both ways until both sides are done (half-closes passed on) or nothing moved
-        for ``idle_timeout_s``."""
-        idle = self.limits.idle_timeout_s
+        for ``idle_timeout_s``; ``answer`` (not counted) goes to the client before the first
+        bytes from upstream."""
         chunk = self.limits.chunk
+        # The deadline moves at most every `step` (moving it is trio bookkeeping): a tunnel
+        # closes after `idle_timeout_s` without a byte, and within `step` after that.
+        step = min(1.0, self.limits.idle_timeout_s / 10)
+        idle = self.limits.idle_timeout_s + step
         scope = trio.CancelScope(deadline=trio.current_time() + idle)
 
-        async def copy(src: trio.SocketStream, dst: trio.SocketStream, slot: int) -> None:
+        def moved(slot: int, n: int) -> None:
+            counts[slot] += n
+            now = trio.current_time()
+            if now + idle - scope.deadline > step:
+                scope.deadline = now + idle
+
+        async def copy(
+            src: stdsocket.socket, dst: stdsocket.socket, slot: int, prefix: bytes = b""
+        ) -> None:
             try:
-                while data := await src.receive_some(chunk):
-                    await dst.send_all(data)
-                    counts[slot] += len(data)
-                    scope.deadline = trio.current_time() + idle
-                await dst.send_eof()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                if not await egress_io.pump(src, dst, chunk, slot, moved, prefix):
+                    while data := await egress_io.recv(src, chunk):  # no splice here
+                        await egress_io.send_all(dst, prefix + data)
+                        moved(slot, len(data))
+                        prefix = b""
+                    await egress_io.send_all(dst, prefix)
+                dst.shutdown(stdsocket.SHUT_WR)
+            except OSError:
                 scope.cancel()
 
         with scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(copy, upstream, client, 0)
                 nursery.start_soon(copy, client, upstream, 1)
+                await copy(upstream, client, 0, answer)
 
 
 def _record(
@@ -445,7 +499,7 @@ def _record(
     )
 
 
-async def _read_head(stream: trio.SocketStream, limit: int) -> tuple[bytes, bytes]:
+async def _read_head(stream: stdsocket.socket, limit: int) -> tuple[bytes, bytes]:
     """The request head (without the blank line) and what came after it."""
     buf = bytearray()
     while True:
@@ -454,9 +508,9 @@ async def _read_head(stream: trio.SocketStream, limit: int) -> tuple[bytes, byte
             return bytes(buf[:end]), bytes(buf[end + 4 :])
         if len(buf) > limit:
             raise _Refusal(431, f"the request head is over {limit} bytes")
-        data = await stream.receive_some(4096)
+        data = await egress_io.recv(stream, 4096)
         if not data:
-            raise trio.BrokenResourceError("closed before the head ended")
+            raise ConnectionError("closed before the head ended")
         buf += data
 
 
@@ -530,7 +584,7 @@ def _origin_request(
 
 
 async def _answer(
-    stream: trio.SocketStream, status: int, reason: str, *, auth: bool = False
+    stream: stdsocket.socket, status: int, reason: str, *, auth: bool = False
 ) -> None:
     body = reason.replace("\r", " ").replace("\n", " ").encode() + b"\n"
     head = [
@@ -542,13 +596,13 @@ async def _answer(
     if auth:
         head.append(b'Proxy-Authenticate: Basic realm="toolhost"')
     try:
-        await stream.send_all(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        await egress_io.send_all(stream, b"\r\n".join(head) + b"\r\n\r\n" + body)
         # Read (and drop) what the client still sends for a moment, so closing with unread
         # bytes does not reset the connection before the client reads the answer.
-        await stream.send_eof()
+        stream.shutdown(stdsocket.SHUT_WR)
         with trio.move_on_after(LINGER_S):
             dropped = 0
-            while dropped < LINGER_BYTES and (data := await stream.receive_some(65536)):
+            while dropped < LINGER_BYTES and (data := await egress_io.recv(stream, 65536)):
                 dropped += len(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+    except OSError:
         pass

@@ -192,15 +192,22 @@ def decide(rules: Sequence[Rule], host: str, port: int, addresses: Sequence[IPAd
     )
 
 
+EGRESS_PROXY_VAR = "TOOLHOST_EGRESS_PROXY"
+"""Names the host's own egress proxy: a client may send its request right after the
+``CONNECT`` head, without waiting for the ``200`` (that proxy forwards it once the tunnel is up
+and drops it on a refusal; another proxy might not)."""
+
+
 def proxy_env(url: str) -> dict[str, str]:
     """The variables that send a worker's HTTP clients through the proxy at ``url``
     (upper and lower case: libraries read either), with ``NO_PROXY`` emptied so none is
-    bypassed."""
+    bypassed, and :data:`EGRESS_PROXY_VAR` saying it is the host's."""
     env: dict[str, str] = {}
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         env[name] = url
         env[name.lower()] = url
     env["NO_PROXY"] = env["no_proxy"] = ""
+    env[EGRESS_PROXY_VAR] = url
     return env
 
 

@@ -306,3 +306,126 @@ async def test_a_confined_program_reaches_the_network_only_through_the_proxy(
         (False, other, "hostile"),
         (True, web, "hostile"),
     ]
+
+
+async def test_tunnel_and_relay_count_every_byte_and_pass_half_closes_on() -> None:
+    """The tunnel and the loopback relay move bytes in the kernel (``splice``): what each side
+    sent arrives whole, a client's half-close reaches the server, and the audit record and the
+    sidecar's stats count exactly what was delivered, each way."""
+    up, down = os.urandom(300_000), os.urandom(1_000_000)
+    got: list[bytes] = []
+
+    async def sink_then_answer(stream: trio.SocketStream) -> None:
+        buf = bytearray()
+        async with stream:
+            while data := await stream.receive_some(65536):  # until the client's EOF
+                buf += data
+            got.append(bytes(buf))
+            await stream.send_all(down)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+            nursery.start_soon(trio.serve_listeners, sink_then_answer, [listener])
+            server = listener.socket.getsockname()[1]
+            proxy, audit = await start(nursery)
+            tunnel, relay = socket.socket(), socket.socket()
+            for sock in (tunnel, relay):
+                sock.bind(("127.0.0.1", 0))
+                sock.listen(8)
+            client = client_for("s", [f"127.0.0.1:{server}"], worker="s#1")
+            proxy.serve_listener(tunnel, client)
+            proxy.serve_listener(relay, client, relay_to=server)
+            for port, head in (
+                (tunnel.getsockname()[1], b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % server),
+                (relay.getsockname()[1], b""),
+            ):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                async with stream:
+                    await stream.send_all(head + up)  # the bytes follow the head at once
+                    await stream.send_eof()
+                    out = bytearray()
+                    while data := await stream.receive_some(65536):
+                        out += data
+                answer = b"HTTP/1.1 200 Connection established\r\n\r\n" if head else b""
+                assert bytes(out) == answer + down
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert got == [up, up]
+    assert [(r.method, r.allowed, r.bytes_out, r.bytes_in) for r in audit] == [
+        ("CONNECT", True, len(up), len(down)),
+        ("TCP", True, len(up), len(down)),
+    ]
+    stats = proxy.statistics()["s"]
+    assert (stats.connections, stats.open) == (2, 0)
+    assert (stats.bytes_out, stats.bytes_in) == (2 * len(up), 2 * len(down))
+
+
+async def test_a_request_sent_with_a_refused_connect_reaches_nothing() -> None:
+    """A client may send its request right after the ``CONNECT`` head (the web sidecar does,
+    through the host's proxy): refused, the proxy answers ``403`` with the reason, drops the
+    request, and the destination sees nothing."""
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            web, seen = await http_server(nursery)
+            proxy, audit = await start(nursery)
+            port = await proxy.open_shared()
+            token = proxy.add_token(client_for("s", [f"127.0.0.1:{web + 1}"]))
+            out = await request(
+                port,
+                b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n%s\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"
+                % (web, auth(token)),
+            )
+            assert out.startswith(b"HTTP/1.1 403 Forbidden")
+            assert b"matches no confine.network.allow rule" in out
+            assert b"HTTP/1.1 200" not in out
+            nursery.cancel_scope.cancel()
+    assert seen == []
+    assert [(r.allowed, r.rule, r.bytes_out) for r in audit] == [(False, "no-rule", 0)]
+
+
+async def test_the_200_of_a_pipelined_connect_comes_even_when_the_server_sends_nothing() -> None:
+    """With the request sent after the head, the proxy's ``200`` travels with the server's
+    first bytes; a server that sends none still lets the client see the ``200``, then the end."""
+
+    async def silent(stream: trio.SocketStream) -> None:
+        async with stream:
+            while await stream.receive_some(65536):
+                pass
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+            nursery.start_soon(trio.serve_listeners, silent, [listener])
+            server = listener.socket.getsockname()[1]
+            proxy, audit = await start(nursery)
+            port = await proxy.open_shared()
+            token = proxy.add_token(client_for("s", [f"127.0.0.1:{server}"]))
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(
+                    b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n%s\r\nhello" % (server, auth(token))
+                )
+                await stream.send_eof()
+                out = b""
+                while data := await stream.receive_some(65536):
+                    out += data
+            assert out == b"HTTP/1.1 200 Connection established\r\n\r\n"
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert [(r.allowed, r.bytes_out, r.bytes_in) for r in audit] == [(True, 5, 0)]
+
+
+async def test_a_client_that_sends_nothing_still_meets_the_head_timeout() -> None:
+    """The proxy's listeners wake on a connection's first bytes (``TCP_DEFER_ACCEPT``); one
+    that never sends any is still taken after a while and answered ``408``."""
+    limits = EgressLimits(head_timeout_s=0.5)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            proxy, audit = await start(nursery, limits=limits)
+            port = await proxy.open_shared()
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                assert (await stream.receive_some(100)).startswith(b"HTTP/1.1 408")
+            nursery.cancel_scope.cancel()
+    assert audit == []

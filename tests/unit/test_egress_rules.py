@@ -171,6 +171,7 @@ def test_proxy_env_covers_both_cases_and_empties_no_proxy() -> None:
     env = proxy_env("http://127.0.0.1:3128")
     assert env["HTTPS_PROXY"] == env["http_proxy"] == env["ALL_PROXY"] == "http://127.0.0.1:3128"
     assert env["NO_PROXY"] == env["no_proxy"] == ""
+    assert env["TOOLHOST_EGRESS_PROXY"] == "http://127.0.0.1:3128"  # the host's own
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,144 @@
+"""Plain non-blocking sockets for the egress proxy's connection path (``host.egress``).
+
+# Strategy: trio's socket streams yield to the scheduler after every operation: a dozen
+# scheduler passes per proxied connection, host CPU on every egress call. Here each operation
+# is tried at once and waits only when the kernel says so (``wait_readable``/``wait_writable``);
+# :func:`pump` moves a tunnel's bytes socket -> pipe -> socket with ``splice(2)``, so they never
+# enter Python and one wake-up moves whatever the socket holds (up to the pipe's 64 KiB).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket as stdsocket
+from collections.abc import Callable
+
+import trio
+
+
+def close(sock: stdsocket.socket) -> None:
+    """Close ``sock``, waking (with ``ClosedResourceError``) a task that waits on it."""
+    trio.lowlevel.notify_closing(sock)
+    sock.close()
+
+
+class Closing:
+    """Closes its socket at the end of a ``with`` (telling trio first)."""
+
+    def __init__(self, sock: stdsocket.socket) -> None:
+        self.sock = sock
+
+    def __enter__(self) -> stdsocket.socket:
+        return self.sock
+
+    def __exit__(self, *exc: object) -> None:
+        close(self.sock)
+
+
+async def recv(sock: stdsocket.socket, n: int) -> bytes:
+    """Up to ``n`` bytes (``b""``: the peer is done), waiting only when none is there."""
+    while True:
+        try:
+            return sock.recv(n)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(sock)
+
+
+async def send_all(sock: stdsocket.socket, data: bytes, flags: int = 0) -> None:
+    """Send all of ``data``, waiting only while the socket's buffer is full."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view, flags) :]
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+
+
+async def connect(address: str, port: int) -> stdsocket.socket:
+    """A TCP connection to an address literal (the checked one: no name, so no resolution and
+    no happy-eyeballs race to set up).
+
+    Raises:
+        OSError: Refused, unreachable.
+    """
+    family = stdsocket.AF_INET6 if ":" in address else stdsocket.AF_INET
+    sock = stdsocket.socket(family, stdsocket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        err = sock.connect_ex((address, port))
+        if err == errno.EINPROGRESS:
+            await trio.lowlevel.wait_writable(sock)
+            err = sock.getsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
+        sock.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
+    except BaseException:
+        close(sock)
+        raise
+    return sock
+
+
+YIELD_BYTES = 1 << 20
+"""A tunnel moving this much without waiting lets the host's other tasks run."""
+SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
+NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM)
+
+
+async def pump(
+    src: stdsocket.socket,
+    dst: stdsocket.socket,
+    chunk: int,
+    slot: int,
+    moved: Callable[[int, int], None],
+    prefix: bytes = b"",
+) -> bool:
+    """Move bytes ``src`` -> a pipe -> ``dst`` with ``splice(2)`` until ``src`` ends; each
+    delivered count goes to ``moved(slot, n)``. ``prefix`` (not counted) goes out just before
+    the first bytes, or alone when ``src`` ends without any. False (nothing moved) when
+    splicing these sockets is not possible here: the caller copies through Python instead.
+
+    Raises:
+        OSError: Either socket failed (reset, broken pipe).
+    """
+    if not hasattr(os, "splice"):
+        return False
+    try:
+        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:  # out of descriptors: this tunnel copies through Python
+        return False
+    try:
+        first, unwaited = True, 0
+        while True:
+            if unwaited > YIELD_BYTES:  # a stream that never makes us wait must not hog the loop
+                await trio.lowlevel.checkpoint()
+                unwaited = 0
+            try:
+                n = os.splice(src.fileno(), w, chunk, flags=SPLICE_FLAGS)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(src)
+                unwaited = 0
+                continue
+            except OSError as exc:
+                if first and exc.errno in NO_SPLICE:
+                    return False
+                raise
+            first = False
+            if prefix:  # coalesced with what follows (MSG_MORE): one wake-up of the reader
+                await send_all(dst, prefix, stdsocket.MSG_MORE if n else 0)
+                prefix = b""
+            if n == 0:
+                return True
+            while n:
+                try:
+                    out = os.splice(r, dst.fileno(), n, flags=SPLICE_FLAGS)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(dst)
+                    unwaited = 0
+                    continue
+                n -= out
+                unwaited += out
+                moved(slot, out)
+    finally:
+        os.close(r)
+        os.close(w)
