@@ -100,6 +100,11 @@ class ConfineConfig(_Config):
     """Unix sockets it may connect to (``socket(AF_UNIX)`` is refused without one)."""
     processes: Annotated[int, Meta(ge=1, le=1_000_000)] | UnsetType = UNSET
     """Most processes and threads alive at once in the worker's tree."""
+    folders: list[ConfinePath] | UnsetType = UNSET
+    """Folders at the top of ``projectDir`` it writes by default (the computer and browser
+    families' ``screenshots``), by name: with ``project: write`` on a project granted entry by entry
+    (``projectDir: "."``, where nothing new can be made at the top), the host makes them at
+    load so the grant covers them."""
 
 
 MCP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

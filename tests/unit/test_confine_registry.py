@@ -53,6 +53,8 @@ def load(root: Path, sidecars: dict[str, object], host: dict[str, object] | None
         ({"write": [""]}, 'sidecars.s.confine.write[0]: expected str of length >= 1, got ""'),
         ({"unix": ["a\u0000b"]}, "sidecars.s.confine.unix[0]: a path cannot hold a NUL byte"),
         ({"processes": 0}, "sidecars.s.confine.processes: expected int >= 1, got 0"),
+        ({"folders": ["a/b"]}, "sidecars.s.confine.folders[0]: 'a/b': the name of a folder"),
+        ({"folders": [".."]}, "sidecars.s.confine.folders[0]: '..': the name of a folder"),
         ({"cpus": 2}, "sidecars.s.confine.cpus: unknown field"),
     ],
 )
