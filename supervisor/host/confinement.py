@@ -195,6 +195,9 @@ class Confiner:
                 listdir=_listdir,
                 realpath=os.path.realpath,
             )
+            absent = _absent_grants(profiles[sp.id], registry.app_root)
+            if absent:
+                plan = msgspec.structs.replace(plan, refused=(*plan.refused, *absent))
             plans[sp.id] = plan
             for why in plan.refused:
                 log.warning("sidecar %s: confine grant refused: %s", sp.id, why)
@@ -286,6 +289,22 @@ class Confiner:
         if self._cgroups is not None:
             with contextlib.suppress(OSError):
                 self._cgroups.close()
+
+
+def _absent_grants(profile: Profile, app_root: str) -> list[str]:
+    """The profile's ``read``/``write`` paths that do not exist at load: Landlock grants what
+    it can open, so nothing is granted for them (a log file the sidecar creates later)."""
+    out = []
+    for key, paths in (("read", profile.read), ("write", profile.write)):
+        for p in paths:
+            full = os.path.normpath(os.path.join(app_root, p))
+            if not os.path.lexists(full):
+                out.append(
+                    f"{full}: confine.{key} {p!r} does not exist at load, so nothing is granted"
+                    " (Landlock grants what exists): create it before the host starts (or"
+                    " reloads), or grant its folder"
+                )
+    return out
 
 
 def _make_folders(sidecar: str, profile: Profile, layout: Layout) -> None:

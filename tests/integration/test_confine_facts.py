@@ -381,3 +381,24 @@ async def test_family_folders_are_made_at_load_only_on_a_carved_project(
     assert not (app / "workspace" / "shots").exists()
     said = " ".join(r.getMessage() for r in caplog.records)
     assert ("confine.folders '.toolhost'" in said) is carved
+
+
+async def test_a_grant_of_a_file_that_does_not_exist_yet_is_named_at_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Landlock grants what it can open: a ``confine.write`` of a log file the sidecar creates
+    later grants nothing. The plan's ``refused`` (``toolhost doctor``) and the log say so, with
+    the fix; a file that exists is granted and not named."""
+    app = tmp_path / "app"
+    app.mkdir()
+    absent, present = tmp_path / "later.log", tmp_path / "there.log"
+    present.touch()
+    reg = {"e": echo(confine={"write": [str(absent), str(present)]})}
+    with caplog.at_level("WARNING"):
+        async with running_host(app, reg, host={"confinement": "best-effort"}) as host:
+            plan = host.confiner.plans["e"]
+    named = [r for r in plan.refused if "does not exist at load" in r]
+    assert len(named) == 1 and named[0].startswith(f"{absent}: confine.write"), plan.refused
+    assert "create it before the host starts" in named[0]
+    assert str(present) in plan.write
+    assert any(named[0] in r.getMessage() for r in caplog.records)
