@@ -191,12 +191,11 @@ class HostConfig(_Config):
     shutdown_grace_ms: NonNegInt = 5000
     """On SIGTERM/SIGINT, how long running calls may take to finish; the ones still running then
     are cancelled with a message naming this setting."""
-    confinement: ConfinementMode = "off"
+    confinement: ConfinementMode = "best-effort"
     """Kernel confinement of every sidecar (PROTOCOL 7, docs/confinement.md): ``best-effort``
     enforces what this kernel supports and reports it, ``required`` keeps a sidecar whose profile
     cannot be fully enforced from starting (``confinement-unavailable``), ``off`` confines
-    nothing. PROTOCOL 7's default is ``best-effort``; the code ships ``off`` until every
-    bundled family's tests pass confined (docs/confinement.md, "Status")."""
+    nothing (PROTOCOL 7's default: ``best-effort``)."""
 
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
     """``toolhost mcp``'s profiles and extra tokens (read by ``toolhost mcp``, at start and on

@@ -74,7 +74,7 @@ def test_good_profile_and_host_confinement_load(tmp_path: Path) -> None:
         allow=["*.example.com:443"], loopback=[9222]
     )
     bad = load(tmp_path, {"s": GOOD}, {"confinement": "maybe"})
-    assert bad.host.confinement == "off"  # shipped default until the families pass confined
+    assert bad.host.confinement == "best-effort"  # the default (PROTOCOL 7)
     assert any("host.confinement" in e for e in bad.errors)
 
 
