@@ -62,8 +62,9 @@ CONFINE: dict[str, dict[str, Any]] = {
     "utility": {"project": "write", "keep": "host"},
     "web": {"project": "write", "network": {"allow": ["*"]}},
     "media": {"project": "write"},
-    "browser": {"project": "write", "network": {"loopback": [9222]}},
-    "computer": {"project": "write", "unix": ["/tmp/.X11-unix"]},
+    # screenshots/ is the default folder of their captures (made at load on a carved project)
+    "browser": {"project": "write", "network": {"loopback": [9222]}, "folders": ["screenshots"]},
+    "computer": {"project": "write", "unix": ["/tmp/.X11-unix"], "folders": ["screenshots"]},
 }
 """Each bundled family's default confinement profile (PROTOCOL 7, ``[confine]``); a family not
 listed gets the strict default (``project: read``, no network)."""

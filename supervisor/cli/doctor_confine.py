@@ -22,7 +22,8 @@ class ConfineReport(msgspec.Struct, kw_only=True):
     profile: dict[str, Any] = msgspec.field(default_factory=dict)
     plan: dict[str, Any] = msgspec.field(default_factory=dict)
     """What the plan enforces on this kernel: ``landlockAbi``, ``readRules``, ``writeRules``,
-    ``network``, ``syscalls``, ``processes`` (how the limit is kept), ``missing``, ``fixes``."""
+    ``listRules`` (folders granted listing alone), ``network``, ``syscalls``, ``processes``
+    (how the limit is kept), ``missing``, ``fixes``."""
     enforced: ConfinementFacts | None = None
     """Read from the running worker (None: no worker reported yet)."""
     source: str = "plan"
@@ -72,6 +73,7 @@ def _plan(plan: ConfinePlan) -> dict[str, Any]:
         "landlockAbi": plan.landlock_abi,
         "readRules": len(plan.read),
         "writeRules": len(plan.write),
+        "listRules": len(plan.listed),
         "filesystem": expected.filesystem,
         "network": expected.network,
         "netns": plan.netns or "none",
@@ -133,7 +135,9 @@ def render(rep: ConfineReport) -> list[str]:
     if q:
         out.append(
             f"       plan: filesystem {q['filesystem']} (Landlock ABI {q['landlockAbi']},"
-            f" {q['readRules']} read and {q['writeRules']} write rules), network {q['network']}"
+            f" {q['readRules']} read and {q['writeRules']} write rules"
+            + (f", {q['listRules']} listed" if q.get("listRules") else "")
+            + f"), network {q['network']}"
             f" (namespace: {q['netns']}), syscalls {q['syscalls']}, processes {q['processes']}"
         )
         out.append(f"       leftover processes: {q['keep']}")

@@ -59,6 +59,8 @@ class Profile(Struct, frozen=True, kw_only=True):
     unix: tuple[str, ...] = ()
     processes: int = 64
     keep: KeepScope = "worker"
+    folders: tuple[str, ...] = ()
+    """Project folders it writes by default (made at load where the project is carved)."""
 
 
 class Layout(Struct, frozen=True, kw_only=True):
@@ -96,6 +98,9 @@ class ConfinePlan(Struct, frozen=True, kw_only=True):
     """Read and execute (files or folders and everything below)."""
     write: tuple[str, ...] = ()
     """Read, execute, write, create, remove, rename (never device nodes)."""
+    listed: tuple[str, ...] = ()
+    """Listing alone (Landlock ``READ_DIR``): the top of a folder carved around the host's own
+    files (``projectDir: "."``), whose entries ``read``/``write`` grant one by one."""
     never: tuple[str, ...] = ()
     """Paths no rule reaches (for reports and ``toolhost doctor``)."""
     refused: tuple[str, ...] = ()

@@ -108,6 +108,11 @@ class ConfineConfig(_Config):
     its pids group when it ends; ``sidecar`` the worker: they move to the sidecar's kept pids
     group (same ``processes`` limit), emptied when the sidecar leaves the registry or the host
     stops; ``host`` also the host: that group is left running when the host stops."""
+    folders: list[ConfinePath] | UnsetType = UNSET
+    """Folders at the top of ``projectDir`` it writes by default (the computer and browser
+    families' ``screenshots``), by name: with ``project: write`` on a project granted entry by entry
+    (``projectDir: "."``, where nothing new can be made at the top), the host makes them at
+    load so the grant covers them."""
 
 
 MCP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -194,12 +199,11 @@ class HostConfig(_Config):
     shutdown_grace_ms: NonNegInt = 5000
     """On SIGTERM/SIGINT, how long running calls may take to finish; the ones still running then
     are cancelled with a message naming this setting."""
-    confinement: ConfinementMode = "off"
+    confinement: ConfinementMode = "best-effort"
     """Kernel confinement of every sidecar (PROTOCOL 7, docs/confinement.md): ``best-effort``
     enforces what this kernel supports and reports it, ``required`` keeps a sidecar whose profile
     cannot be fully enforced from starting (``confinement-unavailable``), ``off`` confines
-    nothing. PROTOCOL 7's default is ``best-effort``; the code ships ``off`` until every
-    bundled family's tests pass confined (docs/confinement.md, "Status")."""
+    nothing (PROTOCOL 7's default: ``best-effort``)."""
 
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
     """``toolhost mcp``'s profiles and extra tokens (read by ``toolhost mcp``, at start and on

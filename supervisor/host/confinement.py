@@ -35,7 +35,7 @@ from supervisor.contracts.confine import (
 from supervisor.contracts.snapshot import Reason
 from supervisor.host.egress import EgressProxy, client_for, shared_listener
 from supervisor.host.loading import Loaded
-from supervisor.policy.confine import resolve, with_collector
+from supervisor.policy.confine import folders_to_make, resolve, with_collector
 from supervisor.policy.confine_explain import (
     denial_hints,
     label,
@@ -165,8 +165,9 @@ class Confiner:
         if mode != "off" and _same_dir(registry.project_dir, registry.app_root):
             log.warning(
                 "host.projectDir is the app root (%s): confined sidecars are granted it entry by"
-                " entry around the host's own files, so they cannot list its top or create"
-                ' anything new there; set projectDir to a folder of its own (e.g. "workspace")',
+                " entry around the host's own files, so they cannot create anything new at its"
+                " top (only in its folders; a family's default folders, such as screenshots/,"
+                ' are made at load); set projectDir to a folder of its own (e.g. "workspace")',
                 registry.app_root,
             )
         plans: dict[str, ConfinePlan] = {}
@@ -195,6 +196,8 @@ class Confiner:
             extra = programs_read(sp, cwd)
             if extra:
                 profile = msgspec.structs.replace(profile, read=(*profile.read, *extra))
+            if mode != "off":
+                _make_folders(sp.id, profile, layout)
             plan = resolve(
                 sp.id,
                 profile,
@@ -204,6 +207,9 @@ class Confiner:
                 listdir=_listdir,
                 realpath=os.path.realpath,
             )
+            absent = _absent_grants(profiles[sp.id], registry.app_root)
+            if absent:
+                plan = msgspec.structs.replace(plan, refused=(*plan.refused, *absent))
             plans[sp.id] = plan
             for why in plan.refused:
                 log.warning("sidecar %s: confine grant refused: %s", sp.id, why)
@@ -334,6 +340,37 @@ class Confiner:
         if self._cgroups is not None:
             with contextlib.suppress(OSError):
                 self._cgroups.close()
+
+
+def _absent_grants(profile: Profile, app_root: str) -> list[str]:
+    """The profile's ``read``/``write`` paths that do not exist at load: Landlock grants what
+    it can open, so nothing is granted for them (a log file the sidecar creates later)."""
+    out = []
+    for key, paths in (("read", profile.read), ("write", profile.write)):
+        for p in paths:
+            full = os.path.normpath(os.path.join(app_root, p))
+            if not os.path.lexists(full):
+                out.append(
+                    f"{full}: confine.{key} {p!r} does not exist at load, so nothing is granted"
+                    " (Landlock grants what exists): create it before the host starts (or"
+                    " reloads), or grant its folder"
+                )
+    return out
+
+
+def _make_folders(sidecar: str, profile: Profile, layout: Layout) -> None:
+    """Make the project folders ``profile.folders`` names where the project is carved, so the
+    grant covers them (``policy.confine.folders_to_make``); a failure is logged, the sidecar
+    runs (its call that writes there fails with a hint)."""
+    folders, refused = folders_to_make(profile, layout, os.path.realpath)
+    for why in refused:
+        log.warning("sidecar %s: %s", sidecar, why)
+    for path in folders:
+        try:
+            if not os.path.isdir(path):
+                os.mkdir(path, 0o755)
+        except OSError as exc:
+            log.warning("sidecar %s: confine.folders: cannot make %s: %s", sidecar, path, exc)
 
 
 def _same_dir(a: str, b: str) -> bool:

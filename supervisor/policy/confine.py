@@ -127,6 +127,7 @@ def effective(entry: ConfineConfig, family: ConfineConfig | None = None) -> Prof
         unix=tuple(pick("unix", ())),
         processes=pick("processes", STRICT.processes),
         keep=pick("keep", STRICT.keep),
+        folders=tuple(pick("folders", ())),
     )
 
 
@@ -181,11 +182,20 @@ def _holds(path: str, never: Sequence[str]) -> bool:
 class _Carver:
     """Grants carved around never-granted paths (see the module's strategy)."""
 
-    def __init__(self, never: Sequence[str], listdir: Listdir, realpath: Realpath) -> None:
+    def __init__(
+        self,
+        never: Sequence[str],
+        listdir: Listdir,
+        realpath: Realpath,
+        unlisted: Sequence[str] = (),
+    ) -> None:
         self.never = never
         self.listdir = listdir
         self.realpath = realpath
+        self.unlisted = unlisted
         self.refused: list[str] = []
+        self.listed: list[str] = []
+        """Carved folders granted listing (see :func:`grants`)."""
         self.count = 0
 
     def grant(self, path: str, why: str) -> list[str]:
@@ -198,6 +208,8 @@ class _Carver:
         if not _holds(real, self.never):
             self.count += 1
             return [real]
+        if not _holds(real, self.unlisted):
+            self.listed.append(real)
         return self._carve(real, why, 0)
 
     def _carve(self, folder: str, why: str, depth: int) -> list[str]:
@@ -246,12 +258,24 @@ def _never(layout: Layout) -> tuple[list[str], list[str]]:
 
 def grants(
     profile: Profile, layout: Layout, listdir: Listdir, realpath: Realpath
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], list[str]]:
-    """(read, write, never, refused): the final path lists of ``profile`` in ``layout``."""
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], list[str]]:
+    """(read, write, listed, never, refused): the final path lists of ``profile`` in ``layout``.
+
+    ``listed``: folders carved around the host's own files (an app root that is the project
+    holds ``.toolhost/``) are granted listing alone (``READ_DIR``) besides their entries'
+    grants, so a worker can list the project's top and import a module from it (Python's
+    finder lists a folder before it imports from it). Nothing can be made, removed or renamed
+    at their top; the names in ``.toolhost/`` show (they are fixed; ``stat`` showed them
+    already), their contents do not. A folder holding ``$HOME``'s or ``/etc``'s secrets is
+    not listed."""
     root = layout.app_root
     never_read, never_write = _never(layout)
-    reader = _Carver(never_read, listdir, realpath)
-    writer = _Carver(never_write, listdir, realpath)
+    # Listing a carved folder lists the never-granted folders below it too (Landlock grants
+    # down the tree): only where those are the host's own (fixed names, contents still
+    # refused), never $HOME's or /etc's secrets (key and credential names).
+    unlisted = [n for n in never_read if n not in {posixpath.normpath(p) for p in layout.secrets}]
+    reader = _Carver(never_read, listdir, realpath, unlisted)
+    writer = _Carver(never_write, listdir, realpath, unlisted)
     read: list[str] = []
     write: list[str] = []
     for p in SYSTEM_READ:
@@ -281,7 +305,43 @@ def grants(
         write += writer.grant(p, "")
     write_final = _dedupe(write)
     read_final = tuple(p for p in _dedupe(read) if not any(_under(p, w) for w in write_final))
-    return read_final, write_final, tuple(sorted(set(never_read))), reader.refused + writer.refused
+    granted = (*read_final, *write_final)
+    listed = tuple(
+        p for p in _dedupe(reader.listed + writer.listed) if not any(_under(p, g) for g in granted)
+    )
+    refused = reader.refused + writer.refused
+    return read_final, write_final, listed, tuple(sorted(set(never_read))), refused
+
+
+def folders_to_make(
+    profile: Profile, layout: Layout, realpath: Realpath
+) -> tuple[list[str], list[str]]:
+    """(folders, refused): the project folders of ``profile.folders`` the host makes at load
+    (absolute), and the ones it will not make, each with why.
+
+    Only with ``project: write`` on a project the resolver carves (it holds a never-written
+    path: ``projectDir: "."``): elsewhere the sidecar makes them itself when it needs them.
+    Each is a name at the project's top (below it the sidecar can make folders itself), not a
+    never-granted or host-private path, and not a symlink leaving the project (the host
+    creates it with its own rights; nothing at a carved top can be replaced by a sidecar)."""
+    if profile.project != "write" or not profile.folders:
+        return [], []
+    _, never_write = _never(layout)
+    project = posixpath.normpath(realpath(layout.project_dir))
+    if not _holds(project, never_write):
+        return [], []
+    out: list[str] = []
+    refused: list[str] = []
+    for rel in profile.folders:
+        full = posixpath.normpath(posixpath.join(project, rel))
+        real = posixpath.normpath(realpath(full))
+        if "/" in rel or rel in (".", "..") or not _under(real, project):
+            refused.append(f"confine.folders {rel!r}: not a folder name at projectDir's top")
+        elif real == project or _blocked(full, never_write) or _blocked(real, never_write):
+            refused.append(f"confine.folders {rel!r}: the project itself or host-private")
+        else:
+            out.append(real)
+    return out, refused
 
 
 def _network(
@@ -351,7 +411,7 @@ def resolve(
         return ConfinePlan(
             sidecar=sidecar, mode=mode, network="host", processes=0, keep=profile.keep
         )
-    read, write, never, refused = grants(profile, layout, listdir, realpath)
+    read, write, listed, never, refused = grants(profile, layout, listdir, realpath)
     gaps: list[tuple[str, str]] = []
     abi = kernel.landlock_abi
     if abi < 1:
@@ -392,6 +452,7 @@ def resolve(
         mode=mode,
         read=read,
         write=write,
+        listed=listed,
         never=never,
         refused=tuple(refused),
         network=network,  # type: ignore[arg-type]

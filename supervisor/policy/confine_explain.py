@@ -166,6 +166,13 @@ def path_hint(
     if any(_under(path, w) for w in plan.write):
         return None
     readable = any(_under(path, r) for r in plan.read)
+    if not readable and posixpath.dirname(path) in plan.listed:
+        top = posixpath.dirname(path)
+        return (
+            f"{path} is new at the top of {top}, which holds the host's own files and is granted"
+            " entry by entry: nothing can be made there; write into a folder below it, or set"
+            ' host.projectDir to a folder of its own (e.g. "workspace")'
+        )
     if any(_under(path, p) for p in host_private) and (readable or op in _WRITE_OPS):
         return f"{path} is host-private (registry, manifests, tools/): never writable by a sidecar"
     if readable or op in _WRITE_OPS:

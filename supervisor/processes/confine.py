@@ -194,6 +194,7 @@ def walls_for(
         read=plan.read,
         write=write,
         devices=devices,
+        listed=plan.listed,
         landlock_abi=plan.landlock_abi,
         tcp_connect=tcp,
         ruleset_fd=ruleset_fd,
@@ -239,6 +240,7 @@ class SidecarWalls:
                     read=w.read,
                     write=w.write,
                     devices=w.devices,
+                    listed=w.listed,
                     tcp_connect=w.tcp_connect,
                 )
                 self.ruleset_fd = ruleset.build()

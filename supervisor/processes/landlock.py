@@ -138,6 +138,7 @@ class Ruleset:
         read: Sequence[str],
         write: Sequence[str],
         devices: Sequence[str] = (),
+        listed: Sequence[str] = (),
         tcp_connect: Sequence[int] | None = None,
         scoped: bool = True,
         audit: bool = True,
@@ -148,6 +149,7 @@ class Ruleset:
             *((os.fsencode(p), handled & DEVICE) for p in devices),
             *((os.fsencode(p), handled & WRITE) for p in write),
             *((os.fsencode(p), handled & READ) for p in read),
+            *((os.fsencode(p), handled & READ_DIR) for p in listed),
         ]
         self.handled_net = (
             NET_BIND_TCP | NET_CONNECT_TCP if tcp_connect is not None and abi >= 4 else 0

@@ -49,6 +49,7 @@ class Walls:
         read: Landlock grants: read and execute.
         write: Landlock grants: read, execute and write (never device nodes).
         devices: Landlock grants on device files: read, write and ioctl.
+        listed: Landlock grants on folders: listing alone.
         landlock_abi: The ABI to build for (0: no Landlock).
         tcp_connect: Landlock TCP: the only ports ``connect`` may reach (None: not handled).
         scoped: Landlock ABI 6 signal and abstract-socket scoping.
@@ -77,6 +78,7 @@ class Walls:
         "devices",
         "drop_caps",
         "landlock_abi",
+        "listed",
         "netns_fds",
         "nproc",
         "read",
@@ -96,6 +98,7 @@ class Walls:
         read: list[str] | tuple[str, ...] = (),
         write: list[str] | tuple[str, ...] = (),
         devices: list[str] | tuple[str, ...] = (),
+        listed: list[str] | tuple[str, ...] = (),
         landlock_abi: int = 0,
         tcp_connect: list[int] | tuple[int, ...] | None = None,
         scoped: bool = True,
@@ -115,6 +118,7 @@ class Walls:
         self.read = list(read)
         self.write = list(write)
         self.devices = list(devices)
+        self.listed = list(listed)
         self.landlock_abi = landlock_abi
         self.tcp_connect = None if tcp_connect is None else list(tcp_connect)
         self.scoped = scoped
@@ -181,6 +185,7 @@ class Armed:
                 read=w.read,
                 write=w.write,
                 devices=w.devices,
+                listed=w.listed,
                 tcp_connect=w.tcp_connect,
                 scoped=w.scoped,
                 audit=w.audit,

@@ -184,7 +184,8 @@ def every_problem(registry: Any, known: Any) -> list[str]:
 def confine_problems(confine: ConfineConfig | None, prefix: str) -> list[str]:
     """What a ``confine`` profile (PROTOCOL 7) cannot mean, one message per problem with its
     JSON path: an egress rule that does not parse, a path with a NUL byte or a ``~`` (never
-    expanded), a process limit of 0 (the struct refuses it)."""
+    expanded), a ``folders`` entry that is not a name, a process limit of 0 (the struct
+    refuses it)."""
     if confine is None:
         return []
     problems: list[str] = []
@@ -201,6 +202,12 @@ def confine_problems(confine: ConfineConfig | None, prefix: str) -> list[str]:
                     f"{where}: {path!r}: ~ is not expanded; write the path relative to appRoot"
                     " or absolute"
                 )
+    folders = confine.folders if isinstance(confine.folders, list) else []
+    for i, path in enumerate(folders):
+        if "\0" in path or "/" in path or path in (".", ".."):
+            problems.append(
+                f"{prefix}.folders[{i}]: {path!r}: the name of a folder at the top of projectDir"
+            )
     network = confine.network
     if isinstance(network, NetworkGrant):
         for i, rule in enumerate(network.allow):

@@ -29,6 +29,7 @@ LIVE = FIXTURES.parent / "mcp" / "live.py"
 
 
 def _registry(root: Path, log: Path) -> None:
+    log.touch()  # Landlock grants what exists at load: an operator creates the file it grants
     entry = {
         "command": "python",
         "args": [str(LIVE)],

@@ -23,7 +23,7 @@ from supervisor.cli.render import stats_text, status_text
 from supervisor.contracts.confine import KernelFacts
 from supervisor.host.host import build_host
 from supervisor.host.loading import HostOptions
-from tests.conftest import raw, running_host, wait_available, wait_for, write_registry
+from tests.conftest import echo, raw, running_host, wait_available, wait_for, write_registry
 from tests.integration.confine_kit import HOSTILE, KERNEL, need
 from tests.integration.test_confine_host import TOOL, entry, http_server, world
 from tests.kernel import served
@@ -360,3 +360,45 @@ async def test_a_project_dir_at_the_app_root_is_warned_about_when_confined(
     assert bool(said) is warned, said
     if warned:
         assert '"workspace"' in said[0] and str(app) in said[0]
+
+
+@pytest.mark.parametrize("project", [".", "workspace"])
+async def test_family_folders_are_made_at_load_only_on_a_carved_project(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, project: str
+) -> None:
+    """``confine.folders`` (the computer and browser families' ``screenshots``) are made at load
+    where nothing new can be made at the project's top (the app root), and only there; a name
+    that is host-private is refused and logged."""
+    app = tmp_path / "app"
+    (app / "workspace").mkdir(parents=True)
+    confine = {"project": "write", "folders": ["shots", ".toolhost"]}
+    host_cfg = {"confinement": "best-effort", "projectDir": project}
+    with caplog.at_level("WARNING"):
+        async with running_host(app, {"e": echo(confine=confine)}, host=host_cfg):
+            pass
+    carved = project == "."
+    assert (app / "shots").is_dir() is carved
+    assert not (app / "workspace" / "shots").exists()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert ("confine.folders '.toolhost'" in said) is carved
+
+
+async def test_a_grant_of_a_file_that_does_not_exist_yet_is_named_at_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Landlock grants what it can open: a ``confine.write`` of a log file the sidecar creates
+    later grants nothing. The plan's ``refused`` (``toolhost doctor``) and the log say so, with
+    the fix; a file that exists is granted and not named."""
+    app = tmp_path / "app"
+    app.mkdir()
+    absent, present = tmp_path / "later.log", tmp_path / "there.log"
+    present.touch()
+    reg = {"e": echo(confine={"write": [str(absent), str(present)]})}
+    with caplog.at_level("WARNING"):
+        async with running_host(app, reg, host={"confinement": "best-effort"}) as host:
+            plan = host.confiner.plans["e"]
+    named = [r for r in plan.refused if "does not exist at load" in r]
+    assert len(named) == 1 and named[0].startswith(f"{absent}: confine.write"), plan.refused
+    assert "create it before the host starts" in named[0]
+    assert str(present) in plan.write
+    assert any(named[0] in r.getMessage() for r in caplog.records)

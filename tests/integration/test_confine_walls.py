@@ -132,6 +132,56 @@ def test_every_attack_fails_behind_the_walls(world: World, way: str) -> None:
     assert not os.path.exists(tmpdir)
 
 
+@pytest.mark.parametrize("way", ["shim", "fork"])
+def test_a_project_at_the_app_root_lists_its_top_and_nothing_reaches_the_host_files(
+    world: World, way: str
+) -> None:
+    """projectDir "." (issue 28): the app root is granted entry by entry around ``.toolhost/``
+    and listed (a module there imports, "." can be archived); the host's files stay out of
+    reach: nothing in ``.toolhost/`` is read, made (a missing state file the host would then
+    trust), removed or replaced, and nothing is made at the top (Landlock would grant it in
+    ``.toolhost/`` too). Only the names show, as ``stat`` shows them anyway."""
+    world.project = world.app
+    (world.app / "docs").mkdir()
+    plan = world.plan(Profile(project="write"))
+    assert plan.listed == (str(world.app),)
+    state = world.app / ".toolhost"
+    shared = SidecarWalls(plan, tmp_root=str(world.tmpdir))
+    walls, _ = shared.worker()
+    todo = {
+        "top": {"kind": "list", "path": str(world.app)},
+        "state_names": {"kind": "list", "path": str(state)},
+        "vault": {"kind": "read", "path": str(world.vault)},
+        "new_state": {"kind": "write", "path": str(state / "quota-state.json")},
+        "state_dir": {"kind": "mkdir", "path": str(state / "d")},
+        "remove_token": {"kind": "remove", "path": str(world.token)},
+        "replace_token": {"kind": "rename", "path": str(world.app / "docs"), "to": str(state)},
+        "move_state": {"kind": "rename", "path": str(state), "to": str(world.app / "s")},
+        "top_file": {"kind": "write", "path": str(world.app / "new.txt")},
+        "top_dir": {"kind": "mkdir", "path": str(world.app / "screenshots")},
+        "in_docs": {"kind": "write", "path": str(world.app / "docs" / "a.txt")},
+    }
+    run = (run_shim if way == "shim" else run_forked)(world, walls, todo)
+    shared.close()
+    assert run.status == 0, run.stderr
+    names = sorted(os.listdir(world.app))
+    assert run.results == {
+        "top": "ok:" + ",".join(names),
+        "state_names": "ok:operator.token,vault.json",
+        "vault": "EACCES",
+        "new_state": "EACCES",
+        "state_dir": "EACCES",
+        "remove_token": "EACCES",
+        "replace_token": "EACCES",
+        "move_state": "EACCES",
+        "top_file": "EACCES",
+        "top_dir": "EACCES",
+        "in_docs": "ok",
+    }
+    assert sorted(p.name for p in state.iterdir()) == ["operator.token", "vault.json"]
+    assert not (world.app / "new.txt").exists() and not (world.app / "screenshots").exists()
+
+
 def test_the_same_attacks_succeed_with_nothing_applied(world: World) -> None:
     """The control: without walls every attack works (as root; a normal user cannot read
     /etc/shadow, mount or unshare even unconfined), so the test above tests the walls."""

@@ -28,14 +28,19 @@ UTILITY_TOOLS = ("file.hash", "data.convert", "archive.create", "archive.extract
 SECRET = "hunter2-vault-secret"
 
 
-def app_with_bundled_tools(app: Path, *, project_dir: str | None) -> dict[str, bytes]:
-    """Copy the bundled ``tools/`` into ``app``, set ``projectDir``, plant the host's files."""
+def app_with_bundled_tools(
+    app: Path, *, project_dir: str | None, confinement: str | None = None
+) -> dict[str, bytes]:
+    """Copy the bundled ``tools/`` into ``app``, set ``projectDir`` (and ``confinement``),
+    plant the host's files."""
     shutil.copytree(REPO / "tools", app / "tools")
     registry = app / "tools" / "external.tools.jsonc"
     text = registry.read_text()
     if project_dir is not None:
         text = text.replace('"projectDir": "workspace"', f'"projectDir": "{project_dir}"')
         assert f'"projectDir": "{project_dir}"' in text
+    if confinement is not None:
+        text = text.replace('"host": {', f'"host": {{"confinement": "{confinement}",', 1)
     registry.write_text(text)
     state = app / ".toolhost"
     state.mkdir(mode=0o700)
@@ -119,7 +124,7 @@ async def test_the_four_attacks_are_refused_over_the_kernel_socket(app):
 
 
 async def test_symlinks_and_archive_members_into_host_files_are_refused(app):
-    before = app_with_bundled_tools(app, project_dir=".")
+    before = app_with_bundled_tools(app, project_dir=".", confinement="best-effort")
     (app / "innocent.json").symlink_to(".toolhost/vault.json")
     (app / "state").symlink_to(".toolhost")
     (app / "dangling").symlink_to(".toolhost/new-file")
@@ -151,12 +156,20 @@ async def test_symlinks_and_archive_members_into_host_files_are_refused(app):
         refused = await call("archive.extract", {"archive": "evil.tar", "destination": "."})
         refused_private(refused)
         assert refused["error"]["details"]["member"] == ".toolhost/operator.token"
+        # What an operator with projectDir "." gets confined (docs/confinement.md, known
+        # limits): the top is listed (so "." can be archived), but nothing new can be made at
+        # the top (only in the folders there at load); the failure names the fix.
+        top = await call("archive.create", {"source": ".", "output": "all.tar"})
+        assert top["status"] == "failed", top
+        assert "nothing can be made there" in top["content"], top
+        assert 'set host.projectDir to a folder of its own (e.g. "workspace")' in top["content"]
+        assert not (app / "all.tar").exists()
         # archiving the whole project leaves the host's files out, and says so
-        made = await call("archive.create", {"source": ".", "output": "all.tar"})
+        made = await call("archive.create", {"source": ".", "output": "docs/all.tar"})
         assert made["status"] == "success", made
         skipped = {s["path"]: s["reason"] for s in made["data"]["skipped"]}
         assert skipped[".toolhost"] == "host-private" and skipped["tools"] == "host-private"
-        with tarfile.open(app / "all.tar") as tf:
+        with tarfile.open(app / "docs" / "all.tar") as tf:
             names = tf.getnames()
         assert "docs/a.txt" in names
         assert not [n for n in names if n.startswith((".toolhost", "tools"))], names

@@ -39,6 +39,7 @@ OFFERS = FIXTURES.parent / "mcp" / "offers.py"
 
 
 def live(log: Path) -> dict:
+    log.touch()  # Landlock grants what exists at load: an operator creates the file it grants
     return {
         "command": "python",
         "args": [str(LIVE)],

@@ -87,7 +87,9 @@ async def test_garbage_on_stdout_is_a_protocol_error(app):
 async def test_never_ready_times_out(app):
     sidecars = {
         "good": echo(tools=["echo.say"]),
-        "slow": script("never_ready", ["slow.tool"], probe={"startTimeoutMs": 300}),
+        # long enough for its stderr line to be written first: a confined exec'd start runs
+        # the exec shim's interpreter before the fixture's (TOOLHOST_SPAWN=exec, loaded CI)
+        "slow": script("never_ready", ["slow.tool"], probe={"startTimeoutMs": 1500}),
     }
     async with running_host(app, sidecars) as host:
         await wait_available(host, "echo.say")

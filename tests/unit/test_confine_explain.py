@@ -76,6 +76,13 @@ def test_a_path_inside_a_write_grant_was_not_refused_by_the_walls() -> None:
     assert denial_hints(plan, "[Errno 13] Permission denied: '/app/workspace/out.txt'") == []
 
 
+def test_a_new_file_at_the_top_of_a_carved_project_names_the_project_folder_fix() -> None:
+    # STRICT_PLAN's cwd is the app root (carved around .toolhost/): listed, not writable
+    hints = denial_hints(STRICT_PLAN, "[Errno 13] Permission denied: '/app/all.tar'")
+    assert len(hints) == 1 and "nothing can be made there" in hints[0], hints
+    assert 'host.projectDir to a folder of its own (e.g. "workspace")' in hints[0]
+
+
 def test_never_granted_and_host_private_paths_say_no_grant_allows_them() -> None:
     text = (
         "[Errno 13] Permission denied: '/app/.toolhost/vault.json'\n"

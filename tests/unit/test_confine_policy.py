@@ -11,7 +11,14 @@ import pytest
 
 from supervisor.contracts.confine import KernelFacts, Layout, Profile
 from supervisor.contracts.registry import ConfineConfig, NetworkGrant
-from supervisor.policy.confine import STRICT, effective, grants, resolve, with_collector
+from supervisor.policy.confine import (
+    STRICT,
+    effective,
+    folders_to_make,
+    grants,
+    resolve,
+    with_collector,
+)
 
 TREE: dict[str, list[str]] = {
     "/": ["usr", "etc", "home", "app", "work"],
@@ -123,7 +130,7 @@ def test_profile_decodes_from_registry_json() -> None:
 
 
 def test_strict_profile_reads_system_install_program_cwd_and_project_but_no_secret() -> None:
-    read, write, never, refused = grants(STRICT, LAYOUT, listdir, realpath)
+    read, write, _, never, refused = grants(STRICT, LAYOUT, listdir, realpath)
     assert "/usr" in read and "/venv" in read and "/usr/lib/python3.11" not in read  # under /usr
     assert "/app/src" in read  # the program's folder (and the cwd, carved)
     assert "/app/workspace" in read
@@ -143,7 +150,7 @@ def test_strict_profile_reads_system_install_program_cwd_and_project_but_no_secr
 
 
 def test_project_write_is_read_write_and_leaves_nothing_readonly_below_it() -> None:
-    read, write, _, _ = grants(Profile(project="write"), LAYOUT, listdir, realpath)
+    read, write, _, _, _ = grants(Profile(project="write"), LAYOUT, listdir, realpath)
     assert "/app/workspace" in write and "/app/workspace" not in read
 
 
@@ -168,7 +175,7 @@ def test_grants_never_reach_secrets_or_write_host_private(
     profile: Profile, in_read: list[str], in_write: list[str], refused_word: str | None
 ) -> None:
     layout = msgspec.structs.replace(LAYOUT, project_dir="/app")
-    read, write, _, refused = grants(profile, layout, listdir, realpath)
+    read, write, _, _, refused = grants(profile, layout, listdir, realpath)
     for p in in_read:
         assert p in read
     for p in in_write:
@@ -187,7 +194,7 @@ def test_grants_never_reach_secrets_or_write_host_private(
 
 def test_a_symlink_in_the_project_to_a_secret_is_not_granted() -> None:
     layout = msgspec.structs.replace(LAYOUT, project_dir="/app/workspace/out")
-    read, write, _, refused = grants(Profile(project="write"), layout, listdir, realpath)
+    read, write, _, _, refused = grants(Profile(project="write"), layout, listdir, realpath)
     assert not any(p.startswith("/app/.toolhost") for p in read + write)
     assert refused and "confine.project" in refused[0]
 
@@ -196,15 +203,55 @@ def test_home_secrets_are_carved_when_the_app_root_is_home() -> None:
     layout = msgspec.structs.replace(
         LAYOUT, app_root="/home/u", cwd="/home/u", project_dir="/home/u"
     )
-    read, write, _, _ = grants(Profile(project="write"), layout, listdir, realpath)
+    read, write, _, _, _ = grants(Profile(project="write"), layout, listdir, realpath)
     assert "/home/u/notes" in write and "/home/u" not in write
     assert not any(p.startswith("/home/u/.ssh") for p in read + write)
 
 
 def test_an_unlistable_folder_that_holds_a_secret_grants_nothing() -> None:
     layout = msgspec.structs.replace(LAYOUT, cwd="/work", secrets=("/work/.toolhost",))
-    read, _, _, _ = grants(STRICT, layout, listdir, realpath)
+    read, _, _, _, _ = grants(STRICT, layout, listdir, realpath)
     assert not any(p.startswith("/work") for p in read)
+
+
+def test_a_folder_carved_around_the_host_files_alone_is_listed() -> None:
+    """projectDir "." (issue 28): the app root's top can be listed (a module there imports,
+    ``archive.create`` of "." walks it), nothing at its top is granted by that rule but
+    listing; /etc and a $HOME holding key folders are not listed (their names would show)."""
+    layout = msgspec.structs.replace(LAYOUT, project_dir="/app")
+    read, write, listed, _, _ = grants(Profile(project="write"), layout, listdir, realpath)
+    assert listed == ("/app",)
+    assert "/app" not in read + write and "/etc" not in listed
+    home = msgspec.structs.replace(LAYOUT, app_root="/home/u", cwd="/home/u", project_dir="/home/u")
+    assert grants(Profile(project="write"), home, listdir, realpath)[2] == ()
+    plan = resolve(
+        "s",
+        STRICT,
+        mode="best-effort",
+        kernel=FULL,
+        layout=layout,
+        listdir=listdir,
+        realpath=realpath,
+    )
+    assert plan.listed == ("/app",)
+    # a project of its own is one rule: nothing carved, nothing listed
+    assert grants(Profile(project="write"), LAYOUT, listdir, realpath)[2] == ("/app",)  # the cwd
+    elsewhere = msgspec.structs.replace(LAYOUT, cwd="/app/workspace", program="")
+    assert grants(Profile(project="write"), elsewhere, listdir, realpath)[2] == ()
+
+
+def test_folders_are_made_only_on_a_carved_project_and_only_as_top_names() -> None:
+    carved = msgspec.structs.replace(LAYOUT, project_dir="/app")
+    shots = Profile(project="write", folders=("screenshots",))
+    assert folders_to_make(shots, carved, realpath) == (["/app/screenshots"], [])
+    assert folders_to_make(shots, LAYOUT, realpath) == ([], [])  # workspace/: it makes them
+    ro = msgspec.structs.replace(shots, project="read")
+    assert folders_to_make(ro, carved, realpath) == ([], [])
+    bad = Profile(
+        project="write", folders=(".toolhost", "tools", "a/b", "..", "link-to-state", "/etc")
+    )
+    made, refused = folders_to_make(bad, carved, realpath)
+    assert made == [] and len(refused) == 6, refused
 
 
 # -- the kernel ------------------------------------------------------------------------------

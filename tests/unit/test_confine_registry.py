@@ -54,6 +54,8 @@ def load(root: Path, sidecars: dict[str, object], host: dict[str, object] | None
         ({"unix": ["a\u0000b"]}, "sidecars.s.confine.unix[0]: a path cannot hold a NUL byte"),
         ({"processes": 0}, "sidecars.s.confine.processes: expected int >= 1, got 0"),
         ({"keep": "forever"}, 'sidecars.s.confine.keep: invalid value "forever"'),
+        ({"folders": ["a/b"]}, "sidecars.s.confine.folders[0]: 'a/b': the name of a folder"),
+        ({"folders": [".."]}, "sidecars.s.confine.folders[0]: '..': the name of a folder"),
         ({"cpus": 2}, "sidecars.s.confine.cpus: unknown field"),
     ],
 )
@@ -73,7 +75,7 @@ def test_good_profile_and_host_confinement_load(tmp_path: Path) -> None:
         allow=["*.example.com:443"], loopback=[9222]
     )
     bad = load(tmp_path, {"s": GOOD}, {"confinement": "maybe"})
-    assert bad.host.confinement == "off"  # shipped default until the families pass confined
+    assert bad.host.confinement == "best-effort"  # the default (PROTOCOL 7)
     assert any("host.confinement" in e for e in bad.errors)
 
 
