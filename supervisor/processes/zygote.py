@@ -215,8 +215,12 @@ class Zygote:
     def take_spare(self, cgroups: PidsCgroups, limit: int) -> str | None:
         """A confined start's pids group, already joined by the zygote's spare, ``pids.max``
         set to ``limit`` (None: no spare now: make a fresh group). Name it in the walls of the
-        very next :meth:`fork`; the caller owns the group (and removes it)."""
-        if self.state != "ready":
+        very next :meth:`fork`; the caller owns the group (and removes it). Off unless
+        ``TOOLHOST_ZYGOTE_SPARE=1``: under load about one run in ten of
+        ``tests/integration/test_fractalic_folder.py`` lost a per-call exec'd worker's exit
+        status (``worker-crashed``, SIGKILL) with spares on, never with them off; not yet
+        understood."""
+        if self.state != "ready" or os.environ.get("TOOLHOST_ZYGOTE_SPARE") != "1":
             return None
         return self.spare.take(cgroups, limit)
 

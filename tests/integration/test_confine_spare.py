@@ -33,6 +33,13 @@ from tests.integration.confine_kit import KERNEL, ROOT, World, make_world, need
 from tests.integration.test_confine_host import TOOL, entry
 from tests.integration.test_confine_host import world as host_world
 
+
+@pytest.fixture(autouse=True)
+def _spares_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spares are opt-in for now (``Zygote.take_spare``): these tests turn them on."""
+    monkeypatch.setenv("TOOLHOST_ZYGOTE_SPARE", "1")
+
+
 pytestmark = pytest.mark.skipif(
     zygote.forced_exec() or zygote.platform_problem() is not None,
     reason=f"no zygote: {zygote.platform_problem() or 'TOOLHOST_SPAWN=exec'}",
