@@ -226,6 +226,7 @@ class EgressProxy:
 
     async def open_shared(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on the shared loopback port (token-identified clients); returns the port."""
+        await trio.lowlevel.checkpoint()
         return self.serve_shared(shared_listener(host, port))
 
     def serve_shared(self, listener: stdsocket.socket) -> int:

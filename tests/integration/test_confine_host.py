@@ -251,6 +251,30 @@ def http_server() -> http.server.ThreadingHTTPServer:
     return server
 
 
+async def reach_through_proxy(host: Any, allowed: int, other: int) -> tuple[dict, Any]:
+    """The hostile sidecar (granted ``allowed``) fetches the allowed server and ``other``
+    through its proxy and connects to ``allowed`` directly: what each attempt met, and the
+    sidecar's egress counts once both connections are recorded."""
+    todo = {
+        "allowed": {"kind": "http", "url": f"http://127.0.0.1:{allowed}/"},
+        "other": {"kind": "http", "url": f"http://127.0.0.1:{other}/"},
+        "direct": {"kind": "tcp", "port": allowed},
+    }
+    env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
+    assert env.status == "success", env
+    data = msgspec.json.decode(env.data)
+    with trio.move_on_after(5):  # an allowed connection is recorded when it closes
+        while (s := host.egress.statistics()["hostile"]).refused < 1 or s.open:
+            await trio.sleep(0.02)
+    return data, host.egress.statistics()["hostile"]
+
+
+def egress_lines(app: Path) -> list[dict]:
+    """The ``egress`` records of the host's audit log."""
+    lines = [json.loads(x) for x in (app / ".toolhost" / "audit.jsonl").read_text().splitlines()]
+    return [x for x in lines if x.get("event") == "egress"]
+
+
 async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,18 +293,7 @@ async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
     try:
         async with running_host(w["app"], {"hostile": e}, host=host_cfg) as host:
             await wait_available(host, "hostile.attack")
-            todo = {
-                "allowed": {"kind": "http", "url": f"http://127.0.0.1:{a}/"},
-                "other": {"kind": "http", "url": f"http://127.0.0.1:{o}/"},
-                "direct": {"kind": "tcp", "port": a},
-            }
-            env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
-            assert env.status == "success", env
-            data = msgspec.json.decode(env.data)
-            with trio.move_on_after(5):  # an allowed connection is recorded when it closes
-                while (s := host.egress.statistics()["hostile"]).refused < 1 or s.open:
-                    await trio.sleep(0.02)
-            stats = host.egress.statistics()["hostile"]
+            data, stats = await reach_through_proxy(host, a, o)
             if host.audit is not None:
                 host.audit.flush()
     finally:
@@ -290,10 +303,7 @@ async def test_network_allow_reaches_only_the_allowed_server_through_the_proxy(
     assert data["other"] == "HTTP 403"
     assert data["direct"] in ("ECONNREFUSED", "ENETUNREACH"), data
     assert stats.connections == 1 and stats.refused == 1 and stats.bytes_in > 0
-    lines = [
-        json.loads(x) for x in (w["app"] / ".toolhost" / "audit.jsonl").read_text().splitlines()
-    ]
-    egress = [x for x in lines if x.get("event") == "egress"]
+    egress = egress_lines(w["app"])
     # a refusal is recorded as it is answered, an allowed connection when it closes
     assert sorted((x["allowed"], x["port"]) for x in egress) == [(False, o), (True, a)]
 

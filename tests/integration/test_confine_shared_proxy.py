@@ -10,18 +10,21 @@ every wall that remains is real."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import msgspec
 import pytest
-import trio
 
-from supervisor.calls.call import InvokeRequest
-from tests.conftest import raw, wait_available, wait_for
+from tests.conftest import wait_available, wait_for
 from tests.integration.confine_kit import KERNEL, need
 from tests.integration.test_confine_facts import host_on
-from tests.integration.test_confine_host import entry, http_server, world
+from tests.integration.test_confine_host import (
+    egress_lines,
+    entry,
+    http_server,
+    reach_through_proxy,
+    world,
+)
 
 NO_NAMESPACES = msgspec.structs.replace(KERNEL, netns="")
 
@@ -49,18 +52,7 @@ async def test_without_namespaces_the_proxy_is_reached_by_token_and_nothing_else
             assert plan.netns == "" and plan.network == "proxy"
             shared = host.egress.shared_port
             assert shared > 0
-            todo = {
-                "allowed": {"kind": "http", "url": f"http://127.0.0.1:{a}/"},
-                "other": {"kind": "http", "url": f"http://127.0.0.1:{o}/"},
-                "direct": {"kind": "tcp", "port": a},
-            }
-            env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
-            assert env.status == "success", env
-            data = msgspec.json.decode(env.data)
-            with trio.move_on_after(5):  # an allowed connection is recorded when it closes
-                while (s := host.egress.statistics()["hostile"]).refused < 1 or s.open:
-                    await trio.sleep(0.02)
-            stats = host.egress.statistics()["hostile"]
+            data, stats = await reach_through_proxy(host, a, o)
             tokens = dict(host.egress._tokens)
             # One token, the live worker's; it dies with the worker.
             assert [c.sidecar for c in tokens.values()] == ["hostile"]
@@ -75,9 +67,6 @@ async def test_without_namespaces_the_proxy_is_reached_by_token_and_nothing_else
     assert data["other"] == "HTTP 403"
     assert data["direct"] == "EACCES", data  # Landlock: only the proxy's port may be connected
     assert stats.connections == 1 and stats.refused == 1 and stats.bytes_in > 0
-    lines = [
-        json.loads(x) for x in (w["app"] / ".toolhost" / "audit.jsonl").read_text().splitlines()
-    ]
-    egress = [x for x in lines if x.get("event") == "egress"]
+    egress = egress_lines(w["app"])
     assert sorted((x["allowed"], x["port"]) for x in egress) == [(False, o), (True, a)]
     assert {x["sidecar"] for x in egress} == {"hostile"}

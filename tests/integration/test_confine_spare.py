@@ -9,14 +9,12 @@ the workers end, every group is gone, the host's folder of groups with them."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -32,6 +30,7 @@ from tests.conftest import running_host, wait_available
 from tests.integration.confine_kit import KERNEL, ROOT, World, make_world, need
 from tests.integration.test_confine_host import TOOL, entry
 from tests.integration.test_confine_host import world as host_world
+from tests.integration.test_confine_zygote import first_line, stop
 
 
 @pytest.fixture(autouse=True)
@@ -132,29 +131,6 @@ def in_group(cgroup_file: str, group: str) -> bool:
         if pids and path != "/" and group.endswith(path):
             return True
     return False
-
-
-async def first_line(child: Child) -> dict[str, Any]:
-    assert child.stdout is not None
-    data = b""
-    with trio.fail_after(30):
-        while b"\n" not in data:
-            chunk = await child.stdout.receive_some(65536)
-            if not chunk:
-                break
-            data += chunk
-    assert data, "the worker printed nothing"
-    result: dict[str, Any] = json.loads(data.split(b"\n", 1)[0])
-    return result
-
-
-async def stop(child: Child) -> int:
-    assert child.stdin is not None
-    await child.stdin.aclose()
-    with trio.fail_after(15):
-        rc = await child.wait()
-    await child.aclose_streams()
-    return rc
 
 
 @pytest.mark.parametrize("run", [True, False], ids=["forked", "exec"])
