@@ -120,6 +120,25 @@ async def running_host(
             nursery.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def unix_client(host: Any) -> AsyncIterator[Any]:
+    """A kernel client of ``host`` over its Unix socket, in a short temp folder (a socket path
+    is at most 108 bytes) that is removed afterwards."""
+    import tempfile
+
+    from supervisor.client import open_client
+    from supervisor.server.backend import Backend
+    from supervisor.server.unix import serve_unix
+
+    with tempfile.TemporaryDirectory(prefix="thsock") as folder:
+        path = str(Path(folder) / "h.sock")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_unix, Backend.of(host), path)
+            async with open_client(path) as client:
+                yield client
+            nursery.cancel_scope.cancel()
+
+
 async def wait_for(host: Any, pred: Callable[[], Any], timeout: float = 15, what: str = "") -> Any:
     """Wait (on host state changes, not sleeps) until ``pred()`` is truthy; return its value."""
     with trio.fail_after(timeout):

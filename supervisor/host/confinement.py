@@ -45,6 +45,7 @@ from supervisor.policy.confine_explain import (
 from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
 from supervisor.processes.confine_spawn import SidecarConfinement
+from supervisor.processes.host_temp import HostTemp
 from supervisor.processes.peers import PeerGuard
 from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
 from supervisor.registry.plan import SidecarPlan
@@ -106,6 +107,9 @@ class Confiner:
         self._shared_served = False
         self._kept: KeptGroups | None = None
         self._probed = False
+        self._temp: HostTemp | None = None
+        """The folder the workers' private ``TMPDIR`` s live in (made at the first load that
+        confines; the folders of hosts gone since are swept then)."""
         self.proxy: EgressProxy | None = None
         """The host's egress proxy, once it runs (:meth:`attach`)."""
         self._served: set[int] = set()
@@ -160,6 +164,8 @@ class Confiner:
                 self._cgroups.sweep()
                 self._peers.cgroup_tag = os.path.basename(self._cgroups.base)
                 self._kept = KeptGroups(self._cgroups)
+        if mode != "off" and self._temp is None:
+            self._temp = _host_temp()
         secrets = registry.host_secrets() if mode != "off" else ()
         install = confine.install_paths() if mode != "off" else ()
         if mode != "off" and _same_dir(registry.project_dir, registry.app_root):
@@ -263,13 +269,13 @@ class Confiner:
             OSError: The walls (or the shared listener) could not be made.
         """
         if plan.network != "proxy" or plan.netns or plan.tcp_connect is None:
-            walls = confine.SidecarWalls(plan)
+            walls = confine.SidecarWalls(plan, tmp_root=self._tmp_root)
             env = proxy_env(f"http://127.0.0.1:{plan.proxy_port}") if plan.proxy_port else {}
             return SidecarConfinement(plan, walls, self._cgroups, env, kept=self._kept)
         if self._shared is None:
             self._shared = shared_listener()
         port = self._shared.getsockname()[1]
-        walls = confine.SidecarWalls(plan, proxy_port=port)
+        walls = confine.SidecarWalls(plan, tmp_root=self._tmp_root, proxy_port=port)
         sid, allow = plan.sidecar, plan.allow
 
         def issue(worker: str) -> tuple[dict[str, str], Callable[[], None]]:
@@ -340,6 +346,26 @@ class Confiner:
         if self._cgroups is not None:
             with contextlib.suppress(OSError):
                 self._cgroups.close()
+        if self._temp is not None:
+            self._temp.close()
+            self._temp = None
+
+    @property
+    def _tmp_root(self) -> str | None:
+        return self._temp.path if self._temp is not None else None
+
+
+def _host_temp() -> HostTemp | None:
+    """This host's temp folder, after sweeping those of hosts killed before they could remove
+    theirs (None: it could not be made; each sidecar's folder is then made in the system's)."""
+    try:
+        temp = HostTemp()
+    except OSError as exc:
+        log.warning("cannot make the host's temp folder: %s", exc)
+        return None
+    for folder in temp.sweep():
+        log.info("removed the temp folder of a host that is gone: %s", folder)
+    return temp
 
 
 def _absent_grants(profile: Profile, app_root: str) -> list[str]:

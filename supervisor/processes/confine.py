@@ -143,9 +143,11 @@ def _past_interpreter_flags(args: list[str]) -> list[str]:
 
 
 def private_tmpdir(sidecar: str, root: str | None = None) -> str:
-    """A new 0700 folder for one worker's ``TMPDIR`` (remove it with :func:`remove_tmpdir`)."""
+    """A new 0700 folder for a sidecar's workers' ``TMPDIR`` s (remove it with
+    :func:`remove_tmpdir`), in ``root`` (the host's temp folder: ``processes.host_temp``) or
+    else the system's. Its path stays short: a worker's sockets live below it (108 bytes)."""
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in sidecar)[:40]
-    return tempfile.mkdtemp(prefix=f"toolhost-{safe}-", dir=root)
+    return tempfile.mkdtemp(prefix=f"{safe}-" if root else f"toolhost-{safe}-", dir=root)
 
 
 def remove_tmpdir(path: str) -> None:

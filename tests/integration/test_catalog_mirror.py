@@ -6,31 +6,21 @@ import contextlib
 import os
 import random
 import signal
-import tempfile
-from contextlib import asynccontextmanager
-from pathlib import Path
 
 import msgspec
 import trio
 
-from supervisor.client import open_client
 from supervisor.contracts.snapshot import StabilityDetails
-from supervisor.server.backend import Backend
-from supervisor.server.unix import serve_unix
-from tests.conftest import ECHO_TOOLS, echo, running_host, wait_available, write_registry
+from tests.conftest import (
+    ECHO_TOOLS,
+    echo,
+    running_host,
+    unix_client,
+    wait_available,
+    write_registry,
+)
 
 SIDECARS = ["a", "b", "c"]
-
-
-@asynccontextmanager
-async def client_of(host):
-    folder = tempfile.mkdtemp(prefix="thmirror")
-    path = str(Path(folder) / "h.sock")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(serve_unix, Backend.of(host), path)
-        async with open_client(path) as client:
-            yield client
-        nursery.cancel_scope.cancel()
 
 
 async def assert_mirror_is_the_catalog(client, mirror):
@@ -57,7 +47,7 @@ def without_details(d):
 async def test_a_tool_that_leaves_is_named_in_removed(app):
     async with running_host(app, {"a": echo(tools=["echo.say", "echo.fail"])}) as host:
         await wait_available(host, "echo.say", "echo.fail")
-        async with client_of(host) as client:
+        async with unix_client(host) as client:
             mirror = await client.mirror_catalog()
             assert "echo.fail" in mirror.tools
             write_registry(app, {"a": echo(tools=["echo.say"])})
@@ -94,7 +84,7 @@ async def test_the_mirror_equals_the_catalog_after_random_edits_reloads_and_cras
     rng = random.Random(seed)
     print(f"seed {seed} (TOOLHOST_MIRROR_SEED={seed} replays it)")
     write_registry(app, random_registry(rng))
-    async with running_host(app) as host, client_of(host) as client:
+    async with running_host(app) as host, unix_client(host) as client:
         mirror = await client.mirror_catalog()
         steps = []
         for _ in range(14):

@@ -4,7 +4,6 @@ hands the result back as the JSON the host sent. Real host, real echo sidecar.""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,10 +12,8 @@ import msgspec
 import pytest
 import trio
 
-from supervisor.client import Client, RpcError, open_client
-from supervisor.server.backend import Backend
-from supervisor.server.unix import serve_unix
-from tests.conftest import echo, running_host, wait_available
+from supervisor.client import Client, RpcError
+from tests.conftest import echo, running_host, unix_client, wait_available
 
 
 @asynccontextmanager
@@ -24,12 +21,8 @@ async def served_client(app: Path) -> AsyncIterator[Client]:
     """A kernel client on a host of two echo workers, over its Unix socket."""
     async with running_host(app, {"echo": echo(pool={"min": 2, "max": 2})}) as host:
         await wait_available(host, "echo.say")
-        path = str(Path(tempfile.mkdtemp(prefix="thclient")) / "h.sock")
-        async with trio.open_nursery() as nursery:
-            await nursery.start(serve_unix, Backend.of(host), path)
-            async with open_client(path) as client:
-                yield client
-            nursery.cancel_scope.cancel()
+        async with unix_client(host) as client:
+            yield client
 
 
 async def test_many_large_requests_at_once_each_gets_its_own_answer(app):

@@ -5,9 +5,7 @@ call is answered by the version expected, and only the upgraded sidecar restarts
 """
 
 import shutil
-import tempfile
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 import trio
@@ -17,9 +15,15 @@ from supervisor.client import RpcError, open_client
 from supervisor.host.host import build_host
 from supervisor.host.loading import HostOptions
 from supervisor.packages.manager import PackageManager
-from supervisor.server.backend import Backend
-from supervisor.server.unix import serve_unix
-from tests.conftest import FIXTURES, echo, running_host, wait_available, wait_for, write_registry
+from tests.conftest import (
+    FIXTURES,
+    echo,
+    running_host,
+    unix_client,
+    wait_available,
+    wait_for,
+    write_registry,
+)
 from tests.pkgkit import TOOL, assert_no_absolute_paths, build, installed_version
 
 pytestmark = pytest.mark.slow
@@ -50,13 +54,8 @@ def upgrade(host, tool=TOOL):
 @asynccontextmanager
 async def served(app):
     """A host on ``app`` with the kernel socket, and one client connected to it."""
-    sock_dir = tempfile.mkdtemp(prefix="thpkg")
-    path = str(Path(sock_dir) / "h.sock")
-    async with running_host(app) as host, trio.open_nursery() as nursery:
-        await nursery.start(serve_unix, Backend.of(host), path)
-        async with open_client(path) as client:
-            yield host, client
-        nursery.cancel_scope.cancel()
+    async with running_host(app) as host, unix_client(host) as client:
+        yield host, client
 
 
 class Caller:
