@@ -97,7 +97,27 @@ def _prepare(
     try:
         return spec, msgspec.json.decode(raw_input, type=spec.input_type)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        return spec, wire.Result(id=0, ok=False, code="invalid-input", error=f"{tool}: {exc}")
+        return spec, _invalid_input(tool, spec.input_type, exc)
+
+
+def _invalid_input(tool: str, input_type: Any, exc: Exception) -> wire.Result:
+    """The answer to an input that does not decode: msgspec's message, and for a field the
+    input does not have or lacks, the fields it takes (a model or a user guessing a name sees
+    the right one in the same answer)."""
+    error = f"{tool}: {exc}"
+    details = None
+    text = str(exc)
+    if "unknown field" in text or "missing required field" in text:
+        try:
+            fields = msgspec.structs.fields(input_type)
+        except TypeError:  # not a Struct: nothing more to say
+            fields = ()
+        if fields:
+            names = [f.encode_name + ("" if f.required else "?") for f in fields]
+            legend = "; ? = optional" if any(not f.required for f in fields) else ""
+            error += f" (fields: {', '.join(names)}{legend})"
+            details = {"fields": [f.encode_name for f in fields]}
+    return wire.Result(id=0, ok=False, code="invalid-input", error=error, details=details)
 
 
 def _error_result(exc: Exception) -> wire.Result:

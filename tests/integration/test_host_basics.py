@@ -28,6 +28,12 @@ async def test_invalid_input_names_the_path(app):
         env = await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": 5})))
         assert env.status == "failed" and env.error.code == "invalid-input"
         assert "$.text" in env.error.message
+        # A field it does not take, or one it lacks: the answer names the fields it takes.
+        for bad in ({"txt": "hi"}, {}):
+            env = await host.invoker.invoke(InvokeRequest("echo.say", raw(bad)))
+            assert env.status == "failed" and env.error.code == "invalid-input"
+            assert "(fields: text)" in env.error.message, env.error.message
+            assert env.error.details == {"fields": ["text"]}
 
 
 async def test_failure_keeps_data_and_details(app):
