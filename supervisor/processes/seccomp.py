@@ -11,7 +11,8 @@
 # mounts, new namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag), kernel
 # keyrings, module loading, ``bpf``, ``perf_event_open``, ``kexec``, ``userfaultfd``,
 # ``io_uring`` (its operations bypass this filter), and ``socket(AF_UNIX)`` unless the profile
-# grants Unix sockets (``socketpair`` stays: trio needs it). Without a network namespace it also
+# grants Unix sockets (``socketpair`` stays: trio needs it; but not a datagram pair, which
+# could send to any datagram socket by its path). Without a network namespace it also
 # limits which socket families may be created (``SocketFilter``).
 """
 
@@ -87,6 +88,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "userfaultfd": 323,
         "clone": 56,
         "socket": 41,
+        "socketpair": 53,
     },
     "aarch64": {
         "ptrace": 117,
@@ -111,6 +113,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "userfaultfd": 282,
         "clone": 220,
         "socket": 198,
+        "socketpair": 199,
     },
 }
 COMMON = {  # added after the tables were unified: the same number everywhere
@@ -131,7 +134,7 @@ X32_BIT = 0x40000000
 CLONE_NEW = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 """CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET."""
 AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
-SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
+SOCK_STREAM, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
 EPERM, ENOSYS = 1, 38
 
 RET_ALLOW = 0x7FFF0000
@@ -208,7 +211,19 @@ def program(arch_name: str, *, allow_unix: bool, sockets: str = "any") -> bytes:
     filter_sockets = not allow_unix or sockets != "any"
     if filter_sockets:
         a.op(JEQ_K, table["socket"], "socket", 0)
+    if not allow_unix:
+        a.op(JEQ_K, table["socketpair"], "pair", 0)
     a.op(RET_K, RET_ALLOW)
+    if not allow_unix:
+        # A datagram pair may still send to any datagram socket by its path (sendto: journald,
+        # /dev/log, a notify socket), past every other wall: refused. Stream and seqpacket
+        # pairs cannot address anyone but their peer.
+        a.label("pair")
+        a.op(LD_W_ABS, OFF_ARG0)
+        a.op(JEQ_K, AF_UNIX, 0, "allow")
+        a.op(LD_W_ABS, OFF_ARG1)
+        a.op(AND_K, SOCK_TYPE_MASK)
+        a.op(JEQ_K, SOCK_DGRAM, "eperm", "allow")
     a.label("clone")
     a.op(LD_W_ABS, OFF_ARG0)
     a.op(JSET_K, CLONE_NEW, "eperm", 0)

@@ -67,6 +67,7 @@ def attacks(w: World, tcp: socket.socket, udp: socket.socket) -> dict[str, dict[
         "tcp": {"port": port(tcp)},
         "udp": {"port": port(udp)},
         "unix": {"path": str(w.app / ".toolhost" / "host.sock")},
+        "dgram": {"path": str(w.root / "journal.sock")},
         "signal": {"pid": host},
         "ptrace": {"pid": host},
         "environ": {"pid": host},
@@ -87,6 +88,7 @@ DENIED = {
     "tcp": "EPERM",  # no inet socket at all for network "none" (and no route in its namespace)
     "udp": "EPERM",
     "unix": "EPERM",  # socket(AF_UNIX) without a unix grant
+    "dgram": "EPERM",  # socketpair(AF_UNIX, SOCK_DGRAM) without a unix grant
     "signal": "EPERM",  # Landlock scoping: nothing outside its domain
     "ptrace": "EPERM",
     "environ": "EACCES",
@@ -96,10 +98,17 @@ DENIED = {
 }
 
 
+def dgram_listener(w: World) -> socket.socket:
+    """A datagram socket at a path, as journald's is."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(str(w.root / "journal.sock"))
+    return s
+
+
 @pytest.mark.parametrize("way", ["shim", "fork"])
 def test_every_attack_fails_behind_the_walls(world: World, way: str) -> None:
     plan = world.plan(Profile(project="write"))
-    tcp, udp = tcp_listener(), udp_listener()
+    tcp, udp, journal = tcp_listener(), udp_listener(), dgram_listener(world)
     shared = SidecarWalls(plan, tmp_root=str(world.tmpdir))
     walls, tmpdir = shared.worker()
     world.tmpdir = Path(tmpdir)
@@ -120,7 +129,7 @@ def test_every_attack_fails_behind_the_walls(world: World, way: str) -> None:
         "passwd": "ok",
     }
     assert run.results == expected
-    assert nothing_waiting(tcp) and nothing_waiting(udp)
+    assert nothing_waiting(tcp) and nothing_waiting(udp) and nothing_waiting(journal)
     assert not (world.app / "planted.txt").exists() and (world.project / "ok.txt").exists()
     assert run.report is not None and run.report["errors"] == []
     assert run.report["landlock"] == KERNEL.landlock_abi and run.report["seccomp"]
@@ -185,7 +194,7 @@ def test_a_project_at_the_app_root_lists_its_top_and_nothing_reaches_the_host_fi
 def test_the_same_attacks_succeed_with_nothing_applied(world: World) -> None:
     """The control: without walls every attack works (as root; a normal user cannot read
     /etc/shadow, mount or unshare even unconfined), so the test above tests the walls."""
-    tcp, udp = tcp_listener(), udp_listener()
+    tcp, udp, journal = tcp_listener(), udp_listener(), dgram_listener(world)
     run = run_shim(world, None, attacks(world, tcp, udp))
     assert run.status == 0, run.stderr
     root_only = {"shadow", "mount", "unshare"}
@@ -197,7 +206,7 @@ def test_the_same_attacks_succeed_with_nothing_applied(world: World) -> None:
         expected.pop(name)
         run.results.pop(name)
     assert run.results == expected
-    assert not nothing_waiting(tcp) and not nothing_waiting(udp)
+    assert not nothing_waiting(tcp) and not nothing_waiting(udp) and not nothing_waiting(journal)
     tcp.close()
     udp.close()
 
