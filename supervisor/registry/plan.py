@@ -138,14 +138,22 @@ def build_plan(
             plan.tools[tool] = plan_tool(sp, tool, known, host_version, cfg)
     for name, kt in known.tools.items():
         if name not in plan.tools:
-            hint = kt.install or (
-                f"add a sidecar serving {name} to tools/external.tools.jsonc"
-                + (
-                    f" (the bundled one is {kt.sidecar!r}; `toolhost init` writes it)"
-                    if kt.sidecar
-                    else ""
+            registered = plan.sidecars.get(kt.sidecar) if kt.sidecar else None
+            if registered is not None and registered.config is not None:
+                # The bundled sidecar runs, listing other tools: `toolhost init` would not help.
+                hint = (
+                    f"sidecar {kt.sidecar!r} is in the registry but does not list {name}: add"
+                    f" it to sidecars.{kt.sidecar}.tools (docs/sidecars.md says what it needs)"
                 )
-            )
+            else:
+                hint = kt.install or (
+                    f"add a sidecar serving {name} to tools/external.tools.jsonc"
+                    + (
+                        f" (the bundled one is {kt.sidecar!r}; `toolhost init` writes it)"
+                        if kt.sidecar
+                        else ""
+                    )
+                )
             plan.tools[name] = ToolPlan(
                 name=name,
                 sidecar=None,

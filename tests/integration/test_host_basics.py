@@ -147,6 +147,23 @@ async def test_known_catalog_tools_nobody_serves_are_missing(app, tmp_path):
         assert env.status == "unavailable" and env.error.code == "not-visible"
 
 
+async def test_a_known_tool_its_registered_sidecar_does_not_list_says_so(app, tmp_path):
+    """The bundled sidecar runs but lists other tools (the bundled registry's utility and
+    lsp.symbols): the hint says to add the tool to that entry, not to run `toolhost init`."""
+    mdir = tmp_path / "manifests"
+    mdir.mkdir()
+    (mdir / "echo.toml").write_text(
+        'sidecar = "echo"\ninstall = "bundled: `toolhost init` registers it"\n'
+        '[[tool]]\nname = "echo.extra"\ndescription = "More"\n'
+        '[tool.inputSchema]\ntype = "object"\n'
+    )
+    async with running_host(app, {"echo": echo()}, manifest_dirs=[str(mdir)]) as host:
+        reason = host.catalog.get("echo.extra").stability.reasons[0]
+        assert reason.code == "not-configured"
+        assert reason.hint.startswith("sidecar 'echo' is in the registry but does not list")
+        assert "sidecars.echo.tools" in reason.hint
+
+
 async def test_builtin_names_refused(app):
     async with running_host(app, {"echo": echo(tools=[*ECHO_TOOLS, "git.status"])}) as host:
         await wait_available(host, "echo.say")
