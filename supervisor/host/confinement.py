@@ -35,6 +35,7 @@ from supervisor.contracts.confine import (
 from supervisor.contracts.snapshot import Reason
 from supervisor.host.egress import EgressProxy, client_for, shared_listener
 from supervisor.host.loading import Loaded
+from supervisor.host.unix_gate import UnixGate
 from supervisor.policy.confine import folders_to_make, resolve, with_collector
 from supervisor.policy.confine_explain import (
     denial_hints,
@@ -44,10 +45,11 @@ from supervisor.policy.confine_explain import (
 )
 from supervisor.policy.egress import proxy_env
 from supervisor.processes import confine
-from supervisor.processes.confine_spawn import SidecarConfinement
+from supervisor.processes.confine_spawn import Prepared, SidecarConfinement
 from supervisor.processes.host_temp import HostTemp
 from supervisor.processes.peers import PeerGuard
 from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
+from supervisor.processes.unix_gate import Rules
 from supervisor.registry.plan import SidecarPlan
 
 log = logging.getLogger("toolhost.confine")
@@ -112,6 +114,8 @@ class Confiner:
         confines; the folders of hosts gone since are swept then)."""
         self.proxy: EgressProxy | None = None
         """The host's egress proxy, once it runs (:meth:`attach`)."""
+        self.gate: UnixGate | None = None
+        """The host's Unix socket gate, once it runs (``unix`` grants checked path by path)."""
         self._served: set[int] = set()
         self.collector = ""
         """The OTLP endpoint sidecars export their spans to (``host.telemetry`` on), granted to
@@ -271,7 +275,9 @@ class Confiner:
         if plan.network != "proxy" or plan.netns or plan.tcp_connect is None:
             walls = confine.SidecarWalls(plan, tmp_root=self._tmp_root)
             env = proxy_env(f"http://127.0.0.1:{plan.proxy_port}") if plan.proxy_port else {}
-            return SidecarConfinement(plan, walls, self._cgroups, env, kept=self._kept)
+            return SidecarConfinement(
+                plan, walls, self._cgroups, env, kept=self._kept, gate=self._gate_watch
+            )
         if self._shared is None:
             self._shared = shared_listener()
         port = self._shared.getsockname()[1]
@@ -287,7 +293,17 @@ class Confiner:
                 proxy.forget, worker
             )
 
-        return SidecarConfinement(plan, walls, self._cgroups, worker_env=issue, kept=self._kept)
+        return SidecarConfinement(
+            plan, walls, self._cgroups, worker_env=issue, kept=self._kept, gate=self._gate_watch
+        )
+
+    def _gate_watch(
+        self, channel: stdsocket.socket, prepared: Prepared, rules: Rules
+    ) -> Callable[[], None] | None:
+        """Hand a gated worker's report channel to the gate, once it runs (None: it does not:
+        the worker's connects fail, never pass unchecked)."""
+        gate = self.gate
+        return gate.watch(channel, prepared, rules) if gate is not None else None
 
     # what an operator is told ----------------------------------------------------------------
 

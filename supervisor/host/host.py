@@ -39,6 +39,7 @@ from supervisor.host.offers import HostedOffers
 from supervisor.host.reload import ReloadResult, diff_plans, needs_restart
 from supervisor.host.services import HostServices
 from supervisor.host.tokens import TokenFiles
+from supervisor.host.unix_gate import UnixGate
 from supervisor.host.upgrades import Upgrades, recover
 from supervisor.host.usage import Usage
 from supervisor.host.views import HostViews
@@ -245,6 +246,7 @@ class Host:
                 await nursery.start(self.invoker.run_timers)
                 if self.registry.host.confinement != "off":
                     self.confiner.attach(await nursery.start(self.egress.run))
+                    self.confiner.gate = await nursery.start(UnixGate().run)
                 await nursery.start(self.services.run)
                 await nursery.start(self.offers.watch)
                 await self.usage.start(nursery)

@@ -166,6 +166,7 @@ def walls_for(
     channel: int = -1,
     ruleset_fd: int = -1,
     netns_fds: Sequence[int] = (),
+    gate: bool = False,
 ) -> Walls:
     """One worker's walls from its sidecar's plan (:class:`SidecarWalls.worker` fills the
     per-sidecar parts).
@@ -204,6 +205,7 @@ def walls_for(
         seccomp_arch=plan.seccomp_arch,
         sockets=plan.socket_filter,
         allow_unix=plan.allow_unix,
+        gate=gate and plan.allow_unix and bool(plan.seccomp_arch),
         drop_caps=plan.drop_caps,
         cgroup_procs=PidsCgroups.procs_file(cgroup) if cgroup and plan.pids == "cgroup" else "",
         nproc=nproc if plan.pids == "rlimit" else 0,
@@ -261,7 +263,7 @@ class SidecarWalls:
         return self.holder.listeners if self.holder is not None else {}
 
     def worker(
-        self, *, cgroup: str | None = None, nproc: int = 0, channel: int = -1
+        self, *, cgroup: str | None = None, nproc: int = 0, channel: int = -1, gate: bool = False
     ) -> tuple[Walls, str]:
         """One worker's walls and its private ``TMPDIR`` (0700, below the sidecar's temp
         folder; remove it with :func:`remove_tmpdir` when the worker ends)."""
@@ -275,6 +277,7 @@ class SidecarWalls:
             channel=channel,
             ruleset_fd=self.ruleset_fd,
             netns_fds=self.holder.fds if self.holder is not None else (),
+            gate=gate,
         )
         return walls, tmpdir
 
@@ -345,6 +348,8 @@ def facts(plan: ConfinePlan, pid: int, report: Mapping[str, object] | None) -> C
     errors = report.get("errors") or []
     if isinstance(errors, list):
         missing += [str(e) for e in errors]
+    if plan.unix and report and not report.get("gate"):
+        missing.append("confine.unix by path (every pathname Unix socket is reachable)")
     landlock_on = bool(report.get("landlock"))
     if not landlock_on:
         fs = "none"

@@ -23,11 +23,16 @@ import socket
 from collections.abc import Callable, Sequence
 
 from supervisor.contracts.confine import ConfinementFacts, ConfinePlan
-from supervisor.processes import confine, limits
+from supervisor.processes import confine, limits, unix_gate
 from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
 from supervisor.processes.walls import read_report
 
 WorkerEnv = Callable[[str], tuple[dict[str, str], Callable[[], None]]]
+Gate = Callable[[socket.socket, "Prepared", unix_gate.Rules], "Callable[[], None] | None"]
+"""The host's Unix socket gate: ``UnixGate.watch``."""
+GateWatch = Callable[[socket.socket, "Prepared"], "Callable[[], None] | None"]
+"""``(report channel, worker) -> stop waiting for its report`` (None: no gate runs): the host's
+Unix socket gate (``host/unix_gate.py``), bound to the worker's rules."""
 """``worker key -> (variables for that worker alone, what undoes them when it ends)``."""
 
 
@@ -39,6 +44,8 @@ class Prepared:
         "_channel",
         "_child_fds",
         "_facts",
+        "_gate",
+        "_gate_stop",
         "_kept",
         "_report",
         "argv",
@@ -90,6 +97,8 @@ class Prepared:
         self._facts: ConfinementFacts | None = None
         self.release: Callable[[], None] | None = None
         """Undoes what was issued for this worker alone (its proxy token), at :meth:`finish`."""
+        self._gate: GateWatch | None = None
+        self._gate_stop: Callable[[], None] | None = None
         self.env.setdefault("TMPDIR", tmpdir)
 
     @property
@@ -98,11 +107,22 @@ class Prepared:
         return self._cgroup
 
     def started(self) -> None:
-        """The child runs (or never will): close the descriptors only it needed."""
+        """The child runs (or never will): close the descriptors only it needed; a gated
+        worker's report channel goes to the host's Unix socket gate (it brings the gate's
+        descriptor with the report)."""
         for fd in self._child_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._child_fds = []
+        gate, self._gate = self._gate, None
+        if gate is not None and self._channel is not None:
+            self._gate_stop = gate(self._channel, self)
+            if self._gate_stop is not None:
+                self._channel = None
+
+    def reported(self, report: dict[str, object]) -> None:
+        """The report, read by the gate from the channel it took over."""
+        self._report = report
 
     def report(self) -> dict[str, object] | None:
         """What the child's walls reported (None: nothing came yet)."""
@@ -131,6 +151,10 @@ class Prepared:
         """Remove the worker's ``TMPDIR`` and its pids group, killing what is left in it;
         ``ended`` (the worker ran and was reaped) with ``confine.keep``: moving that to the
         sidecar's kept group instead (a start abandoned midway keeps nothing)."""
+        self._gate = None  # never started: nothing to gate
+        stop, self._gate_stop = self._gate_stop, None
+        if stop is not None:  # a report that never came is not waited for any longer
+            stop()
         self.started()
         if self._channel is not None:
             self._channel.close()
@@ -163,6 +187,9 @@ class SidecarConfinement:
         refused: Why no worker may start (``confinement-unavailable`` under ``required``).
         worker_env: Variables issued to one worker alone (named by its key), with what undoes
             them when it ends: the shared proxy's URL with the worker's token (no namespace).
+        gate: The host's Unix socket gate (``UnixGate.watch``): with it, and a kernel that
+            can, a profile's ``unix`` grants are enforced path by path (None: they open
+            every pathname socket, as Landlock alone leaves them).
     """
 
     def __init__(
@@ -174,6 +201,7 @@ class SidecarConfinement:
         refused: str = "",
         worker_env: WorkerEnv | None = None,
         kept: KeptGroups | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.plan = plan
         self.walls = walls
@@ -182,6 +210,7 @@ class SidecarConfinement:
         self.proxy_env = dict(proxy_env or {})
         self.refused = refused
         self.worker_env = worker_env
+        self.gate = gate if plan.unix and not unix_gate.available() else None
         self._count = 0
 
     @property
@@ -233,7 +262,7 @@ class SidecarConfinement:
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         walls, tmpdir = self.walls.worker(
-            cgroup=cgroup or None, nproc=nproc, channel=child.fileno()
+            cgroup=cgroup or None, nproc=nproc, channel=child.fileno(), gate=bool(self.gate)
         )
         memfd = os.memfd_create("toolhost-walls", 0)
         try:
@@ -261,6 +290,11 @@ class SidecarConfinement:
             inherited=inherited,
             kept=self.kept,
         )
+        gate = self.gate
+        if gate is not None and walls.gate:
+            ports = tuple(walls.tcp_connect) if walls.tcp_connect is not None else None
+            rules = unix_gate.Rules(plan.unix, ports, plan.never)
+            prepared._gate = lambda channel, worker: gate(channel, worker, rules)
         if self.worker_env is not None:
             try:
                 mine, prepared.release = self.worker_env(key)

@@ -89,6 +89,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "clone": 56,
         "socket": 41,
         "socketpair": 53,
+        "connect": 42,
+        "seccomp": 317,
     },
     "aarch64": {
         "ptrace": 117,
@@ -114,6 +116,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "clone": 220,
         "socket": 198,
         "socketpair": 199,
+        "connect": 203,
+        "seccomp": 277,
     },
 }
 COMMON = {  # added after the tables were unified: the same number everywhere
@@ -138,6 +142,7 @@ SOCK_STREAM, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
 EPERM, ENOSYS = 1, 38
 
 RET_ALLOW = 0x7FFF0000
+RET_USER_NOTIF = 0x7FC00000
 RET_ERRNO = 0x00050000
 
 # classic BPF opcodes
@@ -153,6 +158,8 @@ OFF_NR, OFF_ARCH, OFF_ARG0, OFF_ARG1 = 0, 4, 16, 24  # struct seccomp_data (low 
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 
 
 def arch() -> str:
@@ -186,13 +193,17 @@ class _Asm:
         return bytes(out)
 
 
-def program(arch_name: str, *, allow_unix: bool, sockets: str = "any") -> bytes:
+def program(arch_name: str, *, allow_unix: bool, sockets: str = "any", gate: bool = False) -> bytes:
     """The filter for ``arch_name``.
 
     Args:
         arch_name: ``x86_64`` or ``aarch64``.
         allow_unix: Let ``socket(AF_UNIX, ...)`` through.
         sockets: Other families: ``any``; ``stream`` (only TCP over IPv4/IPv6); ``none``.
+        gate: Every ``connect`` waits for the host's answer (a user notification: the host's
+            Unix socket gate, ``host/unix_gate.py``, checks the address against the ``unix``
+            grants and connects the socket itself); Unix datagram sockets are refused (a
+            datagram reaches any socket by ``sendto``, past the gate).
 
     Returns:
         The ``struct sock_filter`` array as bytes.
@@ -208,13 +219,18 @@ def program(arch_name: str, *, allow_unix: bool, sockets: str = "any") -> bytes:
     for name in DENIED:
         a.op(JEQ_K, table[name], "eperm", 0)
     a.op(JEQ_K, table["clone"], "clone", 0)
-    filter_sockets = not allow_unix or sockets != "any"
+    if gate:
+        a.op(JEQ_K, table["connect"], "notify", 0)
+    filter_sockets = not allow_unix or sockets != "any" or gate
     if filter_sockets:
         a.op(JEQ_K, table["socket"], "socket", 0)
-    if not allow_unix:
+    if not allow_unix or gate:
         a.op(JEQ_K, table["socketpair"], "pair", 0)
     a.op(RET_K, RET_ALLOW)
-    if not allow_unix:
+    if gate:
+        a.label("notify")
+        a.op(RET_K, RET_USER_NOTIF)
+    if not allow_unix or gate:
         # A datagram pair may still send to any datagram socket by its path (sendto: journald,
         # /dev/log, a notify socket), past every other wall: refused. Stream and seqpacket
         # pairs cannot address anyone but their peer.
@@ -231,7 +247,7 @@ def program(arch_name: str, *, allow_unix: bool, sockets: str = "any") -> bytes:
     if filter_sockets:
         a.label("socket")
         a.op(LD_W_ABS, OFF_ARG0)
-        a.op(JEQ_K, AF_UNIX, "allow" if allow_unix else "eperm", 0)
+        a.op(JEQ_K, AF_UNIX, ("unix_type" if gate else "allow") if allow_unix else "eperm", 0)
         if sockets == "any":
             a.op(RET_K, RET_ALLOW)
         elif sockets == "stream":
@@ -243,6 +259,11 @@ def program(arch_name: str, *, allow_unix: bool, sockets: str = "any") -> bytes:
             a.op(JEQ_K, SOCK_STREAM, "allow", "eperm")
         else:
             a.op(RET_K, RET_ERRNO | EPERM)
+        if allow_unix and gate:  # (forward jumps only: the pair block's check is behind)
+            a.label("unix_type")
+            a.op(LD_W_ABS, OFF_ARG1)
+            a.op(AND_K, SOCK_TYPE_MASK)
+            a.op(JEQ_K, SOCK_DGRAM, "eperm", "allow")
     a.label("allow")
     a.op(RET_K, RET_ALLOW)
     a.label("eperm")
@@ -259,14 +280,18 @@ class _SockFprog(ctypes.Structure):
 class Filter:
     """A filter ready to install: built in the parent, one ``prctl`` in the child."""
 
-    def __init__(self, code: bytes) -> None:
+    def __init__(self, code: bytes, arch_name: str = "") -> None:
         self._buf = ctypes.create_string_buffer(code, len(code))
         self._prog = _SockFprog(len(code) // 8, ctypes.addressof(self._buf))
         self._ptr = ctypes.addressof(self._prog)
         self._prctl = linux.PRCTL
+        self._seccomp_nr = SYSCALLS[arch_name]["seccomp"] if arch_name else -1
+        self._syscall = ctypes.CDLL(None, use_errno=True).syscall if arch_name else None
 
-    def install(self) -> None:
-        """Set ``no_new_privs`` and install the filter (irreversible).
+    def install(self, listener: bool = False) -> int:
+        """Set ``no_new_privs`` and install the filter (irreversible); with ``listener`` (a
+        filter that notifies: ``program(gate=True)``) returns the notification descriptor for
+        the host (the caller must pass it on and close it), else -1.
 
         Raises:
             OSError: The kernel refused.
@@ -277,9 +302,25 @@ class Filter:
         if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS) refused")
+        if listener:
+            if self._syscall is None:
+                raise OSError(38, "seccomp(2) is not available")
+            fd = int(
+                self._syscall(
+                    self._seccomp_nr,
+                    SECCOMP_SET_MODE_FILTER,
+                    SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    ctypes.c_void_p(self._ptr),
+                )
+            )
+            if fd < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, "seccomp(SECCOMP_FILTER_FLAG_NEW_LISTENER) refused")
+            return fd
         if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._ptr, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, "prctl(PR_SET_SECCOMP) refused")
+        return -1
 
 
 def available() -> bool:

@@ -23,6 +23,7 @@ import ctypes
 import marshal
 import os
 import resource
+import sys
 
 try:  # inside the package, or loaded by the exec shim from this folder
     from supervisor.processes import landlock, linux, seccomp
@@ -61,6 +62,8 @@ class Walls:
         seccomp_arch: The syscall filter's architecture (``""``: no filter).
         sockets: Socket families the filter lets through besides ``AF_UNIX``.
         allow_unix: The filter lets ``socket(AF_UNIX)`` through.
+        gate: The filter sends every ``connect`` to the host (the ``unix`` grants are checked
+            there: ``host/unix_gate.py``); its notification descriptor goes with the report.
         drop_caps: Drop every capability (the host runs as root).
         cgroup_procs: The pids group's ``cgroup.procs`` to join (``""``: none).
         cgroup_joined: The process is in that group already (the zygote's spare joined it and
@@ -77,6 +80,7 @@ class Walls:
         "channel",
         "devices",
         "drop_caps",
+        "gate",
         "landlock_abi",
         "listed",
         "netns_fds",
@@ -108,6 +112,7 @@ class Walls:
         seccomp_arch: str = "",
         sockets: str = "any",
         allow_unix: bool = True,
+        gate: bool = False,
         drop_caps: bool = False,
         cgroup_procs: str = "",
         cgroup_joined: bool = False,
@@ -128,6 +133,7 @@ class Walls:
         self.seccomp_arch = seccomp_arch
         self.sockets = sockets
         self.allow_unix = allow_unix
+        self.gate = gate
         self.drop_caps = drop_caps
         self.cgroup_procs = cgroup_procs
         self.cgroup_joined = cgroup_joined
@@ -195,10 +201,14 @@ class Armed:
         )
         arch = w.seccomp_arch
         self.filter = (
-            seccomp.Filter(seccomp.program(arch, allow_unix=w.allow_unix, sockets=w.sockets))
+            seccomp.Filter(
+                seccomp.program(arch, allow_unix=w.allow_unix, sockets=w.sockets, gate=w.gate),
+                arch,
+            )
             if arch
             else None
         )
+        self.listener = -1
         self.join = _netns().Join(w.netns_fds) if w.netns_fds else None
         self.cgroup = os.fsencode(w.cgroup_procs) if w.cgroup_procs else b""
         self._prctl = linux.PRCTL or _no_prctl
@@ -217,6 +227,7 @@ class Armed:
             "caps": False,
             "nnp": False,
             "seccomp": False,
+            "gate": False,
             "pids": "none",
             "joined_ahead": False,
             "errors": self.errors,
@@ -305,8 +316,9 @@ class Armed:
                 self._fail("landlock", exc)
         if self.filter is not None:
             try:
-                self.filter.install()
+                self.listener = self.filter.install(listener=w.gate)
                 r["seccomp"] = True
+                r["gate"] = self.listener >= 0
             except OSError as exc:
                 self._fail("seccomp", exc)
 
@@ -322,17 +334,38 @@ class Armed:
             self._fail("capabilities", OSError(ctypes.get_errno(), "capset refused"))
 
     def _send(self) -> None:
+        listener, self.listener = self.listener, -1
         channel = self.walls.channel
         if channel < 0:
+            if listener >= 0:  # nobody to answer: every connect fails (ENOSYS), never passes
+                os.close(listener)
             return
         self.walls.channel = -1  # sent once
         payload = marshal.dumps(self.report)
         try:
-            os.write(channel, payload)
+            if listener >= 0:  # the gate's descriptor goes to the host; the worker keeps none
+                import _socket
+
+                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM, 0, channel)
+                try:
+                    rights = [
+                        (
+                            _socket.SOL_SOCKET,
+                            _socket.SCM_RIGHTS,
+                            listener.to_bytes(4, sys.byteorder),
+                        )
+                    ]
+                    sock.sendmsg([payload], rights)
+                finally:
+                    sock.detach()
+            else:
+                os.write(channel, payload)
         except OSError as exc:
             self._fail("report", exc)
         finally:
             os.close(channel)
+            if listener >= 0:
+                os.close(listener)
 
 
 def _no_prctl(*_args: int) -> int:

@@ -52,6 +52,8 @@ async def test_screenshot_pixels_show_the_window(app: Path, xdisplay: Display) -
         )
         assert shot["path"] == "shots/full.png" and shot["command"] == "import"
         assert (shot["width"], shot["height"]) == (1024, 768)
+        gate = host.confiner.gate  # the X server's socket, reached through the Unix socket gate
+        assert gate is not None and gate.answered >= 1 and gate.refused == 0  # (abstract: quiet)
         png = app / "workspace" / "shots" / "full.png"
         assert shot["bytes"] == png.stat().st_size
         assert pixel(png, *win.centre) == COLOUR

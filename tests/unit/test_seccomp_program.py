@@ -16,6 +16,7 @@ from supervisor.processes.seccomp import (
     EPERM,
     RET_ALLOW,
     RET_ERRNO,
+    RET_USER_NOTIF,
     SYSCALLS,
     program,
 )
@@ -100,9 +101,27 @@ def test_socket_rules(
         assert run(code, SYSCALLS[arch]["socket"], AUDIT_ARCH[arch], (family, kind, 0)) == expected
 
 
-def test_socketpair_is_never_filtered() -> None:
-    code = program("x86_64", allow_unix=False, sockets="none")
-    assert run(code, 53, AUDIT_ARCH["x86_64"], (1, 1, 0)) == ALLOW
+@pytest.mark.parametrize("arch", sorted(SYSCALLS))
+def test_socketpair_stream_always_datagram_only_with_an_ungated_unix_grant(arch: str) -> None:
+    pair, audit = SYSCALLS[arch]["socketpair"], AUDIT_ARCH[arch]
+    for allow_unix, gate, dgram in ((False, False, DENY), (True, False, ALLOW), (True, True, DENY)):
+        code = program(arch, allow_unix=allow_unix, sockets="none", gate=gate)
+        assert run(code, pair, audit, (1, 1, 0)) == ALLOW  # stream: trio's wakeup pair
+        assert run(code, pair, audit, (1, 5, 0)) == ALLOW  # seqpacket
+        assert run(code, pair, audit, (1, 2 | 0o2000000, 0)) == dgram  # SOCK_DGRAM|CLOEXEC
+
+
+@pytest.mark.parametrize("arch", sorted(SYSCALLS))
+def test_the_gate_asks_the_host_for_every_connect(arch: str) -> None:
+    table, audit = SYSCALLS[arch], AUDIT_ARCH[arch]
+    for sockets in ("any", "stream", "none"):
+        gated = program(arch, allow_unix=True, sockets=sockets, gate=True)
+        assert run(gated, table["connect"], audit, (3, 0, 110)) == RET_USER_NOTIF
+        assert run(gated, table["socket"], audit, (1, 1, 0)) == ALLOW
+        assert run(gated, table["socket"], audit, (1, 2, 0)) == DENY  # a datagram skips connect
+        assert run(gated, table["ptrace"], audit) == DENY
+        plain = program(arch, allow_unix=True, sockets=sockets)
+        assert run(plain, table["connect"], audit, (3, 0, 110)) == ALLOW
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,115 @@
+"""The Unix socket gate (``processes/unix_gate.py``, ``host/unix_gate.py``), through the real
+host: a sidecar granted ``unix`` paths reaches those sockets and no other (the kernel socket,
+another socket on the machine, an abstract one), from any thread and by a relative path too;
+with ``host.confinement: off`` it reaches them all (so the test tests something)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from supervisor.calls.call import InvokeRequest
+from supervisor.contracts.confine import ConfinePlan
+from supervisor.processes import confine, unix_gate
+from tests.conftest import raw, running_host, wait_available
+from tests.integration.confine_kit import need
+from tests.integration.test_confine_host import (
+    KERNEL,
+    SPAWNS,
+    assert_started_by,
+    entry,
+    host_config,
+    nothing_came,
+    world,
+)
+from tests.kernel import served
+
+
+def unix_listener(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(8)
+    s.setblocking(False)
+    return s
+
+
+def accepted(s: socket.socket) -> int:
+    n = 0
+    while not nothing_came(s):
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("spawn", SPAWNS)
+@pytest.mark.parametrize("confinement", ["best-effort", "off"])
+async def test_a_unix_grant_reaches_its_sockets_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str, spawn: str
+) -> None:
+    need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
+    need(not unix_gate.available(), f"the Unix socket gate: {unix_gate.available()}")
+    w = world(tmp_path, monkeypatch)
+    granted = tmp_path / "x11"
+    granted.mkdir()
+    x0 = unix_listener(str(granted / "X0"))
+    other = unix_listener(str(tmp_path / "docker.sock"))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"\0toolhost-gate-test-{tmp_path.name}"
+    abstract.bind(name)
+    abstract.listen(4)
+    abstract.setblocking(False)
+    e = entry("persistent")
+    e["confine"] = {"unix": [str(granted)]}
+    async with (
+        running_host(w["app"], {"hostile": e}, host=host_config(confinement, spawn)) as host,
+        served(host, w["app"]) as srv,
+    ):
+        await wait_available(host, "hostile.attack", timeout=40)
+        assert_started_by(host, spawn, "persistent", confinement)
+        todo = {
+            "granted": {"kind": "unix", "path": str(granted / "X0")},
+            "thread": {"kind": "unix_thread", "path": str(granted / "X0")},
+            "relative": {"kind": "unix_relative", "cwd": str(granted), "path": "X0"},
+            "other": {"kind": "unix", "path": str(tmp_path / "docker.sock")},
+            "kernel": {"kind": "unix", "path": str(srv.sock)},
+            "escape": {"kind": "unix_relative", "cwd": str(granted), "path": "../docker.sock"},
+            "abstract": {"kind": "unix", "path": name},
+            "dgram": {"kind": "unix_dgram_socket"},
+        }
+        env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
+        assert env.status == "success", env
+        data = msgspec.json.decode(env.data)
+        gate = host.confiner.gate
+    if confinement == "off":
+        assert data == {name: "ok" for name in todo}
+        assert accepted(x0) == 3 and accepted(other) == 2 and accepted(abstract) == 1
+        return
+    assert data == {
+        "granted": "ok",
+        "thread": "ok",
+        "relative": "ok",
+        "other": "EACCES",
+        "kernel": "EACCES",
+        "escape": "EACCES",
+        "abstract": "ECONNREFUSED",
+        "dgram": "EPERM",
+    }
+    assert accepted(x0) == 3  # the three allowed connects, made by the gate on its socket
+    assert accepted(other) == 0 and accepted(abstract) == 0
+    assert gate is not None and gate.refused == 3 and gate.answered == 7  # abstract: quiet
+
+
+def test_the_facts_say_when_unix_grants_are_not_gated() -> None:
+    """Where the gate cannot run (an older kernel), ``missing`` says that a ``unix`` grant
+    reaches every pathname socket; where it ran, nothing is missing for it."""
+    plan = ConfinePlan(sidecar="x", mode="best-effort", unix=("/tmp/.X11-unix",), allow_unix=True)
+    ungated = confine.facts(plan, os.getpid(), {"gate": False, "errors": []})
+    gated = confine.facts(plan, os.getpid(), {"gate": True, "errors": []})
+    assert any(m.startswith("confine.unix by path") for m in ungated.missing)
+    assert not any(m.startswith("confine.unix") for m in gated.missing)
+    bare = ConfinePlan(sidecar="y", mode="best-effort")
+    no_grant = confine.facts(bare, os.getpid(), {"errors": []})
+    assert not any(m.startswith("confine.unix") for m in no_grant.missing)
