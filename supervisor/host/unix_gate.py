@@ -37,6 +37,8 @@ class UnixGate:
         self.answered = 0
         """Connects answered (allowed or refused), for tests and stats."""
         self.refused = 0
+        self.serving = 0
+        """Workers (with what they started) the gate serves now: one task each."""
 
     async def run(
         self, *, task_status: trio.TaskStatus[UnixGate] = trio.TASK_STATUS_IGNORED
@@ -59,6 +61,19 @@ class UnixGate:
         return waiting.cancel
 
     async def _serve(
+        self,
+        channel: socket.socket,
+        prepared: Prepared,
+        rules: unix_gate.Rules,
+        waiting: trio.CancelScope,
+    ) -> None:
+        self.serving += 1
+        try:
+            await self._serve_one(channel, prepared, rules, waiting)
+        finally:
+            self.serving -= 1
+
+    async def _serve_one(
         self,
         channel: socket.socket,
         prepared: Prepared,

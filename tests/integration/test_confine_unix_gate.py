@@ -15,7 +15,7 @@ import pytest
 from supervisor.calls.call import InvokeRequest
 from supervisor.contracts.confine import ConfinePlan
 from supervisor.processes import confine, unix_gate
-from tests.conftest import raw, running_host, wait_available
+from tests.conftest import raw, running_host, wait_available, wait_for
 from tests.integration.confine_kit import need
 from tests.integration.test_confine_host import (
     KERNEL,
@@ -100,6 +100,34 @@ async def test_a_unix_grant_reaches_its_sockets_and_no_other(
     assert accepted(x0) == 3  # the three allowed connects, made by the gate on its socket
     assert accepted(other) == 0 and accepted(abstract) == 0
     assert gate is not None and gate.refused == 3 and gate.answered == 7  # abstract: quiet
+
+
+async def test_each_workers_gate_ends_with_its_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A oneshot worker per call: each call's gate task ends when that worker's processes are
+    gone (the notification descriptor hangs up), so none piles up; a start that never reports
+    is not waited for."""
+    need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
+    need(not unix_gate.available(), f"the Unix socket gate: {unix_gate.available()}")
+    w = world(tmp_path, monkeypatch)
+    granted = tmp_path / "x11"
+    granted.mkdir()
+    x0 = unix_listener(str(granted / "X0"))
+    e = entry("oneshot")
+    e["confine"] = {"unix": [str(granted)]}
+    todo = {"granted": {"kind": "unix", "path": str(granted / "X0")}}
+    async with running_host(
+        w["app"], {"hostile": e}, host=host_config("best-effort", "shim")
+    ) as host:
+        await wait_available(host, "hostile.attack", timeout=40)
+        gate = host.confiner.gate
+        assert gate is not None
+        for _ in range(4):
+            env = await host.invoker.invoke(InvokeRequest("hostile.attack", raw({"attacks": todo})))
+            assert msgspec.json.decode(env.data) == {"granted": "ok"}
+        await wait_for(host, lambda: gate.serving == 0, what="every oneshot worker's gate ended")
+    assert accepted(x0) == 4 and gate.answered >= 4
 
 
 def test_the_facts_say_when_unix_grants_are_not_gated() -> None:
