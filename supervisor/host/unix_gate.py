@@ -69,61 +69,63 @@ class UnixGate:
     ) -> None:
         self.serving += 1
         try:
-            await self._serve_one(channel, prepared, rules, waiting)
+            listener = await _take_report(channel, prepared, waiting)
+            if listener >= 0:
+                try:
+                    await self._answer_all(listener, prepared.plan.sidecar, rules)
+                finally:
+                    os.close(listener)
         finally:
             self.serving -= 1
 
-    async def _serve_one(
-        self,
-        channel: socket.socket,
-        prepared: Prepared,
-        rules: unix_gate.Rules,
-        waiting: trio.CancelScope,
-    ) -> None:
-        listener = -1
-        with channel:
-            with waiting:
-                await trio.lowlevel.wait_readable(channel)
-            if waiting.cancelled_caught:
-                return
-            try:
-                data, ancillary, _flags, _addr = channel.recvmsg(65536, socket.CMSG_SPACE(4))
-            except OSError:
-                return
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds = array.array("i")
-                    fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-                    for fd in fds:
-                        if listener < 0:
-                            listener = fd
-                        else:
-                            os.close(fd)
-            with contextlib.suppress(ValueError):
-                prepared.reported(read_report(data))
-        if listener < 0:
-            return
-        sidecar = prepared.plan.sidecar
-        try:
-            while True:
-                await trio.lowlevel.wait_readable(listener)
-                req = unix_gate.receive(listener)
-                if req is None:
-                    if unix_gate.done(listener):
-                        return
-                    continue
-                err, why = await trio.to_thread.run_sync(
-                    unix_gate.decide, listener, req, rules, abandon_on_cancel=True
+    async def _answer_all(self, listener: int, sidecar: str, rules: unix_gate.Rules) -> None:
+        """Answer every connect behind ``listener`` until its processes are all gone."""
+        while True:
+            await trio.lowlevel.wait_readable(listener)
+            req = unix_gate.receive(listener)
+            if req is None:
+                if unix_gate.done(listener):
+                    return
+                continue
+            err, why = await trio.to_thread.run_sync(
+                unix_gate.decide, listener, req, rules, abandon_on_cancel=True
+            )
+            unix_gate.answer(listener, req, err)
+            self.answered += 1
+            if why:
+                self.refused += 1
+                log.warning(
+                    "sidecar %s: connect refused by the Unix socket gate: %s (a path"
+                    " confine.unix grants, or a folder above it, is allowed)",
+                    sidecar,
+                    why,
                 )
-                unix_gate.answer(listener, req, err)
-                self.answered += 1
-                if why:
-                    self.refused += 1
-                    log.warning(
-                        "sidecar %s: connect refused by the Unix socket gate: %s (a path"
-                        " confine.unix grants, or a folder above it, is allowed)",
-                        sidecar,
-                        why,
-                    )
-        finally:
-            os.close(listener)
+
+
+async def _take_report(
+    channel: socket.socket, prepared: Prepared, waiting: trio.CancelScope
+) -> int:
+    """Read the worker's report (handed to ``prepared``) and the gate's descriptor that comes
+    with it (-1: none came, or the wait was given up: the worker ended first)."""
+    listener = -1
+    with channel:
+        with waiting:
+            await trio.lowlevel.wait_readable(channel)
+        if waiting.cancelled_caught:
+            return -1
+        try:
+            data, ancillary, _flags, _addr = channel.recvmsg(65536, socket.CMSG_SPACE(4))
+        except OSError:
+            return -1
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                for fd in fds:
+                    if listener < 0:
+                        listener = fd
+                    else:
+                        os.close(fd)
+        with contextlib.suppress(ValueError):
+            prepared.reported(read_report(data))
+    return listener

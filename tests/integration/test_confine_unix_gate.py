@@ -44,17 +44,24 @@ def accepted(s: socket.socket) -> int:
     return n
 
 
-@pytest.mark.parametrize("spawn", SPAWNS)
-@pytest.mark.parametrize("confinement", ["best-effort", "off"])
-async def test_a_unix_grant_reaches_its_sockets_and_no_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str, spawn: str
-) -> None:
+def gated_world(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, Path], Path, socket.socket]:
+    """The hostile world, a granted folder ``x11`` and a listening socket ``X0`` in it."""
     need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
     need(not unix_gate.available(), f"the Unix socket gate: {unix_gate.available()}")
     w = world(tmp_path, monkeypatch)
     granted = tmp_path / "x11"
     granted.mkdir()
-    x0 = unix_listener(str(granted / "X0"))
+    return w, granted, unix_listener(str(granted / "X0"))
+
+
+@pytest.mark.parametrize("spawn", SPAWNS)
+@pytest.mark.parametrize("confinement", ["best-effort", "off"])
+async def test_a_unix_grant_reaches_its_sockets_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confinement: str, spawn: str
+) -> None:
+    w, granted, x0 = gated_world(tmp_path, monkeypatch)
     other = unix_listener(str(tmp_path / "docker.sock"))
     abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     name = f"\0toolhost-gate-test-{tmp_path.name}"
@@ -108,12 +115,7 @@ async def test_each_workers_gate_ends_with_its_processes(
     """A oneshot worker per call: each call's gate task ends when that worker's processes are
     gone (the notification descriptor hangs up), so none piles up; a start that never reports
     is not waited for."""
-    need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
-    need(not unix_gate.available(), f"the Unix socket gate: {unix_gate.available()}")
-    w = world(tmp_path, monkeypatch)
-    granted = tmp_path / "x11"
-    granted.mkdir()
-    x0 = unix_listener(str(granted / "X0"))
+    w, granted, x0 = gated_world(tmp_path, monkeypatch)
     e = entry("oneshot")
     e["confine"] = {"unix": [str(granted)]}
     todo = {"granted": {"kind": "unix", "path": str(granted / "X0")}}

@@ -129,14 +129,20 @@ async def test_environment_is_allow_listed(app, monkeypatch):
         assert data["projectDir"] == str(app / "workspace")  # the default (PROTOCOL 1)
 
 
-async def test_known_catalog_tools_nobody_serves_are_missing(app, tmp_path):
+def one_tool_manifest(tmp_path, sidecar, install, tool, description):
+    """A manifests folder with ``<sidecar>.toml`` declaring one known tool."""
     mdir = tmp_path / "manifests"
     mdir.mkdir()
-    (mdir / "web.toml").write_text(
-        'sidecar = "web"\ninstall = "pip install toolhost-web"\n'
-        '[[tool]]\nname = "web.search"\ndescription = "Search"\n'
+    (mdir / f"{sidecar}.toml").write_text(
+        f'sidecar = "{sidecar}"\ninstall = "{install}"\n'
+        f'[[tool]]\nname = "{tool}"\ndescription = "{description}"\n'
         '[tool.inputSchema]\ntype = "object"\n'
     )
+    return mdir
+
+
+async def test_known_catalog_tools_nobody_serves_are_missing(app, tmp_path):
+    mdir = one_tool_manifest(tmp_path, "web", "pip install toolhost-web", "web.search", "Search")
     async with running_host(app, {"echo": echo()}, manifest_dirs=[str(mdir)]) as host:
         d = host.catalog.get("web.search")
         assert d.stability.discovery == "missing" and d.stability.effective == "unavailable"
@@ -150,13 +156,8 @@ async def test_known_catalog_tools_nobody_serves_are_missing(app, tmp_path):
 async def test_a_known_tool_its_registered_sidecar_does_not_list_says_so(app, tmp_path):
     """The bundled sidecar runs but lists other tools (the bundled registry's utility and
     lsp.symbols): the hint says to add the tool to that entry, not to run `toolhost init`."""
-    mdir = tmp_path / "manifests"
-    mdir.mkdir()
-    (mdir / "echo.toml").write_text(
-        'sidecar = "echo"\ninstall = "bundled: `toolhost init` registers it"\n'
-        '[[tool]]\nname = "echo.extra"\ndescription = "More"\n'
-        '[tool.inputSchema]\ntype = "object"\n'
-    )
+    install = "bundled: `toolhost init` registers it"
+    mdir = one_tool_manifest(tmp_path, "echo", install, "echo.extra", "More")
     async with running_host(app, {"echo": echo()}, manifest_dirs=[str(mdir)]) as host:
         reason = host.catalog.get("echo.extra").stability.reasons[0]
         assert reason.code == "not-configured"
