@@ -71,7 +71,13 @@ def place() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_as_nobody(place: Path, python: str, confinement: str, attacks: dict[str, Any]) -> Any:
+def run_as_nobody(
+    place: Path,
+    python: str,
+    confinement: str,
+    attacks: dict[str, Any],
+    confine: dict[str, Any] | None = None,
+) -> Any:
     app, home, bin_dir = place / "app", place / "home", place / "bin"
     for d in (app / ".toolhost", home / ".ssh", bin_dir):
         d.mkdir(parents=True, exist_ok=True)
@@ -88,6 +94,8 @@ def run_as_nobody(place: Path, python: str, confinement: str, attacks: dict[str,
         "tools": ["hostile.attack"],
         "env": {"PYTHONPATH": pythonpath},
     }
+    if confine is not None:
+        entry["confine"] = confine
     spec = {"confinement": confinement, "entry": entry, "attacks": attacks}
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": pythonpath}
     done = subprocess.run(
@@ -194,6 +202,32 @@ def test_the_walls_hold_for_a_normal_user(place: Path, python: str) -> None:
     if out["kernel"]["netns"]:  # user namespaces allowed: a namespace of its own
         assert out["plan"]["netns"] == "user" and facts["network"] == "isolated"
     assert out["plan"]["pids"] == "rlimit"  # no cgroup for a normal user: the backstop
+
+
+def test_a_normal_users_unix_grant_is_gated(place: Path, python: str) -> None:
+    """The Unix socket gate as a normal user: the host reads a worker's memory and takes its
+    socket as the parent it is (no privilege), so the granted socket is reached and the other
+    refused."""
+    need(bool(KERNEL.seccomp and KERNEL.arch), "seccomp filters on x86_64/aarch64")
+    granted = place / "x11"
+    granted.mkdir()
+    x0 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    x0.bind(str(granted / "X0"))
+    x0.listen(4)
+    x0.setblocking(False)
+    todo = {
+        "granted": {"kind": "unix", "path": str(granted / "X0")},
+        "other": {"kind": "unix", "path": str(place / "k.sock")},
+    }
+    with x0, unix_listener(place) as other:
+        other.setblocking(False)
+        out = run_as_nobody(place, python, "best-effort", todo, {"unix": [str(granted)]})
+        reached = not nothing_came(x0)
+        quiet = nothing_came(other)
+    assert out["status"] == "success", out
+    assert out["results"] == {"granted": "ok", "other": "EACCES"}, out["results"]
+    assert reached and quiet
+    assert not any(m.startswith("confine.unix") for m in out["facts"]["missing"])
 
 
 def test_without_confinement_the_same_user_reaches_it_all(place: Path, python: str) -> None:
