@@ -171,7 +171,10 @@ async def measure(a: argparse.Namespace, hosts: dict[str, BenchHost]) -> dict[st
             if name.endswith("emb"):  # the host is the face; its workers are the face's
                 workers = _descendants(face)
                 gw = next(p for p, c in workers.items() if "gateway_mcp.py" in c)
-                echo = next((p for p, c in workers.items() if c.rstrip().endswith("echo.py")), 0)
+                # The SDK echo is forked by the zygote (as the face's child, with the zygote's
+                # command line), after the zygote itself: the newer of the two.
+                zygotes = [p for p, c in workers.items() if "zygote_main" in c]
+                echo = max(zygotes) if len(zygotes) > 1 else 0
                 pids[name] = {"face": face, "server": gw}
                 pids[name + " sdk"] = {"face": face, "echo": echo}
                 continue
