@@ -27,6 +27,7 @@ import trio
 from supervisor.contracts.envelope import EnvelopeView
 from supervisor.contracts.rpc import Catalog, CatalogChanged, HealthResult
 from supervisor.contracts.snapshot import Descriptor
+from supervisor.processes.direct_write import read_ready
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 
 EventSink = Callable[[str, Any], None]
@@ -100,11 +101,19 @@ class CatalogMirror:
         self._moved = trio.Event()
 
 
+Answered = Callable[[Any, "BaseException | None"], None]
+"""Called with a request's result, or its error (:class:`RpcError`, :class:`ConnectionLost`)."""
+
+
 class _Pending:
-    __slots__ = ("done", "error", "members", "on_event", "raw", "result", "split")
+    __slots__ = ("done", "error", "members", "on_answer", "on_event", "raw", "result", "split")
 
     def __init__(
-        self, on_event: EventSink | None, raw: bool = False, members: bool = False
+        self,
+        on_event: EventSink | None,
+        raw: bool = False,
+        members: bool = False,
+        on_answer: Answered | None = None,
     ) -> None:
         self.done = trio.Event()
         self.result: Any = None
@@ -114,6 +123,15 @@ class _Pending:
         self.members = members
         self.split = False
         """The result is already the members (decoded in one pass by the reader)."""
+        self.on_answer = on_answer
+        """Called by the reader when the answer comes (:meth:`Client.request_soon`)."""
+
+    def finish(self) -> None:
+        self.done.set()
+        on_answer = self.on_answer
+        if on_answer is not None:
+            self.on_answer = None
+            on_answer(self.result, self.error)
 
 
 class _Answer(msgspec.Struct):
@@ -213,11 +231,18 @@ class Client:
 
     async def _reader(self) -> None:
         size = READ_SIZE
+        fd = self._fd
         try:
             while True:
                 try:
-                    data = await self.stream.receive_some(size)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    # On a socket: wait, then read (the answer comes later than the request
+                    # went out, so reading first would fail once per answer).
+                    data: bytes | bytearray
+                    if fd >= 0:
+                        data = await read_ready(fd, size)
+                    else:
+                        data = await self.stream.receive_some(size)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     break
                 if not data:
                     break
@@ -230,7 +255,7 @@ class Client:
             for p in self._pending.values():
                 if not p.done.is_set():
                     p.error = ConnectionLost("connection closed")
-                    p.done.set()
+                    p.finish()
             self._events_send.close()
 
     def _feed(self, data: bytes | bytearray) -> None:
@@ -277,7 +302,7 @@ class Client:
                     del self._pending[top.id]
                     pending.result = top.result
                     pending.split = True
-                    pending.done.set()
+                    pending.finish()
                     return True
         answer = _answer_decoder.decode(frame)
         if not answer.result or answer.id is None:
@@ -287,7 +312,7 @@ class Client:
             return False
         del self._pending[answer.id]
         pending.result = answer.result
-        pending.done.set()
+        pending.finish()
         return True
 
     def _route(self, msg: dict[str, Any]) -> None:
@@ -311,7 +336,7 @@ class Client:
             )
         else:
             pending.result = msg.get("result")
-        pending.done.set()
+        pending.finish()
 
     # requests ----------------------------------------------------------------------------
 
@@ -362,6 +387,19 @@ class Client:
         if pending.error is not None:
             raise pending.error
         return pending.result
+
+    def request_soon(
+        self, method: str, params: Any, *, request_id: Any, on_answer: Answered
+    ) -> None:
+        """Send one request now and return; ``on_answer`` is called from the connection's
+        reader with the result (decoded) or the error, exactly once (at once when the
+        connection is closed). For a caller that answers from the reader, with no task per
+        request."""
+        if self._closed:
+            on_answer(None, ConnectionLost("connection closed"))
+            return
+        self._pending[request_id] = _Pending(None, on_answer=on_answer)
+        self._push(self._encode({"id": request_id, "method": method, "params": params}))
 
     async def hello(
         self, *, encoding: str = "json", name: str = "toolhost-client"

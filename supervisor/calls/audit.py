@@ -5,7 +5,8 @@
 # batch with one ``write`` on an ``O_APPEND`` descriptor, so a crash can tear at most the last
 # line. The writer wakes once per batch - at most :data:`FLUSH_DELAY_S` after the first record
 # of a batch, or at once when :data:`FLUSH_BATCH` records wait - so a crash of the host loses at
-# most that window's records, and a busy host pays one wake-up per batch, not per call. When the
+# most that window's records, and a busy host pays one wake-up per batch, not per call: a record
+# only moves the deadline of the writer's sleep (nothing is woken until it is due). When the
 # file passes ``host.auditMaxBytes`` it is rotated to ``.1``,
 # ``.2``, ... keeping ``host.auditKeep`` old files. Before each batch the open descriptor is
 # compared (``st_dev``/``st_ino``) with what the path names now (``lstat``): a file deleted or
@@ -113,7 +114,10 @@ class AuditLog:
         self.max_bytes = max_bytes
         self.keep = keep
         self._queue: deque[_Pending | AuditEvent | dict[str, object]] = deque()
-        self._wake = trio.Event()
+        self._due = float("inf")
+        """When the writer writes next (trio time; inf: nothing queued)."""
+        self._sleep: trio.CancelScope | None = None
+        """The writer's sleep until :attr:`_due` (None while it writes)."""
         self._fd: int | None = None
         self._size = 0
         self.written = 0
@@ -156,8 +160,10 @@ class AuditLog:
                 links,
             )
         )
-        if len(self._queue) == 1 or len(self._queue) >= FLUSH_BATCH:
-            self._wake.set()
+        if len(self._queue) == 1:
+            self._arm(FLUSH_DELAY_S)
+        elif len(self._queue) >= FLUSH_BATCH:
+            self._arm(0.0)
 
     def event(
         self,
@@ -173,7 +179,7 @@ class AuditLog:
             AuditEvent(time=when, event=event, reason=reason, token=token, path=path)
         )
         if len(self._queue) == 1:
-            self._wake.set()
+            self._arm(FLUSH_DELAY_S)
 
     def line(self, record: msgspec.Struct) -> None:
         """Queue a line that is not a call (an ``egress`` record of the proxy, PROTOCOL 7),
@@ -182,7 +188,7 @@ class AuditLog:
         assert isinstance(fields, dict)
         self._queue.append({"time": self._timestamp(time.time()), **fields})
         if len(self._queue) == 1:
-            self._wake.set()
+            self._arm(FLUSH_DELAY_S)
 
     def open(self) -> None:
         """Open (or create) the file now, so a bad one stops the host at start.
@@ -192,20 +198,30 @@ class AuditLog:
         """
         self._open()
 
+    def _arm(self, delay_s: float) -> None:
+        """Have the writer write at most ``delay_s`` from now: its sleep's deadline moves, which
+        wakes nothing now (one wake-up per batch, when it is due)."""
+        try:
+            due = trio.current_time() + delay_s
+        except RuntimeError:  # outside the host's loop (before it runs): at its first pass
+            due = float("-inf")
+        if due < self._due:
+            self._due = due
+            if self._sleep is not None:
+                self._sleep.deadline = due
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write queued records until cancelled; flushes what is queued on the way out."""
         task_status.started()
         try:
             while True:
-                if not self._queue:
-                    self._wake = trio.Event()
-                    await self._wake.wait()
-                if len(self._queue) < FLUSH_BATCH:
-                    self._wake = trio.Event()
-                    with trio.move_on_after(FLUSH_DELAY_S):
-                        await self._wake.wait()
+                with trio.CancelScope(deadline=self._due) as self._sleep:
+                    await trio.sleep_forever()
+                self._sleep = None
+                self._due = float("inf")
                 self.flush()
         finally:
+            self._sleep = None
             self.flush()
             if self._fd is not None:
                 with contextlib.suppress(OSError):

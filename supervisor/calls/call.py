@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -35,6 +36,7 @@ from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.manifest import ToolManifest
 from supervisor.contracts.rpc import Approval
 from supervisor.policy import results, retry
+from supervisor.processes.direct_write import after_flush
 from supervisor.protocols.outcome import CallOutcome
 
 CallState = Literal["queued", "running", "backoff", "done"]
@@ -399,9 +401,11 @@ class Call:
         env = self._envelope(outcome, message, engine.clock())
         if engine.redact is not None:
             env = engine.redact(env)
-        engine.record(self, env)
         if engine.events is not None:
             engine.events.call_ended(self, env)
+        # The audit record and accounting run once the answer is written (in the same tick when
+        # the answer was corked, at once otherwise): off the path from the worker to the client.
+        after_flush(partial(engine.record, self, env))
         self.on_done(env)
 
     def _envelope(self, outcome: CallOutcome | None, message: str, now: float) -> Envelope:

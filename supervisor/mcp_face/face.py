@@ -150,6 +150,49 @@ class McpFace:
             return self.conn.error(rid, mcp.INVALID_PARAMS, str(exc))
         return self.conn.tools_page(rid, page, following)
 
+    def call_now(self, ev: CallTool, write: Notify) -> bool:
+        """Start ``tools/call`` with no task of its own (stdio): the ``tools.invoke`` goes out
+        now and the answer is written from the kernel connection's reader, what
+        :meth:`call_tool` would answer (nothing when the client cancelled it). False, with
+        nothing done, when the call needs :meth:`call_tool`'s task: progress asked for, or MCP
+        server spans on."""
+        if ev.progress_token is not None or self.tracing is not None:
+            return False
+        conn = self.conn
+        profile = self.profile
+        if profile is not None and not profile.allows("tool", ev.name):
+            message = profile.refusal("tool", ev.name)
+            write(conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name}))
+            return True
+        rid = ev.id
+        if rid in self._calls:
+            write(conn.error(rid, mcp.INVALID_REQUEST, f"request id {rid!r} is in flight"))
+            return True
+        krid = self.kernel.new_id()
+        self._calls[rid] = krid
+        params: dict[str, Any] = {"tool": ev.name, "input": ev.arguments}
+        if ev.traceparent:
+            params["trace"] = {"traceparent": ev.traceparent}
+            if ev.tracestate:
+                params["trace"]["tracestate"] = ev.tracestate
+
+        def answered(envelope: Any, error: BaseException | None) -> None:
+            self._calls.pop(rid, None)
+            if isinstance(error, RpcError):
+                self._cancelled.discard(rid)
+                code = _RPC_TO_MCP.get(error.code, mcp.INTERNAL_ERROR)
+                write(conn.error(rid, code, error.message, {"code": error.code}))
+            elif error is not None:
+                self._cancelled.discard(rid)
+                write(conn.error(rid, mcp.INTERNAL_ERROR, "toolhost: the host connection closed"))
+            elif rid in self._cancelled:
+                self._cancelled.discard(rid)
+            else:
+                write(conn.result(rid, call_result(envelope)))
+
+        self.kernel.request_soon("tools.invoke", params, request_id=krid, on_answer=answered)
+        return True
+
     async def call_tool(self, ev: CallTool, notify: Notify) -> bytes | None:
         """Run ``tools/call`` as ``tools.invoke``; the answer, or None if the client cancelled
         it (MCP: no response to a cancelled request). Progress goes to ``notify``."""

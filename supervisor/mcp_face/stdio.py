@@ -1,14 +1,17 @@
 """``toolhost mcp`` over stdio: newline-delimited JSON-RPC on stdin/stdout, one MCP session.
 
 # Strategy: a reader task feeds stdin to the sans-IO :class:`McpServerConnection`; lifecycle
-# answers are written at once, ``tools/list`` and ``tools/call`` each run in their own task on the
-# session's kernel connection (:class:`McpFace`), so calls overlap and a cancel can overtake the
-# call it cancels. Lines are written through (``DirectWriter``, whole lines, in order). The
-# client's first request picks the era: after ``initialize`` a change of the visible tools (or of
-# the hosted resources or prompts) is a plain ``notifications/*/list_changed`` and an update of a
-# resource subscribed with ``resources/subscribe`` a ``notifications/resources/updated``; after
-# ``server/discover`` each goes, tagged, to the open ``subscriptions/listen`` streams that asked
-# for it (acknowledged when it opens, its resources subscribed first; ended by a cancel).
+# answers are written at once, a ``tools/call`` goes to the host from the reader and is answered
+# from the kernel connection's reader (no task per call: two scheduler passes, not four; one
+# asking for progress, or with MCP server spans on, gets a task), the other requests each run in
+# their own task on the session's kernel connection (:class:`McpFace`), so calls overlap and a
+# cancel can overtake the call it cancels. Lines are written through (``DirectWriter``, whole lines,
+# in order). The client's first request picks the era: after ``initialize`` a change of the visible
+# tools (or of the hosted resources or prompts) is a plain ``notifications/*/list_changed`` and an
+# update of a resource subscribed with ``resources/subscribe`` a
+# ``notifications/resources/updated``; after ``server/discover`` each goes, tagged, to the open
+# ``subscriptions/listen`` streams that asked for it (acknowledged when it opens, its resources
+# subscribed first; ended by a cancel).
 # stdin EOF ends the session: the kernel connection closes, which cancels what is still running.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -28,7 +32,7 @@ from supervisor.client import client_on_stream
 from supervisor.contracts.mcp import INVALID_REQUEST, RequestId, SubscriptionFilter
 from supervisor.mcp_face.face import Connect, McpFace
 from supervisor.mcp_face.profiles import Profile
-from supervisor.processes.direct_write import DirectWriter, grow_pipe
+from supervisor.processes.direct_write import DirectWriter, grow_pipe, read_ready
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     CallTool,
@@ -140,9 +144,13 @@ async def _read(
         if answer is not None:
             write(answer)
 
+    fd = stdin.fileno()
+    # A pipe or socket: wait, then read (a request comes after the last answer went out, so
+    # reading first would fail once per request). A file cannot be waited for: read on.
+    waits = not stat.S_ISREG(os.fstat(fd).st_mode)
     while True:
         try:
-            data = await stdin.receive_some(1 << 16)
+            data = await (read_ready(fd, 1 << 16) if waits else stdin.receive_some(1 << 16))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
         if not data:
@@ -158,7 +166,8 @@ async def _read(
             elif isinstance(ev, ListTools):
                 nursery.start_soon(list_tools, ev)
             elif isinstance(ev, CallTool):
-                nursery.start_soon(call_tool, ev)
+                if not face.call_now(ev, write):  # progress or spans: a task of its own
+                    nursery.start_soon(call_tool, ev)
             elif isinstance(ev, Forward):
                 nursery.start_soon(forward, ev)
             elif isinstance(ev, Listen):
