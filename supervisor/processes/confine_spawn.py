@@ -232,24 +232,32 @@ class SidecarConfinement:
         assert self.walls is not None
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        walls, tmpdir = self.walls.worker(
-            cgroup=cgroup or None, nproc=nproc, channel=child.fileno()
-        )
-        memfd = os.memfd_create("toolhost-walls", 0)
-        try:
-            data = walls.dumps()
-            view = memoryview(data)
+        tmpdir = ""
+        memfd = -1
+        try:  # until Prepared owns them, every part made here is undone here
+            walls, tmpdir = self.walls.worker(
+                cgroup=cgroup or None, nproc=nproc, channel=child.fileno()
+            )
+            memfd = os.memfd_create("toolhost-walls", 0)
+            view = memoryview(walls.dumps())
             while view:
                 view = view[os.write(memfd, view) :]
             os.lseek(memfd, 0, os.SEEK_SET)
-        except OSError:
-            os.close(memfd)
+            inherited = self.walls.inherited(walls)
+            argv_shim = confine.shim_argv(argv, memfd)
+        except BaseException:
+            parent.close()
+            child.close()
+            if memfd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(memfd)
+            if tmpdir:
+                confine.remove_tmpdir(tmpdir)
             raise
         child_fd = child.detach()
-        inherited = self.walls.inherited(walls)
         prepared = Prepared(
             plan,
-            confine.shim_argv(argv, memfd),
+            argv_shim,
             dict(self.proxy_env),
             sorted({*inherited, memfd}),
             [memfd, child_fd],
@@ -264,7 +272,7 @@ class SidecarConfinement:
         if self.worker_env is not None:
             try:
                 mine, prepared.release = self.worker_env(key)
-            except OSError:
+            except BaseException:
                 prepared.finish()
                 raise
             prepared.env.update(mine)
