@@ -20,12 +20,12 @@ import contextlib
 import errno
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from supervisor.contracts.confine import ConfinementFacts, ConfinePlan
-from supervisor.processes import confine, limits
+from supervisor.processes import confine, confine_direct, limits
 from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
-from supervisor.processes.walls import read_report
+from supervisor.processes.walls import Walls, read_report
 
 WorkerEnv = Callable[[str], tuple[dict[str, str], Callable[[], None]]]
 """``worker key -> (variables for that worker alone, what undoes them when it ends)``."""
@@ -50,6 +50,7 @@ class Prepared:
         "release",
         "via",
         "walls_fd",
+        "why_exec",
     )
 
     def __init__(
@@ -72,13 +73,16 @@ class Prepared:
         self.program = program
         """The sidecar's command line."""
         self.argv = argv
-        """The shim's command line (it execs the sidecar's)."""
+        """The shim's command line (it execs the sidecar's, or runs it: :attr:`why_exec`)."""
         self.walls_fd = walls_fd
         """The memfd holding the walls (``Walls.dumps``)."""
         self.inherited = inherited
         """The descriptors the walls name (the zygote's request carries them after the memfd)."""
         self.via = ""
         """Who put the walls up: ``zygote`` or ``shim`` (set by the spawner)."""
+        self.why_exec = ""
+        """Why :attr:`argv` is the shim exec'ing the program ("": the shim's ``--python`` form,
+        the worker's own interpreter puts the walls up and runs it)."""
         self.env = env
         """What the worker's environment gets: ``TMPDIR`` (and the proxy's variables)."""
         self.pass_fds = pass_fds
@@ -194,14 +198,25 @@ class SidecarConfinement:
             return 0
         return plan.processes if plan.processes >= 2 else 0
 
-    def prepare(self, argv: Sequence[str], cgroup: str | None = None) -> Prepared:
-        """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel.
+    def prepare(
+        self,
+        argv: Sequence[str],
+        cgroup: str | None = None,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Prepared:
+        """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel, and
+        the shim's command line.
 
         Args:
             argv: The sidecar's command line.
             cgroup: A pids group made ahead, its ``pids.max`` already :attr:`spare_limit`
                 (the zygote's spare's, ``Zygote.take_spare``); the worker owns it from now on
                 (removed by :meth:`Prepared.finish`). None: a fresh one is made here.
+            cwd: The worker's working directory and (``env``) its environment: with both, a
+                Python worker of the host's interpreter may get the shim's ``--python`` form
+                (one interpreter start: ``processes.confine_direct``); else the shim execs.
 
         Raises:
             OSError: A part could not be made.
@@ -220,14 +235,21 @@ class SidecarConfinement:
             with contextlib.suppress(OSError):
                 cgroup = self.cgroups.create(safe, plan.processes)
         try:
-            return self._prepare(argv, cgroup or "", safe)
+            return self._prepare(argv, cgroup or "", safe, cwd, env)
         except BaseException:
             if cgroup:  # the worker that would own it never exists
                 with contextlib.suppress(OSError):
                     PidsCgroups.remove(cgroup)
             raise
 
-    def _prepare(self, argv: Sequence[str], cgroup: str, key: str) -> Prepared:
+    def _prepare(
+        self,
+        argv: Sequence[str],
+        cgroup: str,
+        key: str,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+    ) -> Prepared:
         plan = self.plan
         assert self.walls is not None
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
@@ -244,7 +266,11 @@ class SidecarConfinement:
                 view = view[os.write(memfd, view) :]
             os.lseek(memfd, 0, os.SEEK_SET)
             inherited = self.walls.inherited(walls)
-            argv_shim = confine.shim_argv(argv, memfd)
+            why = self._why_exec(argv, walls, cwd, env)
+            if why:
+                argv_shim = confine.shim_argv(argv, memfd)
+            else:
+                argv_shim = confine_direct.direct_argv(argv, memfd)
         except BaseException:
             parent.close()
             child.close()
@@ -269,6 +295,7 @@ class SidecarConfinement:
             inherited=inherited,
             kept=self.kept,
         )
+        prepared.why_exec = why
         if self.worker_env is not None:
             try:
                 mine, prepared.release = self.worker_env(key)
@@ -277,6 +304,20 @@ class SidecarConfinement:
                 raise
             prepared.env.update(mine)
         return prepared
+
+    def _why_exec(
+        self,
+        argv: Sequence[str],
+        walls: Walls,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+    ) -> str:
+        """Why the shim must exec ``argv`` ("": its ``--python`` form runs it)."""
+        if cwd is None or env is None or self.walls is None:
+            return "no environment given"
+        writable = [*walls.write, self.walls.tmp_root] if walls.landlock_abi > 0 else None
+        full_env = {**env, **self.proxy_env}
+        return confine_direct.problem(argv, cwd, full_env, writable) or ""
 
     def close(self) -> None:
         if self.walls is not None:

@@ -22,9 +22,9 @@ import os
 import struct
 import sys
 
-try:  # inside the package, or loaded by the exec shim from this folder
+if __package__:  # inside the package
     from supervisor.processes import linux
-except ImportError:  # pragma: no cover - the shim without the package on sys.path
+else:  # pragma: no cover - loaded by the exec shim from this folder (never the package's copy)
     import linux  # type: ignore[no-redef]
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}

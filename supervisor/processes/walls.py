@@ -24,9 +24,9 @@ import marshal
 import os
 import resource
 
-try:  # inside the package, or loaded by the exec shim from this folder
+if __package__:  # inside the package
     from supervisor.processes import landlock, linux, seccomp
-except ImportError:  # pragma: no cover - the shim without the package on sys.path
+else:  # pragma: no cover - loaded by the exec shim from this folder (never the package's copy)
     import landlock  # type: ignore[no-redef]
     import linux  # type: ignore[no-redef]
     import seccomp  # type: ignore[no-redef]
@@ -342,9 +342,9 @@ def _no_prctl(*_args: int) -> int:
 
 
 def _netns():  # type: ignore[no-untyped-def]
-    try:
+    if __package__:
         from supervisor.processes import netns
-    except ImportError:  # pragma: no cover - the shim
+    else:  # pragma: no cover - the shim
         import netns  # type: ignore[no-redef]
     return netns
 
