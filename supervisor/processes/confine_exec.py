@@ -20,7 +20,7 @@ cannot be executed.
 import os
 import sys
 
-SIBLINGS = ("walls", "landlock", "seccomp", "linux", "netns", "pymain")
+SIBLINGS = ("walls", "landlock", "seccomp", "linux", "netns", "cabi", "pymain")
 """The modules this script loads from its folder (top-level names, dropped again)."""
 
 if __name__ == "__main__":  # pragma: no cover - run as a script by the spawn path
