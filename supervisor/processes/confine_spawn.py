@@ -134,7 +134,9 @@ class Prepared:
     def finish(self, *, ended: bool = False) -> None:
         """Remove the worker's ``TMPDIR`` and its pids group, killing what is left in it;
         ``ended`` (the worker ran and was reaped) with ``confine.keep``: moving that to the
-        sidecar's kept group instead (a start abandoned midway keeps nothing)."""
+        sidecar's kept group instead (a start abandoned midway keeps nothing). What was issued
+        to it alone (:attr:`release`: its proxy token) is undone now, or, when processes of it
+        were kept, when the kept group goes (``KeptGroups.hold``)."""
         self.started()
         if self._channel is not None:
             self._channel.close()
@@ -142,16 +144,19 @@ class Prepared:
         tmpdir = self.env.get("TMPDIR", "")
         if tmpdir:
             confine.remove_tmpdir(tmpdir)
+        kept = 0
         if self._cgroup:
             with contextlib.suppress(OSError):
                 if self._kept is not None and ended:
                     plan = self.plan
-                    self._kept.keep(plan.sidecar, plan.keep, plan.processes, self._cgroup)
+                    kept = self._kept.keep(plan.sidecar, plan.keep, plan.processes, self._cgroup)
                 else:
                     PidsCgroups.remove(self._cgroup)
             self._cgroup = ""
         release, self.release = self.release, None
-        if release is not None:
+        if release is not None and kept and self._kept is not None:
+            self._kept.hold(self.plan.sidecar, release)  # what it kept still uses its token
+        elif release is not None:
             release()
 
 
