@@ -20,20 +20,20 @@ import contextlib
 import errno
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from supervisor.contracts.confine import ConfinementFacts, ConfinePlan
-from supervisor.processes import confine, limits, unix_gate
+from supervisor.processes import confine, confine_direct, limits, unix_gate
 from supervisor.processes.pids_cgroup import KeptGroups, PidsCgroups
-from supervisor.processes.walls import read_report
+from supervisor.processes.walls import Walls, read_report
 
 WorkerEnv = Callable[[str], tuple[dict[str, str], Callable[[], None]]]
+"""``worker key -> (variables for that worker alone, what undoes them when it ends)``."""
 Gate = Callable[[socket.socket, "Prepared", unix_gate.Rules], "Callable[[], None] | None"]
 """The host's Unix socket gate: ``UnixGate.watch``."""
 GateWatch = Callable[[socket.socket, "Prepared"], "Callable[[], None] | None"]
 """``(report channel, worker) -> stop waiting for its report`` (None: no gate runs): the host's
 Unix socket gate (``host/unix_gate.py``), bound to the worker's rules."""
-"""``worker key -> (variables for that worker alone, what undoes them when it ends)``."""
 
 
 class Prepared:
@@ -57,6 +57,7 @@ class Prepared:
         "release",
         "via",
         "walls_fd",
+        "why_exec",
     )
 
     def __init__(
@@ -79,13 +80,16 @@ class Prepared:
         self.program = program
         """The sidecar's command line."""
         self.argv = argv
-        """The shim's command line (it execs the sidecar's)."""
+        """The shim's command line (it execs the sidecar's, or runs it: :attr:`why_exec`)."""
         self.walls_fd = walls_fd
         """The memfd holding the walls (``Walls.dumps``)."""
         self.inherited = inherited
         """The descriptors the walls name (the zygote's request carries them after the memfd)."""
         self.via = ""
         """Who put the walls up: ``zygote`` or ``shim`` (set by the spawner)."""
+        self.why_exec = ""
+        """Why :attr:`argv` is the shim exec'ing the program ("": the shim's ``--python`` form,
+        the worker's own interpreter puts the walls up and runs it)."""
         self.env = env
         """What the worker's environment gets: ``TMPDIR`` (and the proxy's variables)."""
         self.pass_fds = pass_fds
@@ -150,7 +154,9 @@ class Prepared:
     def finish(self, *, ended: bool = False) -> None:
         """Remove the worker's ``TMPDIR`` and its pids group, killing what is left in it;
         ``ended`` (the worker ran and was reaped) with ``confine.keep``: moving that to the
-        sidecar's kept group instead (a start abandoned midway keeps nothing)."""
+        sidecar's kept group instead (a start abandoned midway keeps nothing). What was issued
+        to it alone (:attr:`release`: its proxy token) is undone now, or, when processes of it
+        were kept, when the kept group goes (``KeptGroups.hold``)."""
         self._gate = None  # never started: nothing to gate
         stop, self._gate_stop = self._gate_stop, None
         if stop is not None:  # a report that never came is not waited for any longer
@@ -162,16 +168,19 @@ class Prepared:
         tmpdir = self.env.get("TMPDIR", "")
         if tmpdir:
             confine.remove_tmpdir(tmpdir)
+        kept = 0
         if self._cgroup:
             with contextlib.suppress(OSError):
                 if self._kept is not None and ended:
                     plan = self.plan
-                    self._kept.keep(plan.sidecar, plan.keep, plan.processes, self._cgroup)
+                    kept = self._kept.keep(plan.sidecar, plan.keep, plan.processes, self._cgroup)
                 else:
                     PidsCgroups.remove(self._cgroup)
             self._cgroup = ""
         release, self.release = self.release, None
-        if release is not None:
+        if release is not None and kept and self._kept is not None:
+            self._kept.hold(self.plan.sidecar, release)  # what it kept still uses its token
+        elif release is not None:
             release()
 
 
@@ -223,14 +232,25 @@ class SidecarConfinement:
             return 0
         return plan.processes if plan.processes >= 2 else 0
 
-    def prepare(self, argv: Sequence[str], cgroup: str | None = None) -> Prepared:
-        """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel.
+    def prepare(
+        self,
+        argv: Sequence[str],
+        cgroup: str | None = None,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Prepared:
+        """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel, and
+        the shim's command line.
 
         Args:
             argv: The sidecar's command line.
             cgroup: A pids group made ahead, its ``pids.max`` already :attr:`spare_limit`
                 (the zygote's spare's, ``Zygote.take_spare``); the worker owns it from now on
                 (removed by :meth:`Prepared.finish`). None: a fresh one is made here.
+            cwd: The worker's working directory and (``env``) its environment: with both, a
+                Python worker of the host's interpreter may get the shim's ``--python`` form
+                (one interpreter start: ``processes.confine_direct``); else the shim execs.
 
         Raises:
             OSError: A part could not be made.
@@ -249,36 +269,55 @@ class SidecarConfinement:
             with contextlib.suppress(OSError):
                 cgroup = self.cgroups.create(safe, plan.processes)
         try:
-            return self._prepare(argv, cgroup or "", safe)
+            return self._prepare(argv, cgroup or "", safe, cwd, env)
         except BaseException:
             if cgroup:  # the worker that would own it never exists
                 with contextlib.suppress(OSError):
                     PidsCgroups.remove(cgroup)
             raise
 
-    def _prepare(self, argv: Sequence[str], cgroup: str, key: str) -> Prepared:
+    def _prepare(
+        self,
+        argv: Sequence[str],
+        cgroup: str,
+        key: str,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+    ) -> Prepared:
         plan = self.plan
         assert self.walls is not None
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        walls, tmpdir = self.walls.worker(
-            cgroup=cgroup or None, nproc=nproc, channel=child.fileno(), gate=bool(self.gate)
-        )
-        memfd = os.memfd_create("toolhost-walls", 0)
-        try:
-            data = walls.dumps()
-            view = memoryview(data)
+        tmpdir = ""
+        memfd = -1
+        try:  # until Prepared owns them, every part made here is undone here
+            walls, tmpdir = self.walls.worker(
+                cgroup=cgroup or None, nproc=nproc, channel=child.fileno(), gate=bool(self.gate)
+            )
+            memfd = os.memfd_create("toolhost-walls", 0)
+            view = memoryview(walls.dumps())
             while view:
                 view = view[os.write(memfd, view) :]
             os.lseek(memfd, 0, os.SEEK_SET)
-        except OSError:
-            os.close(memfd)
+            inherited = self.walls.inherited(walls)
+            why = self._why_exec(argv, walls, cwd, env)
+            if why:
+                argv_shim = confine.shim_argv(argv, memfd)
+            else:
+                argv_shim = confine_direct.direct_argv(argv, memfd)
+        except BaseException:
+            parent.close()
+            child.close()
+            if memfd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(memfd)
+            if tmpdir:
+                confine.remove_tmpdir(tmpdir)
             raise
         child_fd = child.detach()
-        inherited = self.walls.inherited(walls)
         prepared = Prepared(
             plan,
-            confine.shim_argv(argv, memfd),
+            argv_shim,
             dict(self.proxy_env),
             sorted({*inherited, memfd}),
             [memfd, child_fd],
@@ -290,6 +329,7 @@ class SidecarConfinement:
             inherited=inherited,
             kept=self.kept,
         )
+        prepared.why_exec = why
         gate = self.gate
         if gate is not None and walls.gate:
             ports = tuple(walls.tcp_connect) if walls.tcp_connect is not None else None
@@ -298,11 +338,25 @@ class SidecarConfinement:
         if self.worker_env is not None:
             try:
                 mine, prepared.release = self.worker_env(key)
-            except OSError:
+            except BaseException:
                 prepared.finish()
                 raise
             prepared.env.update(mine)
         return prepared
+
+    def _why_exec(
+        self,
+        argv: Sequence[str],
+        walls: Walls,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+    ) -> str:
+        """Why the shim must exec ``argv`` ("": its ``--python`` form runs it)."""
+        if cwd is None or env is None or self.walls is None:
+            return "no environment given"
+        writable = [*walls.write, self.walls.tmp_root] if walls.landlock_abi > 0 else None
+        full_env = {**env, **self.proxy_env}
+        return confine_direct.problem(argv, cwd, full_env, writable) or ""
 
     def close(self) -> None:
         if self.walls is not None:

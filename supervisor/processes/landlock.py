@@ -1,23 +1,28 @@
 """Landlock (Linux 5.13+): the filesystem, TCP and IPC walls of a worker, built with raw
 syscalls.
 
-# Strategy: the standard library only (``ctypes``, ``os``, ``struct``), so the exec shim can load
-# it without the virtual environment. :class:`Ruleset` is prepared in the parent (masks per ABI,
-# the rule buffers, the bound ``syscall``), and its two child-side steps, :meth:`Ruleset.build`
-# (open each path ``O_PATH``, add a rule, close) and :meth:`Ruleset.restrict`, allocate next to
-# nothing and call no lock-taking code, so they are safe in a child forked from a threaded
-# process. A path that does not exist is skipped and reported; a grant on a file gets the file
-# rights only (the kernel refuses folder rights on a file). Everything the ABI knows is
-# *handled*, so whatever no rule grants is denied: the kernel answers ``EACCES``.
+# Strategy: the standard library only (``ctypes``' pieces in :mod:`cabi`, ``os``, ``struct``),
+# so the exec shim can load it without the virtual environment. :class:`Ruleset` is prepared in
+# the parent (masks per ABI, the rule buffers, the bound ``syscall``), and its two child-side
+# steps, :meth:`Ruleset.build` (open each path ``O_PATH``, add a rule, close) and
+# :meth:`Ruleset.restrict`, allocate next to nothing and call no lock-taking code, so they are
+# safe in a child forked from a threaded process. A path that does not exist is skipped and
+# reported; a grant on a file gets the file rights only (the kernel refuses folder rights on a
+# file). Everything the ABI knows is *handled*, so whatever no rule grants is denied: the
+# kernel answers ``EACCES``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import stat
 import struct
 import sys
+
+if __package__:  # inside the package
+    from supervisor.processes import cabi
+else:  # pragma: no cover - loaded by the exec shim from this folder (never the package's copy)
+    import cabi  # type: ignore[no-redef]
 
 TYPE_CHECKING = False  # not typing's: the shim imports nothing it does not need
 if TYPE_CHECKING:
@@ -89,7 +94,7 @@ def fs_rights(abi: int) -> int:
     return top - 1
 
 
-_libc: ctypes.CDLL | None = None
+_libc: cabi.CDLL | None = None
 
 
 def _syscall() -> Callable[..., int] | None:
@@ -98,11 +103,11 @@ def _syscall() -> Callable[..., int] | None:
         return None
     if _libc is None:
         try:
-            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc = cabi.CDLL(None)
         except OSError:
             return None
     fn = _libc.syscall
-    fn.restype = ctypes.c_long
+    fn.restype = cabi.c_long
     syscall: Callable[..., int] = fn
     return syscall
 
@@ -112,7 +117,7 @@ def abi_version() -> int:
     fn = _syscall()
     if fn is None:
         return 0
-    r = fn(ctypes.c_long(SYS_CREATE_RULESET), None, ctypes.c_long(0), ctypes.c_long(1))
+    r = fn(cabi.c_long(SYS_CREATE_RULESET), None, cabi.c_long(0), cabi.c_long(1))
     return max(int(r), 0)
 
 
@@ -157,14 +162,14 @@ class Ruleset:
         self.ports = [p for p in (tcp_connect or ()) if 0 < p < 65536] if self.handled_net else []
         self.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if scoped and abi >= 6 else 0
         size = 24 if abi >= 6 else 16 if abi >= 4 else 8
-        self._attr = ctypes.create_string_buffer(
+        self._attr = cabi.create_string_buffer(
             struct.pack("=QQQ", handled, self.handled_net, self.scoped)[:size], size
         )
         self._attr_size = size
-        self._path_rule = ctypes.create_string_buffer(
+        self._path_rule = cabi.create_string_buffer(
             12
         )  # struct landlock_path_beneath_attr (packed)
-        self._net_rule = ctypes.create_string_buffer(16)  # struct landlock_net_port_attr
+        self._net_rule = cabi.create_string_buffer(16)  # struct landlock_net_port_attr
         self._flags = RESTRICT_SELF_LOG_NEW_EXEC_ON if audit and abi >= 7 else 0
         self._sys = _syscall()
         self.fd = -1
@@ -195,13 +200,13 @@ class Ruleset:
         if fn is None or self.abi < 1:
             raise OSError(38, "Landlock is not available")
         fd = fn(
-            ctypes.c_long(SYS_CREATE_RULESET),
+            cabi.c_long(SYS_CREATE_RULESET),
             self._attr,
-            ctypes.c_long(self._attr_size),
-            ctypes.c_long(0),
+            cabi.c_long(self._attr_size),
+            cabi.c_long(0),
         )
         if fd < 0:
-            err = ctypes.get_errno()
+            err = cabi.get_errno()
             raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
         self.fd = int(fd)
         rule = self._path_rule
@@ -216,11 +221,11 @@ class Ruleset:
                     access &= FILE_RIGHTS
                 struct.pack_into("=Qi", rule, 0, access, pfd)
                 r = fn(
-                    ctypes.c_long(SYS_ADD_RULE),
-                    ctypes.c_long(self.fd),
-                    ctypes.c_long(RULE_PATH_BENEATH),
+                    cabi.c_long(SYS_ADD_RULE),
+                    cabi.c_long(self.fd),
+                    cabi.c_long(RULE_PATH_BENEATH),
                     rule,
-                    ctypes.c_long(0),
+                    cabi.c_long(0),
                 )
                 if r == 0:
                     self.rules += 1
@@ -232,11 +237,11 @@ class Ruleset:
         for port in self.ports:
             struct.pack_into("=QQ", net, 0, NET_CONNECT_TCP, port)
             r = fn(
-                ctypes.c_long(SYS_ADD_RULE),
-                ctypes.c_long(self.fd),
-                ctypes.c_long(RULE_NET_PORT),
+                cabi.c_long(SYS_ADD_RULE),
+                cabi.c_long(self.fd),
+                cabi.c_long(RULE_NET_PORT),
                 net,
-                ctypes.c_long(0),
+                cabi.c_long(0),
             )
             if r == 0:
                 self.rules += 1
@@ -251,10 +256,10 @@ class Ruleset:
         fn = self._sys
         assert fn is not None and self.fd >= 0
         flags = self._flags
-        r = fn(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_long(self.fd), ctypes.c_long(flags))
-        if r != 0 and flags and ctypes.get_errno() == 22:  # a kernel without the log flags
-            r = fn(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_long(self.fd), ctypes.c_long(0))
-        err = ctypes.get_errno()
+        r = fn(cabi.c_long(SYS_RESTRICT_SELF), cabi.c_long(self.fd), cabi.c_long(flags))
+        if r != 0 and flags and cabi.get_errno() == 22:  # a kernel without the log flags
+            r = fn(cabi.c_long(SYS_RESTRICT_SELF), cabi.c_long(self.fd), cabi.c_long(0))
+        err = cabi.get_errno()
         os.close(self.fd)
         self.fd = -1
         if r != 0:

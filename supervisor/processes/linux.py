@@ -4,21 +4,25 @@
 # (the exec start's ``preexec``, the zygote's supervision) and by the zygote's own interpreter
 # (``zygote_main``, which must not import trio or anything the preload list did not ask for),
 # and by the walls (``walls``, ``seccomp``), also in the exec shim's bare ``python -I -S``.
-# ``prctl`` comes from libc through ctypes, loaded once at import (:func:`load_prctl`, the one
-# place that binds it: the process's own symbols, no library search, which would start
-# ``ldconfig``); where it is missing (not Linux, no libc) :data:`PRCTL` is None and what needs it
-# says so or does without. Everything
-# that runs between fork and exec (:func:`make_preexec`, :func:`die_with_parent`,
+# ``prctl`` comes from libc through ctypes (:mod:`cabi`'s few pieces of it), loaded once at
+# import (:func:`load_prctl`, the one place that binds it: the process's own symbols, no
+# library search, which would start ``ldconfig``); where it is missing (not Linux, no libc)
+# :data:`PRCTL` is None and what needs it says so or does without. Everything that runs
+# between fork and exec (:func:`make_preexec`, :func:`die_with_parent`,
 # :func:`set_rlimits`) allocates little and raises nothing. The host becomes a child subreaper
 # only while it runs a zygote; the orphans that adopts are reaped by :func:`reap_orphans`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
 import sys
+
+if __package__:  # inside the package
+    from supervisor.processes import cabi
+else:  # pragma: no cover - loaded by the exec shim from this folder (never the package's copy)
+    import cabi  # type: ignore[no-redef]
 
 TYPE_CHECKING = False  # not typing's: the exec shim imports this module, and typing costs it ~28 ms
 if TYPE_CHECKING:
@@ -41,14 +45,14 @@ def load_prctl() -> Prctl | None:
     fn = None
     for name in (None, "libc.so.6"):
         try:
-            fn = ctypes.CDLL(name, use_errno=True).prctl
+            fn = cabi.CDLL(name).prctl
             break
         except (OSError, AttributeError):
             continue
     if fn is None:
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
+    fn.argtypes = [cabi.c_int, cabi.c_ulong, cabi.c_ulong, cabi.c_ulong, cabi.c_ulong]
+    fn.restype = cabi.c_int
     fn_typed: Prctl = fn
     return fn_typed
 
@@ -111,7 +115,7 @@ def set_subreaper(on: bool) -> str | None:
     if prctl is None:
         return "prctl is not available"
     if prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) != 0:
-        return f"PR_SET_CHILD_SUBREAPER failed: {os.strerror(ctypes.get_errno())}"
+        return f"PR_SET_CHILD_SUBREAPER failed: {os.strerror(cabi.get_errno())}"
     return None
 
 

@@ -18,8 +18,15 @@ reaches the host's network; what they may reach is a listening socket the host s
 
 from __future__ import annotations
 
-import ctypes
 import os
+import sys
+
+if __package__:  # inside the package
+    from supervisor.processes import cabi
+else:  # pragma: no cover - the exec shim loads it from this folder, or it runs as the helper
+    if __name__ == "__main__":  # ``python -I -S netns.py``: no folder of its own on sys.path
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cabi  # type: ignore[no-redef]
 
 TYPE_CHECKING = False  # not typing's: the shim imports nothing it does not need
 if TYPE_CHECKING:
@@ -32,8 +39,8 @@ SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+def _libc() -> cabi.CDLL:
+    return cabi.CDLL(None)
 
 
 class Join:
@@ -48,8 +55,8 @@ class Join:
         self.fds = list(fds)
         libc = _libc()
         self._setns = libc.setns
-        self._setns.argtypes = [ctypes.c_int, ctypes.c_int]
-        self._setns.restype = ctypes.c_int
+        self._setns.argtypes = [cabi.c_int, cabi.c_int]
+        self._setns.restype = cabi.c_int
 
     def enter(self) -> None:
         """``setns`` into each namespace, in order (the calling process must be single-threaded).
@@ -59,7 +66,7 @@ class Join:
         """
         for fd in self.fds:
             if self._setns(fd, 0) != 0:
-                err = ctypes.get_errno()
+                err = cabi.get_errno()
                 raise OSError(err, f"setns: {os.strerror(err)}")
 
 
@@ -91,7 +98,6 @@ class Holder:
         """
         import socket  # at run time only: the shim never makes a holder
         import subprocess
-        import sys
 
         parent, child = socket.socketpair()
         with parent, child:
@@ -151,7 +157,7 @@ def _helper(argv: list[str]) -> None:  # pragma: no cover - runs in the helper i
     flags = CLONE_NEWNET | (CLONE_NEWUSER if way == "user" else 0)
     libc = _libc()
     if libc.unshare(flags) != 0:
-        raise OSError(ctypes.get_errno(), "unshare")
+        raise OSError(cabi.get_errno(), "unshare")
     if way == "user":
         _write("/proc/self/setgroups", b"deny")
         _write("/proc/self/uid_map", b"%d %d 1" % (uid, uid))
@@ -185,8 +191,6 @@ def probe_user() -> bool:
 
 
 if __name__ == "__main__":  # pragma: no cover - the helper
-    import sys
-
     try:
         _helper(sys.argv)
     except OSError as exc:

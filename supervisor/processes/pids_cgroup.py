@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 
 ROOT = "/sys/fs/cgroup"
 TAG = "toolhost-"
@@ -260,6 +261,7 @@ class KeptGroups:
     def __init__(self, cgroups: PidsCgroups) -> None:
         self.cgroups = cgroups
         self._groups: dict[str, tuple[str, str]] = {}
+        self._held: dict[str, list[Callable[[], None]]] = {}
         self._closed = False
 
     def path(self, sidecar: str) -> str:
@@ -295,7 +297,10 @@ class KeptGroups:
             PidsCgroups.remove(group)
             return 0
         self._groups[sidecar] = (path, scope)
-        if PidsCgroups.current(path) + left > limit:
+        now = PidsCgroups.current(path)
+        if now == 0:  # every process kept before is gone: so is the need for what it held
+            self._undo_held(sidecar)
+        if now + left > limit:
             log.warning(
                 "sidecar %s: %d processes left by its worker would pass its kept group's limit"
                 " (confine.processes %d): killed",
@@ -312,11 +317,24 @@ class KeptGroups:
             PidsCgroups.remove(group)
             return 0
 
+    def hold(self, sidecar: str, undo: Callable[[], None]) -> None:
+        """What was issued to a worker whose processes were just kept (its egress proxy token,
+        which they inherited in their environment) stays valid while they may run: ``undo``
+        runs when ``sidecar``'s kept group goes (:meth:`release`, :meth:`close`) or is found
+        empty by the next :meth:`keep`."""
+        self._held.setdefault(sidecar, []).append(undo)
+
+    def _undo_held(self, sidecar: str) -> None:
+        for undo in self._held.pop(sidecar, []):
+            with contextlib.suppress(Exception):  # the host's own bookkeeping: never fatal
+                undo()
+
     def release(self, sidecar: str) -> None:
         """Kill ``sidecar``'s kept processes and remove its group."""
         got = self._groups.pop(sidecar, None)
         if got is not None:
             PidsCgroups.remove(got[0])
+        self._undo_held(sidecar)
 
     def close(self) -> list[str]:
         """The host stops: kill every kept group but those of ``keep: host`` sidecars, which
@@ -330,4 +348,6 @@ class KeptGroups:
             else:
                 PidsCgroups.remove(path)
         self._groups = {}
+        for sidecar in list(self._held):  # the host's proxy stops with it anyway
+            self._undo_held(sidecar)
         return left

@@ -18,14 +18,14 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 import sys
 
-try:  # inside the package, or loaded by the exec shim from this folder
-    from supervisor.processes import linux
-except ImportError:  # pragma: no cover - the shim without the package on sys.path
+if __package__:  # inside the package
+    from supervisor.processes import cabi, linux
+else:  # pragma: no cover - loaded by the exec shim from this folder (never the package's copy)
+    import cabi  # type: ignore[no-redef]
     import linux  # type: ignore[no-redef]
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -273,20 +273,20 @@ def program(arch_name: str, *, allow_unix: bool, sockets: str = "any", gate: boo
     return a.bytes()
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+class _SockFprog(cabi.Structure):
+    _fields_ = [("len", cabi.c_ushort), ("filter", cabi.c_void_p)]
 
 
 class Filter:
     """A filter ready to install: built in the parent, one ``prctl`` in the child."""
 
     def __init__(self, code: bytes, arch_name: str = "") -> None:
-        self._buf = ctypes.create_string_buffer(code, len(code))
-        self._prog = _SockFprog(len(code) // 8, ctypes.addressof(self._buf))
-        self._ptr = ctypes.addressof(self._prog)
+        self._buf = cabi.create_string_buffer(code, len(code))
+        self._prog = _SockFprog(len(code) // 8, cabi.addressof(self._buf))
+        self._ptr = cabi.addressof(self._prog)
         self._prctl = linux.PRCTL
         self._seccomp_nr = SYSCALLS[arch_name]["seccomp"] if arch_name else -1
-        self._syscall = ctypes.CDLL(None, use_errno=True).syscall if arch_name else None
+        self._syscall = cabi.CDLL(None).syscall if arch_name else None
 
     def install(self, listener: bool = False) -> int:
         """Set ``no_new_privs`` and install the filter (irreversible); with ``listener`` (a
@@ -300,7 +300,7 @@ class Filter:
         if prctl is None:
             raise OSError(38, "prctl is not available")
         if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            err = ctypes.get_errno()
+            err = cabi.get_errno()
             raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS) refused")
         if listener:
             if self._syscall is None:
@@ -310,15 +310,15 @@ class Filter:
                     self._seccomp_nr,
                     SECCOMP_SET_MODE_FILTER,
                     SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                    ctypes.c_void_p(self._ptr),
+                    cabi.c_void_p(self._ptr),
                 )
             )
             if fd < 0:
-                err = ctypes.get_errno()
+                err = cabi.get_errno()
                 raise OSError(err, "seccomp(SECCOMP_FILTER_FLAG_NEW_LISTENER) refused")
             return fd
         if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._ptr, 0, 0) != 0:
-            err = ctypes.get_errno()
+            err = cabi.get_errno()
             raise OSError(err, "prctl(PR_SET_SECCOMP) refused")
         return -1
 

@@ -13,8 +13,10 @@
 # (PROTOCOL 7) goes to the zygote too, whatever its program: its child puts the walls up, then
 # runs the Python worker or execs the program; only when the zygote cannot take it (none,
 # ``TOOLHOST_SPAWN=exec``, down, slow) is it exec'd through the shim, a bare interpreter that
-# puts them up (``confine_exec.py``). The zygote is seen through :class:`Forker`, so this module
-# does not import it (the zygote imports :func:`allowed_env` from here).
+# puts them up (``confine_exec.py``); a Python worker of the host's own interpreter, where its
+# start reads nothing a worker could write, starts that interpreter on the shim instead (one
+# start, not two: ``processes.confine_direct``). The zygote is seen through :class:`Forker`, so
+# this module does not import it (the zygote imports :func:`allowed_env` from here).
 """
 
 from __future__ import annotations
@@ -241,7 +243,7 @@ class Spawner:
         group = None
         if z is not None and limit and confine.cgroups is not None:
             group = z.take_spare(confine.cgroups, limit)
-        prepared = confine.prepare(argv, cgroup=group)
+        prepared = confine.prepare(argv, cgroup=group, cwd=cwd, env=env)
         full_env = {**env, **prepared.env}
         stdin, stdout, stderr = stdio
         if z is not None:
@@ -270,7 +272,7 @@ class Spawner:
             # The zygote may have got the request and answered late: its worker (killed as a
             # late answer) may hold this worker's parts. The shim gets fresh ones.
             prepared.finish()
-            prepared = confine.prepare(argv)
+            prepared = confine.prepare(argv, cwd=cwd, env=env)
             full_env = {**env, **prepared.env}
         try:
             child = exec_child(

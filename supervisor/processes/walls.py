@@ -19,15 +19,15 @@ parent, :meth:`Armed.apply` in the child.
 
 from __future__ import annotations
 
-import ctypes
 import marshal
 import os
 import resource
 import sys
 
-try:  # inside the package, or loaded by the exec shim from this folder
-    from supervisor.processes import landlock, linux, seccomp
-except ImportError:  # pragma: no cover - the shim without the package on sys.path
+if __package__:  # inside the package
+    from supervisor.processes import cabi, landlock, linux, seccomp
+else:  # pragma: no cover - loaded by the exec shim from this folder (never the package's copy)
+    import cabi  # type: ignore[no-redef]
     import landlock  # type: ignore[no-redef]
     import linux  # type: ignore[no-redef]
     import seccomp  # type: ignore[no-redef]
@@ -157,15 +157,15 @@ class ConfinementError(OSError):
     """A wall could not be put up while ``strict``; the worker must not run."""
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class _CapHeader(cabi.Structure):
+    _fields_ = [("version", cabi.c_uint32), ("pid", cabi.c_int)]
 
 
-class _CapData(ctypes.Structure):
+class _CapData(cabi.Structure):
     _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
+        ("effective", cabi.c_uint32),
+        ("permitted", cabi.c_uint32),
+        ("inheritable", cabi.c_uint32),
     ]
 
 
@@ -212,7 +212,7 @@ class Armed:
         self.join = _netns().Join(w.netns_fds) if w.netns_fds else None
         self.cgroup = os.fsencode(w.cgroup_procs) if w.cgroup_procs else b""
         self._prctl = linux.PRCTL or _no_prctl
-        self._capset = ctypes.CDLL(None, use_errno=True).capset
+        self._capset = cabi.CDLL(None).capset
         self._cap_header = _CapHeader(CAP_VERSION_3, 0)
         self._cap_data = (_CapData * 2)()
         self._last_cap = _last_cap()
@@ -303,7 +303,7 @@ class Armed:
         if self._prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
             r["nnp"] = True
         else:
-            self._fail("no_new_privs", OSError(ctypes.get_errno(), "prctl refused"))
+            self._fail("no_new_privs", OSError(cabi.get_errno(), "prctl refused"))
         if ruleset is not None:
             try:
                 ruleset.restrict()
@@ -328,10 +328,10 @@ class Armed:
         for cap in range(self._last_cap + 1):
             prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-        if self._capset(ctypes.byref(self._cap_header), self._cap_data) == 0:
+        if self._capset(cabi.byref(self._cap_header), self._cap_data) == 0:
             self.report["caps"] = True
         else:
-            self._fail("capabilities", OSError(ctypes.get_errno(), "capset refused"))
+            self._fail("capabilities", OSError(cabi.get_errno(), "capset refused"))
 
     def _send(self) -> None:
         listener, self.listener = self.listener, -1
@@ -370,14 +370,14 @@ class Armed:
 
 def _no_prctl(*_args: int) -> int:
     """Where libc has no ``prctl``: every call fails (``ENOSYS``), so the report says so."""
-    ctypes.set_errno(38)
+    cabi.set_errno(38)
     return -1
 
 
 def _netns():  # type: ignore[no-untyped-def]
-    try:
+    if __package__:
         from supervisor.processes import netns
-    except ImportError:  # pragma: no cover - the shim
+    else:  # pragma: no cover - the shim
         import netns  # type: ignore[no-redef]
     return netns
 

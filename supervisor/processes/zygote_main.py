@@ -55,10 +55,9 @@ import signal
 import socket
 import sys
 import time
-import types
 from typing import Any, NoReturn
 
-from supervisor.processes import linux, netns, walls
+from supervisor.processes import linux, netns, pymain, walls
 
 _FOR_CONFINED_STARTS = (netns,)
 """Imported by the zygote, so that a confined worker does not import it after the fork."""
@@ -432,25 +431,11 @@ def _become_worker(sock: socket.socket, fds: list[int], req: dict[str, Any], hos
         _put_up_walls(fds[3:], req["walls"]["fds"], req.get("joined", ""))
     if req.get("exec"):
         _execve(req["argv"], env)
-    # 8. argv and sys.path as the interpreter sets them for ``-m mod`` / ``script``.
+    # 8. argv, sys.path and a fresh __main__ as the interpreter makes them for ``-m mod`` /
+    #    ``script`` (shared with the exec shim's ``--python`` form); a fresh random state.
     argv = req["argv"]
-    sys.orig_argv = list(argv)
-    if req["module"]:
-        sys.argv = ["-m", *argv[3:]]
-        sys.path[:] = [os.getcwd(), *_FRESH_PATH]
-    else:
-        script = argv[1]
-        sys.argv = list(argv[1:])
-        sys.path[:] = [os.path.dirname(os.path.realpath(script)), *_FRESH_PATH]
-    sys.path_importer_cache.clear()
+    pymain.enter(argv, argv[1:], _FRESH_PATH, safe_path=False)
     importlib.invalidate_caches()
-    # 9. A fresh __main__ module, a fresh random state, GC as the interpreter starts it.
-    main_mod = types.ModuleType("__main__")
-    import builtins
-
-    main_mod.__dict__["__builtins__"] = builtins
-    main_mod.__annotations__ = {}
-    sys.modules["__main__"] = main_mod
     random.seed()
 
 
@@ -532,27 +517,8 @@ def _fd_ceiling() -> int:
 def run_worker(req: dict[str, Any]) -> None:
     """Run the worker's module or script as ``__main__`` (in the forked worker).
 
-    Exceptions propagate to the interpreter's top level, which prints them and exits 1, exactly
-    as ``python -m`` would; ``SystemExit`` ends the process with its code.
+    An uncaught exception is printed from the worker's own frames and ends the process with
+    status 1, exactly as ``python -m`` would; ``SystemExit`` ends the process with its code
+    (:func:`supervisor.processes.pymain.run`).
     """
-    import runpy
-
-    if req["module"]:
-        runpy._run_module_as_main(req["module"], alter_argv=True)  # type: ignore[attr-defined]
-    else:
-        # What the interpreter does for ``python script``: compile the file and run it in the
-        # real ``__main__`` module.
-        from importlib.machinery import SourceFileLoader
-
-        path = req["argv"][1]
-        with open(path, "rb") as f:
-            code = compile(f.read(), path, "exec", dont_inherit=True)
-        main = sys.modules["__main__"].__dict__
-        main.update(
-            __file__=path,
-            __cached__=None,
-            __loader__=SourceFileLoader("__main__", path),
-            __package__=None,
-            __spec__=None,
-        )
-        exec(code, main)
+    pymain.run(req["module"], req["argv"][1])

@@ -148,6 +148,7 @@ def test_no_import_circle() -> None:
 FOREIGN_PRIVATE_OK = {
     "_exit",  # os._exit in a forked child
     "_run_module_as_main",  # runpy: the zygote's child runs a module as __main__
+    "_SimpleCData",  # _ctypes: processes/cabi.py defines the C types the walls use, as ctypes does
     "_replace",  # NamedTuple
     "_preferred_temporality",  # OpenTelemetry's exporter settings, copied by the wrapper
     "_preferred_aggregation",
