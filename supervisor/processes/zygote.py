@@ -546,6 +546,7 @@ class Zygote:
         finally:
             child_end.close()
         w.watch(self._popen.pid)
+        linux.own_child(self._popen.pid)  # its Popen reaps it, not the orphan reaper
         host_end.setblocking(False)  # a full buffer (a hung zygote) must not block the host
         self._sock = host_end
         self._stalled = 0
@@ -648,6 +649,7 @@ class Zygote:
                 os.killpg(popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout=2)
+        linux.disown_child(popen.pid)  # reaped, or left to the orphan reaper
         self._warden.forget(popen.pid)
 
 
