@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
+from supervisor.processes.linux import disown_child, own_child
 from supervisor.processes.warden import Warden
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ class Child:
         self._pidfd: int | None = None
         self.confinement: Prepared | None = None
         """Its walls (a confined start): the report, the facts, the cleanup at exit."""
+        own_child(pid)  # the zygote's orphan reaper leaves it to us: we learn its exit status
         with contextlib.suppress(AttributeError, OSError):
             self._pidfd = os.pidfd_open(pid)
 
@@ -149,6 +151,7 @@ class Child:
 
     def _reaped(self, rc: int) -> int:
         self.returncode = rc
+        disown_child(self.pid)
         if self.confinement is not None:
             self.confinement.finish(ended=True)
         if self._popen is not None:

@@ -119,12 +119,33 @@ def set_subreaper(on: bool) -> str | None:
     return None
 
 
+_OWN: set[int] = set()
+"""Children of this process that their owner reaps (:func:`own_child`)."""
+
+
+def own_child(pid: int) -> None:
+    """``pid``, a child of this process that leads a session of its own, is reaped by its owner
+    (a worker's ``Child``, the zygote's or the warden's ``Popen``): :func:`reap_orphans` leaves
+    it alone until :func:`disown_child`."""
+    _OWN.add(pid)
+
+
+def disown_child(pid: int) -> None:
+    """``pid`` was reaped by its owner, or its owner gave up on it (then, once it is a zombie,
+    :func:`reap_orphans` may reap it)."""
+    _OWN.discard(pid)
+
+
 def reap_orphans() -> int:
     """Reap exited processes this process adopted as a subreaper; returns how many.
 
-    Only zombies that are not session leaders and not in this process's session are reaped: the
-    host's own direct children (``Popen`` objects, workers, the warden, the zygote) are either
-    session leaders or in the host's session, and their owners reap them.
+    Never a child that something here waits for: one in this process's session (a ``Popen``,
+    trio's processes) or one its owner registered (:func:`own_child`: every worker's ``Child``,
+    the zygote, the warden). Those lead sessions of their own, so their session cannot tell them
+    from an adopted orphan that started one (a ``task.background`` keeper whose worker ended),
+    which is reaped. A worker reaped here before its ``Child`` lost its exit status (``ECHILD``,
+    reported as SIGKILL): the zygote's spare woke the zygote's task, which runs this, right
+    after every confined start, just when a per-call worker exits.
     """
     me = os.getpid()
     my_sid = os.getsid(0)
@@ -145,8 +166,8 @@ def reap_orphans() -> int:
                     fields = f.read().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            state, sid = fields[0], int(fields[4])
-            if state != "Z" or sid in (pid, my_sid):
+            state, sid = fields[0], int(fields[3])  # state ppid pgrp session ...
+            if state != "Z" or sid == my_sid or pid in _OWN:
                 continue
             try:
                 os.waitpid(pid, os.WNOHANG)

@@ -16,6 +16,8 @@ import contextlib
 import subprocess
 import sys
 
+from supervisor.processes.linux import disown_child, own_child
+
 
 class Warden:
     """One helper process per host that kills registered process groups when the host dies."""
@@ -34,6 +36,7 @@ class Warden:
             start_new_session=True,
             close_fds=True,
         )
+        own_child(self._proc.pid)  # its Popen reaps it, not the zygote's orphan reaper
 
     @property
     def pid(self) -> int | None:
@@ -48,6 +51,7 @@ class Warden:
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self._proc = None
+            disown_child(proc.pid)
 
     def watch(self, pgid: int) -> None:
         self._send(b"+%d\n" % pgid)
@@ -66,6 +70,7 @@ class Warden:
                 proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=2)
+        disown_child(proc.pid)
 
 
 # Runs with -S (no site) so it starts in a few milliseconds and imports nothing of ours.

@@ -215,12 +215,9 @@ class Zygote:
     def take_spare(self, cgroups: PidsCgroups, limit: int) -> str | None:
         """A confined start's pids group, already joined by the zygote's spare, ``pids.max``
         set to ``limit`` (None: no spare now: make a fresh group). Name it in the walls of the
-        very next :meth:`fork`; the caller owns the group (and removes it). Off unless
-        ``TOOLHOST_ZYGOTE_SPARE=1``: under load about one run in ten of
-        ``tests/integration/test_fractalic_folder.py`` lost a per-call exec'd worker's exit
-        status (``worker-crashed``, SIGKILL) with spares on, never with them off; not yet
-        understood."""
-        if self.state != "ready" or os.environ.get("TOOLHOST_ZYGOTE_SPARE") != "1":
+        very next :meth:`fork`; the caller owns the group (and removes it). On unless
+        ``TOOLHOST_ZYGOTE_SPARE=0`` (:func:`spares_off`)."""
+        if self.state != "ready" or spares_off():
             return None
         return self.spare.take(cgroups, limit)
 
@@ -546,6 +543,7 @@ class Zygote:
         finally:
             child_end.close()
         w.watch(self._popen.pid)
+        linux.own_child(self._popen.pid)  # its Popen reaps it, not the orphan reaper
         host_end.setblocking(False)  # a full buffer (a hung zygote) must not block the host
         self._sock = host_end
         self._stalled = 0
@@ -648,6 +646,7 @@ class Zygote:
                 os.killpg(popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout=2)
+        linux.disown_child(popen.pid)  # reaped, or left to the orphan reaper
         self._warden.forget(popen.pid)
 
 
@@ -672,6 +671,12 @@ def running_here() -> bool:
     to the process. A second host in the same process execs its workers (its zygote is off).
     """
     return bool(_RUNNING)
+
+
+def spares_off() -> bool:
+    """``TOOLHOST_ZYGOTE_SPARE=0`` in the host's environment turns the zygote's spare off: every
+    confined worker joins a fresh pids group itself (the cgroup v1 migration on its start)."""
+    return os.environ.get("TOOLHOST_ZYGOTE_SPARE", "").strip().lower() in ("0", "off", "false")
 
 
 def forced_exec() -> bool:

@@ -34,9 +34,10 @@ from tests.integration.test_confine_zygote import first_line, stop
 
 
 @pytest.fixture(autouse=True)
-def _spares_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spares are opt-in for now (``Zygote.take_spare``): these tests turn them on."""
-    monkeypatch.setenv("TOOLHOST_ZYGOTE_SPARE", "1")
+def _spares_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spares are on by default (``Zygote.take_spare``): these tests run with the default, even
+    where the environment turned them off (``TOOLHOST_ZYGOTE_SPARE=0``)."""
+    monkeypatch.delenv("TOOLHOST_ZYGOTE_SPARE", raising=False)
 
 
 pytestmark = pytest.mark.skipif(
@@ -246,19 +247,25 @@ async def test_a_spare_killed_before_the_request_leaves_the_start_to_the_zygote(
     assert not os.path.exists(groups.base)
 
 
-@pytest.mark.parametrize("why", ["one process", "no groups"])
-async def test_a_start_takes_no_spare_when_it_could_not_use_one(world: World, why: str) -> None:
+@pytest.mark.parametrize("why", ["one process", "no groups", "turned off"])
+async def test_a_start_takes_no_spare_when_it_could_not_use_one(
+    world: World, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``processes: 1`` leaves the spare no room to fork the worker inside the group: each
     worker joins a fresh group of its own, as without spares. A host without pids groups
-    (a normal user's ``RLIMIT_NPROC``) has no group to join ahead: no spare either."""
+    (a normal user's ``RLIMIT_NPROC``) has no group to join ahead: no spare either. Nor with
+    ``TOOLHOST_ZYGOTE_SPARE=0`` in the host's environment."""
     script = world.project / "worker.py"
     script.write_text(WORKER)
     groups = None
-    if why == "one process":
+    if why != "no groups":
         need_groups()
         groups = PidsCgroups.probe(f"toolhost-test-{os.getpid()}")
         assert groups is not None
-    plan = world.plan(Profile(processes=1))
+    if why == "turned off":
+        monkeypatch.setenv("TOOLHOST_ZYGOTE_SPARE", "0")
+    limit = 1 if why == "one process" else 7
+    plan = world.plan(Profile(processes=limit))
     with confined(plan, groups) as (confine, children):
         async with running_zygote(world) as z:
             spawner = Spawner(z)
@@ -275,7 +282,9 @@ async def test_a_start_takes_no_spare_when_it_could_not_use_one(world: World, wh
                 seen = await first_line(child)
                 group = child.confinement.cgroup
                 if groups is not None:
-                    assert in_group(seen["cgroup"], group) and pids_max(group) == "1"
+                    assert in_group(seen["cgroup"], group) and pids_max(group) == str(limit)
+                    report = child.confinement.report()
+                    assert report is not None and report["joined_ahead"] is False
                 else:
                     assert group == ""
             assert z.spare.made is None and z.spare.cgroups is None
