@@ -30,6 +30,7 @@ import base64
 import binascii
 import hmac
 import logging
+import math
 import secrets
 import socket as stdsocket
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,7 +60,12 @@ class EgressLimits(msgspec.Struct, frozen=True, kw_only=True):
     """What a hostile client cannot exceed."""
 
     max_head: int = 16 * 1024
+    first_bytes_s: float = 1.0
+    """A connection that sends nothing for this long after it is taken is answered ``408``
+    (the listeners take it at the first bytes, or about this long after it was made when none
+    come: ``TCP_DEFER_ACCEPT``, whole seconds)."""
     head_timeout_s: float = 10.0
+    """The whole request head must be in this long after the connection is taken."""
     resolve_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0
@@ -206,8 +212,9 @@ class EgressProxy:
     def _defer_accept(self, listener: stdsocket.socket) -> None:
         """Wake the accept loop only once a connection's first bytes are in (its request head,
         with the pipelined request): one wake-up of the host per connection fewer. A client
-        that sends nothing is accepted after about this long and meets the head timeout."""
-        seconds = max(1, int(self.limits.head_timeout_s))
+        that sends nothing is accepted after about ``first_bytes_s`` (whole seconds, at least
+        one) and answered ``408`` ``first_bytes_s`` later."""
+        seconds = max(1, math.ceil(min(self.limits.first_bytes_s, self.limits.head_timeout_s)))
         try:
             listener.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_DEFER_ACCEPT, seconds)
         except (OSError, AttributeError):  # not Linux: accept at once
@@ -303,8 +310,7 @@ class EgressProxy:
         limits = self.limits
         with egress_io.Closing(stream):
             try:
-                with trio.fail_after(limits.head_timeout_s):
-                    head, rest = await _read_head(stream, limits.max_head)
+                head, rest = await self._read_head(stream)
                 method, target, headers = _parse_head(head)
                 if client is None:
                     client = self._authenticate(headers)
@@ -333,15 +339,57 @@ class EgressProxy:
                 )
                 await _answer(stream, 403, decision.reason)
                 return
+            try:
+                upstream = await self._connect(decision.address, port)
+            except _Refusal as refusal:  # allowed, but not reached: no connection was made
+                reason = f"{host}:{port} ({decision.address}) {refusal.reason}"
+                self._record(_record(client, host, port, method, False, refusal.rule, reason))
+                await _answer(stream, refusal.status, reason)
+                return
             stats.open += 1
             counts = [0, 0]
             try:
-                await self._forward(
-                    stream, method, target, host, port, decision.address, headers, rest, counts
-                )
+                with egress_io.Closing(upstream):
+                    await self._forward(
+                        stream, upstream, method, target, host, port, headers, rest, counts
+                    )
             finally:
                 stats.open -= 1
                 self._record(_record(client, host, port, method, True, decision.rule, "", counts))
+
+    async def _read_head(self, stream: stdsocket.socket) -> tuple[bytes, bytes]:
+        """The request head (without the blank line) and what came after it: at once when the
+        first read holds it all (the listener woke on it), else within ``first_bytes_s`` for
+        the first byte and ``head_timeout_s`` for the whole head.
+
+        Raises:
+            _Refusal: 431, the head is over ``max_head``.
+            trio.TooSlowError: It did not arrive in time.
+            OSError: Reset, or closed before the head ended.
+        """
+        limits = self.limits
+        try:
+            buf = bytearray(stream.recv(4096))
+            if not buf:
+                raise ConnectionError("closed before the head ended")
+        except BlockingIOError:
+            buf = bytearray()
+        start = trio.current_time()
+        first = min(limits.first_bytes_s, limits.head_timeout_s)
+        with trio.CancelScope(deadline=start + (limits.head_timeout_s if buf else first)) as scope:
+            while True:
+                end = buf.find(b"\r\n\r\n")
+                if end >= 0:
+                    return bytes(buf[:end]), bytes(buf[end + 4 :])
+                if len(buf) > limits.max_head:
+                    raise _Refusal(431, f"the request head is over {limits.max_head} bytes")
+                data = await egress_io.recv(stream, 4096)
+                if not data:
+                    raise ConnectionError("closed before the head ended")
+                if not buf:
+                    scope.deadline = start + limits.head_timeout_s
+                buf += data
+        raise trio.TooSlowError
 
     def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> Client:
         value = next((v for k, v in headers if k == b"proxy-authorization"), b"")
@@ -375,54 +423,61 @@ class EgressProxy:
             addresses = []
         return decide(client.rules, host, port, addresses)
 
+    async def _connect(self, address: str, port: int) -> stdsocket.socket:
+        """A connection to the checked address.
+
+        Raises:
+            _Refusal: 502 (refused, unreachable) or 504 (no answer in ``connect_timeout_s``),
+                rule ``unreachable``.
+        """
+        try:
+            with trio.fail_after(self.limits.connect_timeout_s):
+                return await egress_io.connect(address, port)
+        except trio.TooSlowError:
+            why = f"did not answer in {self.limits.connect_timeout_s:g} s"
+            raise _Refusal(504, f"cannot be reached: {why}", "unreachable") from None
+        except OSError as exc:
+            raise _Refusal(502, f"cannot be reached: {exc}", "unreachable") from None
+
     async def _forward(
         self,
         stream: stdsocket.socket,
+        upstream: stdsocket.socket,
         method: str,
         target: str,
         host: str,
         port: int,
-        address: str,
         headers: list[tuple[bytes, bytes]],
         rest: bytes,
         counts: list[int],
     ) -> None:
-        try:
-            with trio.fail_after(self.limits.connect_timeout_s):
-                upstream = await egress_io.connect(address, port)
-        except (OSError, trio.TooSlowError) as exc:
-            status = 504 if isinstance(exc, trio.TooSlowError) else 502
-            await _answer(stream, status, f"{host}:{port} ({address}) cannot be reached: {exc}")
-            return
         answer = b""
-        with egress_io.Closing(upstream):
-            try:
-                if method == "CONNECT" and rest:
-                    # The client sent its request without waiting for the 200 (the web
-                    # sidecar does): the 200 goes out with the first bytes of the answer.
-                    answer = ESTABLISHED
-                    await egress_io.send_all(upstream, rest)
-                    counts[1] += len(rest)
-                elif method == "CONNECT":
-                    await egress_io.send_all(stream, ESTABLISHED)
-                else:
-                    out = _origin_request(method, target, host, port, headers) + rest
-                    await egress_io.send_all(upstream, out)
-                    counts[1] += len(out)
-            except OSError:
-                return
-            await self._splice(stream, upstream, counts, answer)
+        try:
+            if method == "CONNECT" and rest:
+                # The client sent its request without waiting for the 200 (the web sidecar
+                # does): the 200 goes out with the first bytes of the answer.
+                answer = ESTABLISHED
+                await egress_io.send_all(upstream, rest)
+                counts[1] += len(rest)
+            elif method == "CONNECT":
+                await egress_io.send_all(stream, ESTABLISHED)
+            else:
+                out = _origin_request(method, target, host, port, headers) + rest
+                await egress_io.send_all(upstream, out)
+                counts[1] += len(out)
+        except OSError:
+            return
+        await self._splice(stream, upstream, counts, answer)
 
     async def _relay(self, stream: stdsocket.socket, client: Client, port: int) -> None:
         rule = "confine.network.loopback"
         counts = [0, 0]
         with egress_io.Closing(stream):
             try:
-                with trio.fail_after(self.limits.connect_timeout_s):
-                    upstream = await egress_io.connect("127.0.0.1", port)
-            except (OSError, trio.TooSlowError) as exc:
-                why = f"127.0.0.1:{port} cannot be reached: {exc}"
-                self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, why))
+                upstream = await self._connect("127.0.0.1", port)
+            except _Refusal as refusal:
+                why = f"127.0.0.1:{port} {refusal.reason}"
+                self._record(_record(client, "127.0.0.1", port, "TCP", False, refusal.rule, why))
                 return
             stats = self._stat(client.sidecar)
             stats.open += 1
@@ -498,21 +553,6 @@ def _record(
         bytes_in=counts[0] if counts else 0,
         bytes_out=counts[1] if counts else 0,
     )
-
-
-async def _read_head(stream: stdsocket.socket, limit: int) -> tuple[bytes, bytes]:
-    """The request head (without the blank line) and what came after it."""
-    buf = bytearray()
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            return bytes(buf[:end]), bytes(buf[end + 4 :])
-        if len(buf) > limit:
-            raise _Refusal(431, f"the request head is over {limit} bytes")
-        data = await egress_io.recv(stream, 4096)
-        if not data:
-            raise ConnectionError("closed before the head ended")
-        buf += data
 
 
 def _parse_head(head: bytes) -> tuple[str, str, list[tuple[bytes, bytes]]]:
