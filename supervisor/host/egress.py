@@ -204,7 +204,7 @@ class EgressProxy:
             relay_to: 0 for the proxy; a port number to relay plain TCP to that port of the
                 host's loopback (a ``confine.network.loopback`` grant).
         """
-        listener.setblocking(False)
+        _listening(listener)
         if not relay_to:  # a proxy client speaks first; a relayed protocol may not
             self._defer_accept(listener)
         self._start(client.worker or client.sidecar, self._accept_loop, listener, client, relay_to)
@@ -239,7 +239,7 @@ class EgressProxy:
     def serve_shared(self, listener: stdsocket.socket) -> int:
         """Serve ``listener`` (:func:`shared_listener`) as the shared port: workers without a
         network namespace of their own, each identified by its token; returns the port."""
-        listener.setblocking(False)
+        _listening(listener)
         self._defer_accept(listener)
         self.shared_port = listener.getsockname()[1]
         self._start("", self._accept_loop, listener, None, 0)
@@ -274,8 +274,7 @@ class EgressProxy:
                         log.warning("egress: accept failed: %s", exc)
                         await trio.sleep(0.1)
                         continue
-                    conn.setblocking(False)
-                    conn.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
+                    conn.setblocking(False)  # TCP_NODELAY: the listener's, inherited
                     if relay_to:
                         assert client is not None
                         nursery.start_soon(self._relay, conn, client, relay_to)
@@ -431,8 +430,13 @@ class EgressProxy:
                 rule ``unreachable``.
         """
         try:
+            sock, done = egress_io.start_connect(address, port)
+            if done:  # no deadline to set up (loopback, or refused at once)
+                await egress_io.finish_connect(sock, done)
+                return sock
             with trio.fail_after(self.limits.connect_timeout_s):
-                return await egress_io.connect(address, port)
+                await egress_io.finish_connect(sock, done)
+            return sock
         except trio.TooSlowError:
             why = f"did not answer in {self.limits.connect_timeout_s:g} s"
             raise _Refusal(504, f"cannot be reached: {why}", "unreachable") from None
@@ -503,7 +507,7 @@ class EgressProxy:
         # closes after `idle_timeout_s` without a byte, and within `step` after that.
         step = min(1.0, self.limits.idle_timeout_s / 10)
         idle = self.limits.idle_timeout_s + step
-        scope = trio.CancelScope(deadline=trio.current_time() + idle)
+        scope: trio.CancelScope  # the nursery's (below): no scope of its own per tunnel
 
         def moved(slot: int, n: int) -> None:
             counts[slot] += n
@@ -525,10 +529,18 @@ class EgressProxy:
             except OSError:
                 scope.cancel()
 
-        with scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(copy, client, upstream, 1)
-                await copy(upstream, client, 0, answer)
+        async with trio.open_nursery() as nursery:
+            scope = nursery.cancel_scope
+            scope.deadline = trio.current_time() + idle
+            nursery.start_soon(copy, client, upstream, 1)
+            await copy(upstream, client, 0, answer)
+
+
+def _listening(listener: stdsocket.socket) -> None:
+    """Non-blocking, and ``TCP_NODELAY`` for every connection it takes (Linux copies it to an
+    accepted socket: a tunnel's last short segment must not wait for an ACK)."""
+    listener.setblocking(False)
+    listener.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
 
 
 def _record(
