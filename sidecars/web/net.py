@@ -188,7 +188,9 @@ class _Tunnel(httpcore.AsyncNetworkStream):
     before TLS starts: the request does not wait a round trip for the ``200``.
 
     Raises (from ``read``, ``start_tls`` and :meth:`open`):
-        EgressRefused: The proxy answered other than ``200`` (with its reason).
+        EgressRefused: The proxy refused (``403`` and the like, with its reason).
+        httpcore.ConnectError: The proxy could not reach the destination (``502``;
+            ``httpcore.ConnectTimeout`` for ``504``), as a direct connection would fail.
         httpcore.ProxyError: The proxy closed, or its answer was too long.
     """
 
@@ -224,8 +226,12 @@ class _Tunnel(httpcore.AsyncNetworkStream):
                 break
             body += chunk
         await self.stream.aclose()
-        reason = body.decode("utf-8", "replace").strip().splitlines()
-        raise EgressRefused(self.host, self.port, status, reason[0] if reason else "")
+        lines = body.decode("utf-8", "replace").strip().splitlines()
+        reason = lines[0] if lines else ""
+        if status in (502, 504):  # allowed, but the destination did not answer: as without it
+            error = httpcore.ConnectTimeout if status == 504 else httpcore.ConnectError
+            raise error(f"the egress proxy could not reach {self.host}:{self.port}: {reason}")
+        raise EgressRefused(self.host, self.port, status, reason)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         if not self._answered:

@@ -30,6 +30,7 @@ import base64
 import binascii
 import hmac
 import logging
+import math
 import secrets
 import socket as stdsocket
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,7 +60,12 @@ class EgressLimits(msgspec.Struct, frozen=True, kw_only=True):
     """What a hostile client cannot exceed."""
 
     max_head: int = 16 * 1024
+    first_bytes_s: float = 1.0
+    """A connection that sends nothing for this long after it is taken is answered ``408``
+    (the listeners take it at the first bytes, or about this long after it was made when none
+    come: ``TCP_DEFER_ACCEPT``, whole seconds)."""
     head_timeout_s: float = 10.0
+    """The whole request head must be in this long after the connection is taken."""
     resolve_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0
@@ -198,7 +204,7 @@ class EgressProxy:
             relay_to: 0 for the proxy; a port number to relay plain TCP to that port of the
                 host's loopback (a ``confine.network.loopback`` grant).
         """
-        listener.setblocking(False)
+        _listening(listener)
         if not relay_to:  # a proxy client speaks first; a relayed protocol may not
             self._defer_accept(listener)
         self._start(client.worker or client.sidecar, self._accept_loop, listener, client, relay_to)
@@ -206,8 +212,9 @@ class EgressProxy:
     def _defer_accept(self, listener: stdsocket.socket) -> None:
         """Wake the accept loop only once a connection's first bytes are in (its request head,
         with the pipelined request): one wake-up of the host per connection fewer. A client
-        that sends nothing is accepted after about this long and meets the head timeout."""
-        seconds = max(1, int(self.limits.head_timeout_s))
+        that sends nothing is accepted after about ``first_bytes_s`` (whole seconds, at least
+        one) and answered ``408`` ``first_bytes_s`` later."""
+        seconds = max(1, math.ceil(min(self.limits.first_bytes_s, self.limits.head_timeout_s)))
         try:
             listener.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_DEFER_ACCEPT, seconds)
         except (OSError, AttributeError):  # not Linux: accept at once
@@ -232,7 +239,7 @@ class EgressProxy:
     def serve_shared(self, listener: stdsocket.socket) -> int:
         """Serve ``listener`` (:func:`shared_listener`) as the shared port: workers without a
         network namespace of their own, each identified by its token; returns the port."""
-        listener.setblocking(False)
+        _listening(listener)
         self._defer_accept(listener)
         self.shared_port = listener.getsockname()[1]
         self._start("", self._accept_loop, listener, None, 0)
@@ -267,8 +274,7 @@ class EgressProxy:
                         log.warning("egress: accept failed: %s", exc)
                         await trio.sleep(0.1)
                         continue
-                    conn.setblocking(False)
-                    conn.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
+                    conn.setblocking(False)  # TCP_NODELAY: the listener's, inherited
                     if relay_to:
                         assert client is not None
                         nursery.start_soon(self._relay, conn, client, relay_to)
@@ -303,8 +309,7 @@ class EgressProxy:
         limits = self.limits
         with egress_io.Closing(stream):
             try:
-                with trio.fail_after(limits.head_timeout_s):
-                    head, rest = await _read_head(stream, limits.max_head)
+                head, rest = await self._read_head(stream)
                 method, target, headers = _parse_head(head)
                 if client is None:
                     client = self._authenticate(headers)
@@ -333,15 +338,60 @@ class EgressProxy:
                 )
                 await _answer(stream, 403, decision.reason)
                 return
+            try:
+                upstream = await self._connect(decision.address, port)
+            except _Refusal as refusal:  # allowed, but not reached: no connection was made
+                reason = f"{host}:{port} ({decision.address}) {refusal.reason}"
+                self._record(_record(client, host, port, method, False, refusal.rule, reason))
+                await _answer(stream, refusal.status, reason)
+                return
             stats.open += 1
             counts = [0, 0]
             try:
-                await self._forward(
-                    stream, method, target, host, port, decision.address, headers, rest, counts
-                )
+                with egress_io.Closing(upstream):
+                    await self._forward(
+                        stream, upstream, method, target, host, port, headers, rest, counts
+                    )
             finally:
                 stats.open -= 1
                 self._record(_record(client, host, port, method, True, decision.rule, "", counts))
+
+    async def _read_head(self, stream: stdsocket.socket) -> tuple[bytes, bytes]:
+        """The request head (without the blank line) and what came after it: at once when the
+        first read holds it all (the listener woke on it), else within ``first_bytes_s`` for
+        the first byte and ``head_timeout_s`` for the whole head.
+
+        Raises:
+            _Refusal: 431, the head is over ``max_head``.
+            trio.TooSlowError: It did not arrive in time.
+            OSError: Reset, or closed before the head ended.
+        """
+        limits = self.limits
+        try:
+            buf = bytearray(stream.recv(4096))
+            if not buf:
+                raise ConnectionError("closed before the head ended")
+        except BlockingIOError:
+            buf = bytearray()
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:  # the usual case: no deadline to set up
+            return bytes(buf[:end]), bytes(buf[end + 4 :])
+        start = trio.current_time()
+        first = min(limits.first_bytes_s, limits.head_timeout_s)
+        with trio.CancelScope(deadline=start + (limits.head_timeout_s if buf else first)) as scope:
+            while True:
+                end = buf.find(b"\r\n\r\n")
+                if end >= 0:
+                    return bytes(buf[:end]), bytes(buf[end + 4 :])
+                if len(buf) > limits.max_head:
+                    raise _Refusal(431, f"the request head is over {limits.max_head} bytes")
+                data = await egress_io.recv(stream, 4096)
+                if not data:
+                    raise ConnectionError("closed before the head ended")
+                if not buf:
+                    scope.deadline = start + limits.head_timeout_s
+                buf += data
+        raise trio.TooSlowError
 
     def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> Client:
         value = next((v for k, v in headers if k == b"proxy-authorization"), b"")
@@ -375,54 +425,66 @@ class EgressProxy:
             addresses = []
         return decide(client.rules, host, port, addresses)
 
+    async def _connect(self, address: str, port: int) -> stdsocket.socket:
+        """A connection to the checked address.
+
+        Raises:
+            _Refusal: 502 (refused, unreachable) or 504 (no answer in ``connect_timeout_s``),
+                rule ``unreachable``.
+        """
+        try:
+            sock, done = egress_io.start_connect(address, port)
+            if done:  # no deadline to set up (loopback, or refused at once)
+                await egress_io.finish_connect(sock, done)
+                return sock
+            with trio.fail_after(self.limits.connect_timeout_s):
+                await egress_io.finish_connect(sock, done)
+            return sock
+        except trio.TooSlowError:
+            why = f"did not answer in {self.limits.connect_timeout_s:g} s"
+            raise _Refusal(504, f"cannot be reached: {why}", "unreachable") from None
+        except OSError as exc:
+            raise _Refusal(502, f"cannot be reached: {exc}", "unreachable") from None
+
     async def _forward(
         self,
         stream: stdsocket.socket,
+        upstream: stdsocket.socket,
         method: str,
         target: str,
         host: str,
         port: int,
-        address: str,
         headers: list[tuple[bytes, bytes]],
         rest: bytes,
         counts: list[int],
     ) -> None:
-        try:
-            with trio.fail_after(self.limits.connect_timeout_s):
-                upstream = await egress_io.connect(address, port)
-        except (OSError, trio.TooSlowError) as exc:
-            status = 504 if isinstance(exc, trio.TooSlowError) else 502
-            await _answer(stream, status, f"{host}:{port} ({address}) cannot be reached: {exc}")
-            return
         answer = b""
-        with egress_io.Closing(upstream):
-            try:
-                if method == "CONNECT" and rest:
-                    # The client sent its request without waiting for the 200 (the web
-                    # sidecar does): the 200 goes out with the first bytes of the answer.
-                    answer = ESTABLISHED
-                    await egress_io.send_all(upstream, rest)
-                    counts[1] += len(rest)
-                elif method == "CONNECT":
-                    await egress_io.send_all(stream, ESTABLISHED)
-                else:
-                    out = _origin_request(method, target, host, port, headers) + rest
-                    await egress_io.send_all(upstream, out)
-                    counts[1] += len(out)
-            except OSError:
-                return
-            await self._splice(stream, upstream, counts, answer)
+        try:
+            if method == "CONNECT" and rest:
+                # The client sent its request without waiting for the 200 (the web sidecar
+                # does): the 200 goes out with the first bytes of the answer.
+                answer = ESTABLISHED
+                await egress_io.send_all(upstream, rest)
+                counts[1] += len(rest)
+            elif method == "CONNECT":
+                await egress_io.send_all(stream, ESTABLISHED)
+            else:
+                out = _origin_request(method, target, host, port, headers) + rest
+                await egress_io.send_all(upstream, out)
+                counts[1] += len(out)
+        except OSError:
+            return
+        await self._splice(stream, upstream, counts, answer)
 
     async def _relay(self, stream: stdsocket.socket, client: Client, port: int) -> None:
         rule = "confine.network.loopback"
         counts = [0, 0]
         with egress_io.Closing(stream):
             try:
-                with trio.fail_after(self.limits.connect_timeout_s):
-                    upstream = await egress_io.connect("127.0.0.1", port)
-            except (OSError, trio.TooSlowError) as exc:
-                why = f"127.0.0.1:{port} cannot be reached: {exc}"
-                self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, why))
+                upstream = await self._connect("127.0.0.1", port)
+            except _Refusal as refusal:
+                why = f"127.0.0.1:{port} {refusal.reason}"
+                self._record(_record(client, "127.0.0.1", port, "TCP", False, refusal.rule, why))
                 return
             stats = self._stat(client.sidecar)
             stats.open += 1
@@ -448,7 +510,7 @@ class EgressProxy:
         # closes after `idle_timeout_s` without a byte, and within `step` after that.
         step = min(1.0, self.limits.idle_timeout_s / 10)
         idle = self.limits.idle_timeout_s + step
-        scope = trio.CancelScope(deadline=trio.current_time() + idle)
+        scope: trio.CancelScope  # the nursery's (below): no scope of its own per tunnel
 
         def moved(slot: int, n: int) -> None:
             counts[slot] += n
@@ -470,10 +532,18 @@ class EgressProxy:
             except OSError:
                 scope.cancel()
 
-        with scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(copy, client, upstream, 1)
-                await copy(upstream, client, 0, answer)
+        async with trio.open_nursery() as nursery:
+            scope = nursery.cancel_scope
+            scope.deadline = trio.current_time() + idle
+            nursery.start_soon(copy, client, upstream, 1)
+            await copy(upstream, client, 0, answer)
+
+
+def _listening(listener: stdsocket.socket) -> None:
+    """Non-blocking, and ``TCP_NODELAY`` for every connection it takes (Linux copies it to an
+    accepted socket: a tunnel's last short segment must not wait for an ACK)."""
+    listener.setblocking(False)
+    listener.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
 
 
 def _record(
@@ -498,21 +568,6 @@ def _record(
         bytes_in=counts[0] if counts else 0,
         bytes_out=counts[1] if counts else 0,
     )
-
-
-async def _read_head(stream: stdsocket.socket, limit: int) -> tuple[bytes, bytes]:
-    """The request head (without the blank line) and what came after it."""
-    buf = bytearray()
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            return bytes(buf[:end]), bytes(buf[end + 4 :])
-        if len(buf) > limit:
-            raise _Refusal(431, f"the request head is over {limit} bytes")
-        data = await egress_io.recv(stream, 4096)
-        if not data:
-            raise ConnectionError("closed before the head ended")
-        buf += data
 
 
 def _parse_head(head: bytes) -> tuple[str, str, list[tuple[bytes, bytes]]]:

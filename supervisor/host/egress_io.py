@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import socket as stdsocket
 from collections.abc import Callable
 
@@ -55,28 +56,51 @@ async def send_all(sock: stdsocket.socket, data: bytes, flags: int = 0) -> None:
             await trio.lowlevel.wait_writable(sock)
 
 
-async def connect(address: str, port: int) -> stdsocket.socket:
+def start_connect(address: str, port: int) -> tuple[stdsocket.socket, bool]:
     """A TCP connection to an address literal (the checked one: no name, so no resolution and
-    no happy-eyeballs race to set up).
+    no happy-eyeballs race to set up), started; True when it is already done (a loopback
+    handshake is over when ``connect`` returns): :func:`finish_connect` then waits for
+    nothing.
 
     Raises:
-        OSError: Refused, unreachable.
+        OSError: Refused, unreachable (at once).
     """
     family = stdsocket.AF_INET6 if ":" in address else stdsocket.AF_INET
     sock = stdsocket.socket(family, stdsocket.SOCK_STREAM)
     try:
         sock.setblocking(False)
         err = sock.connect_ex((address, port))
-        if err == errno.EINPROGRESS:
+        if err and err != errno.EINPROGRESS:
+            raise OSError(err, os.strerror(err))
+    except BaseException:
+        close(sock)
+        raise
+    return sock, not err or _ready(sock)
+
+
+async def finish_connect(sock: stdsocket.socket, done: bool) -> None:
+    """Wait (unless ``done``) until ``sock``'s connection is made; closes it when it failed.
+
+    Raises:
+        OSError: Refused, unreachable.
+    """
+    try:
+        if not done:
             await trio.lowlevel.wait_writable(sock)
-            err = sock.getsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_ERROR)
+        err = sock.getsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_ERROR)
         if err:
             raise OSError(err, os.strerror(err))
         sock.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
     except BaseException:
         close(sock)
         raise
-    return sock
+
+
+def _ready(sock: stdsocket.socket) -> bool:
+    """Whether a connecting socket is done (connected or failed) now, without a wait."""
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    return bool(poller.poll(0))
 
 
 YIELD_BYTES = 1 << 20

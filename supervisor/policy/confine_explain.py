@@ -208,7 +208,10 @@ def _network_hints(plan: ConfinePlan, text: str) -> list[str]:
 
 
 def egress_hint(record: EgressRecord) -> str:
-    """What the proxy refused and what would allow it (its reason names the rule)."""
+    """What the proxy refused and what would allow it (its reason names the rule), or that it
+    could not reach an allowed destination (rule ``unreachable``: no grant would help)."""
+    if record.rule == "unreachable":
+        return f"the egress proxy could not reach {record.host}:{record.port}: {record.reason}"
     text = f"the egress proxy refused {record.host}:{record.port}: {record.reason or record.rule}"
     if record.rule == "no-rule":
         text += f'; confine.network.allow "{record.host}:{record.port}" would allow it'

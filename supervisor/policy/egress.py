@@ -12,6 +12,7 @@ through the host's proxy, decided after the host resolved the name.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Sequence
@@ -218,13 +219,13 @@ def sanitize_host(host: str) -> str | None:
         host = host[1:-1]
     if not host or len(host) > 253:
         return None
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
+    address = literal_address(host)
+    if address is not None:
+        return str(address)
     return host if _NAME.match(host.lower()) else None
 
 
+@functools.lru_cache(maxsize=256)  # the proxy asks for the same few on every connection
 def literal_address(host: str) -> IPAddress | None:
     """``host`` as an address when it is one."""
     try:

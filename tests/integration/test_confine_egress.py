@@ -416,16 +416,56 @@ async def test_the_200_of_a_pipelined_connect_comes_even_when_the_server_sends_n
     assert [(r.allowed, r.bytes_out, r.bytes_in) for r in audit] == [(True, 5, 0)]
 
 
-async def test_a_client_that_sends_nothing_still_meets_the_head_timeout() -> None:
+async def test_a_client_that_sends_nothing_gets_its_408_within_seconds() -> None:
     """The proxy's listeners wake on a connection's first bytes (``TCP_DEFER_ACCEPT``); one
-    that never sends any is still taken after a while and answered ``408``."""
-    limits = EgressLimits(head_timeout_s=0.5)
+    that never sends any is taken after about ``first_bytes_s`` and answered ``408``
+    ``first_bytes_s`` later (default 1 s each; it waited ~25 s when the head timeout set both),
+    with nothing audited."""
+    assert EgressLimits().first_bytes_s <= 1.0
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            proxy, audit = await start(nursery, limits=limits)
+            proxy, audit = await start(nursery)
             port = await proxy.open_shared()
+            began = trio.current_time()
             stream = await trio.open_tcp_stream("127.0.0.1", port)
             async with stream:
                 assert (await stream.receive_some(100)).startswith(b"HTTP/1.1 408")
+            waited = trio.current_time() - began
             nursery.cancel_scope.cancel()
+    assert 1.0 <= waited < 5.0, waited
     assert audit == []
+
+
+async def test_an_allowed_destination_that_cannot_be_reached_is_audited_as_not_made() -> None:
+    """A ``502`` (the allowed address refuses) is no allowed connection: the audit line says
+    ``allowed: false``, rule ``unreachable``, the reason; the sidecar's stats count it refused,
+    not connected; the same for a loopback relay whose port has no listener."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            proxy, audit = await start(nursery)
+            port = await proxy.open_shared()
+            token = proxy.add_token(client_for("u", [f"127.0.0.1:{dead}"]))
+            out = await request(
+                port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n%s\r\nGET /" % (dead, auth(token))
+            )
+            assert out.startswith(b"HTTP/1.1 502 Bad Gateway"), out
+            assert b"cannot be reached" in out
+            relay = socket.socket()
+            relay.bind(("127.0.0.1", 0))
+            relay.listen(8)
+            proxy.serve_listener(relay, client_for("u", []), relay_to=dead)
+            stream = await trio.open_tcp_stream("127.0.0.1", relay.getsockname()[1])
+            async with stream:
+                assert await stream.receive_some(100) == b""  # closed: nothing to relay to
+            nursery.cancel_scope.cancel()
+    assert [(r.method, r.allowed, r.rule) for r in audit] == [
+        ("CONNECT", False, "unreachable"),
+        ("TCP", False, "unreachable"),
+    ]
+    assert all("cannot be reached" in r.reason for r in audit)
+    stats = proxy.statistics()["u"]
+    assert (stats.connections, stats.refused, stats.open) == (0, 2, 0)

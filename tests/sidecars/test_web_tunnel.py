@@ -101,3 +101,27 @@ async def test_through_the_hosts_proxy_a_page_arrives_and_a_refusal_names_the_ru
     stats = egress.statistics()["web"]
     assert (stats.connections, stats.refused) == (1, 2)
     assert stats.bytes_in > len(PAGE)
+
+
+async def test_an_allowed_port_that_refuses_is_a_connect_error_not_a_refusal() -> None:
+    """The host's proxy answers ``502`` when an allowed destination refuses: the web tools say
+    ``connect-error``, as they do without the proxy, not ``destination-refused``."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead = closed.getsockname()[1]
+    closed.close()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            egress = EgressProxy()
+            await nursery.start(egress.run)
+            mine = socket.socket()
+            mine.bind(("127.0.0.1", 0))
+            mine.listen(8)
+            egress.serve_listener(mine, client_for("web", [f"127.0.0.1:{dead}"]))
+            proxy = Proxy("127.0.0.1", mine.getsockname()[1], early=True)
+            with pytest.raises(ToolError) as failed:
+                await fetch(proxy, f"http://127.0.0.1:{dead}/")
+            nursery.cancel_scope.cancel()
+    assert failed.value.details["reason"] == "connect-error"
+    assert "could not reach" in failed.value.message and "cannot be reached" in failed.value.message
+    assert egress.statistics()["web"].refused == 1

@@ -132,6 +132,22 @@ def test_a_proxy_refusal_during_the_call_is_named_with_its_rule() -> None:
     ]
 
 
+def test_an_allowed_destination_the_proxy_could_not_reach_is_not_called_refused() -> None:
+    plan = plan_for(Profile(network=NetworkGrant(allow=["10.0.0.5:80"])))
+    unreachable = EgressRecord(
+        sidecar="s",
+        host="10.0.0.5",
+        port=80,
+        allowed=False,
+        rule="unreachable",
+        reason="10.0.0.5:80 (10.0.0.5) cannot be reached: [Errno 111] Connection refused",
+    )
+    assert denial_hints(plan, "connect-error", refusals=[unreachable]) == [
+        "the egress proxy could not reach 10.0.0.5:80: 10.0.0.5:80 (10.0.0.5) cannot be"
+        " reached: [Errno 111] Connection refused"
+    ]
+
+
 def test_nothing_is_hinted_without_confinement() -> None:
     plan = plan_for(Profile(), mode="off")
     assert denial_hints(plan, "[Errno 13] Permission denied: '/data/x.csv'") == []
