@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -25,6 +26,8 @@ import trio
 
 from supervisor.processes.linux import disown_child, own_child
 from supervisor.processes.warden import Warden
+
+log = logging.getLogger("toolhost.workers")
 
 if TYPE_CHECKING:
     from supervisor.processes.confine_spawn import Prepared
@@ -143,7 +146,11 @@ class Child:
     def _reap(self, flags: int) -> int | None:
         try:
             pid, status = os.waitpid(self.pid, flags)
-        except ChildProcessError:  # not ours any more: treat as killed
+        except ChildProcessError:  # not ours any more: treat as killed, and say so
+            log.warning(
+                "worker %d: its exit status was lost (reaped elsewhere); reported as killed",
+                self.pid,
+            )
             return self._reaped(-int(signal.SIGKILL))
         if pid == 0:
             return None

@@ -134,3 +134,22 @@ async def test_only_orphans_are_reaped_whatever_their_session(tmp_path):
         worker.forget()
     finally:
         linux.set_subreaper(False)
+
+
+async def test_a_lost_exit_status_is_said(tmp_path, caplog):
+    """A worker reaped by anything but its ``Child`` (the bug the reaper had) is reported as
+    killed, and the host log says its status was lost, so the next such bug shows."""
+    worker = exec_child(
+        [sys.executable, "-c", "raise SystemExit(4)"],
+        cwd=str(tmp_path),
+        env=ENV,
+        stdin=False,
+        stdout=False,
+        stderr=False,
+        warden=process_warden(),
+    )
+    await exited(worker.pid)
+    os.waitpid(worker.pid, 0)  # someone else takes it
+    with caplog.at_level("WARNING", logger="toolhost.workers"):
+        assert await worker.wait() == -9
+    assert f"worker {worker.pid}: its exit status was lost" in caplog.text
