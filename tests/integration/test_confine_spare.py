@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from tests.conftest import running_host, wait_available
 from tests.integration.confine_kit import KERNEL, ROOT, World, make_world, need
 from tests.integration.test_confine_host import TOOL, entry
 from tests.integration.test_confine_host import world as host_world
-from tests.integration.test_confine_zygote import first_line, stop
+from tests.integration.test_confine_zygote import first_line, running_zygote, stop
 
 
 @pytest.fixture(autouse=True)
@@ -65,18 +65,6 @@ def need_groups() -> None:
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     return make_world(tmp_path)
-
-
-@asynccontextmanager
-async def running_zygote(world: World) -> AsyncIterator[zygote.Zygote]:
-    z = zygote.Zygote(app_root=str(world.app), reply_timeout_s=2.0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(z.run)
-        assert z.state == "ready", z.status()
-        try:
-            yield z
-        finally:
-            nursery.cancel_scope.cancel()
 
 
 @contextmanager
@@ -147,7 +135,7 @@ async def test_a_confined_worker_starts_in_the_group_its_spare_joined(
     assert groups is not None
     argv = [sys.executable, str(script)]
     with confined(plan, groups) as (confine, started):
-        async with running_zygote(world) as z:
+        async with running_zygote(world.app) as z:
             spawner = Spawner(z)
 
             def start() -> Child:
@@ -214,7 +202,7 @@ async def test_a_spare_killed_before_the_request_leaves_the_start_to_the_zygote(
     assert groups is not None
     argv = [sys.executable, str(script)]
     with confined(plan, groups) as (confine, started):
-        async with running_zygote(world) as z:
+        async with running_zygote(world.app) as z:
             spawner = Spawner(z)
             first = spawner.spawn(argv, cwd=str(world.app), env=ENV, may_fork=True, confine=confine)
             started.append(first)
@@ -267,7 +255,7 @@ async def test_a_start_takes_no_spare_when_it_could_not_use_one(
     limit = 1 if why == "one process" else 7
     plan = world.plan(Profile(processes=limit))
     with confined(plan, groups) as (confine, children):
-        async with running_zygote(world) as z:
+        async with running_zygote(world.app) as z:
             spawner = Spawner(z)
             for _ in range(2):
                 child = spawner.spawn(

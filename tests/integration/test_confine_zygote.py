@@ -74,8 +74,9 @@ def world(tmp_path: Path) -> World:
 
 
 @asynccontextmanager
-async def running_zygote(world: World) -> AsyncIterator[zygote.Zygote]:
-    z = zygote.Zygote(app_root=str(world.app), reply_timeout_s=2.0)
+async def running_zygote(app: Path, reply_timeout_s: float = 2.0) -> AsyncIterator[zygote.Zygote]:
+    """A zygote of its own for ``app`` (ready), stopped afterwards."""
+    z = zygote.Zygote(app_root=str(app), reply_timeout_s=reply_timeout_s)
     async with trio.open_nursery() as nursery:
         await nursery.start(z.run)
         assert z.state == "ready", z.status()
@@ -119,7 +120,7 @@ async def test_a_zygote_started_confined_worker_has_its_walls(world: World, run:
     confine = SidecarConfinement(plan, SidecarWalls(plan), groups)
     argv = [sys.executable, str(script), str(world.key), str(planted)]
     try:
-        async with running_zygote(world) as z:
+        async with running_zygote(world.app) as z:
             child = Spawner(z).spawn(
                 argv, cwd=str(world.app), env=ENV, may_fork=run, confine=confine
             )
@@ -157,7 +158,7 @@ async def test_the_same_worker_unconfined_reads_the_planted_file(world: World) -
     planted = world.root / "planted.txt"
     planted.write_text("not yours")
     argv = [sys.executable, str(script), str(world.key), str(planted)]
-    async with running_zygote(world) as z:
+    async with running_zygote(world.app) as z:
         child = Spawner(z).spawn(argv, cwd=str(world.app), env=ENV, may_fork=True)
         assert child.started_by == "zygote" and child.confinement is None
         seen = await first_line(child)
@@ -178,7 +179,7 @@ async def test_a_program_the_walls_refuse_ends_with_126(world: World) -> None:
     program.chmod(0o755)
     missing = str(world.project / "no-such-program")
     try:
-        async with running_zygote(world) as z:
+        async with running_zygote(world.app) as z:
             spawner = Spawner(z)
             with pytest.raises(FileNotFoundError):
                 spawner.spawn([missing], cwd=str(world.app), env=ENV, confine=confine)

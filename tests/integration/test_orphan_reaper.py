@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,8 +21,10 @@ import trio
 import trio.testing
 
 from supervisor.processes import linux, zygote
+from supervisor.processes.child import Child
 from supervisor.processes.spawn import allowed_env, exec_child
 from supervisor.processes.warden import process_warden
+from tests.integration.test_confine_zygote import running_zygote
 
 # The reaper needs what the zygote needs (Linux, prctl); under CI=true a platform without it
 # fails instead of skipping. TOOLHOST_SPAWN=exec turns the zygote (and so the reaper) off.
@@ -34,6 +34,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 ENV = allowed_env(os.environ, {})
+
+
+def exits_4(folder: Path) -> Child:
+    """An exec'd worker (a session of its own) that exits 4 at once."""
+    return exec_child(
+        [sys.executable, "-c", "raise SystemExit(4)"],
+        cwd=str(folder),
+        env=ENV,
+        stdin=False,
+        stdout=False,
+        stderr=False,
+        warden=process_warden(),
+    )
 
 
 async def exited(pid: int) -> None:
@@ -54,23 +67,11 @@ def state(pid: int) -> str:
         return ""
 
 
-@asynccontextmanager
-async def running_zygote(app: Path) -> AsyncIterator[zygote.Zygote]:
-    z = zygote.Zygote(app_root=str(app), reply_timeout_s=5.0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(z.run)
-        assert z.state == "ready", z.status()
-        try:
-            yield z
-        finally:
-            nursery.cancel_scope.cancel()
-
-
 @pytest.mark.skipif(zygote.forced_exec(), reason="TOOLHOST_SPAWN=exec: no zygote")
 async def test_a_worker_that_exited_keeps_its_status_when_the_zygote_wakes_first(tmp_path):
     script = tmp_path / "exit4.py"
     script.write_text("raise SystemExit(4)\n")
-    async with running_zygote(tmp_path) as z:
+    async with running_zygote(tmp_path, reply_timeout_s=5.0) as z:
         child, why = z.fork([sys.executable, str(script)], cwd=str(tmp_path), env=ENV, limits=())
         assert child is not None and child.started_by == "zygote", why
         await exited(child.pid)
@@ -89,15 +90,7 @@ async def test_only_orphans_are_reaped_whatever_their_session(tmp_path):
     # A worker (its own session) and a child in the host's session (a Popen), both exited and
     # not yet reaped: their owners learn their statuses. An orphan the host adopted that leads
     # a session of its own (a task keeper whose worker ended) is reaped.
-    worker = exec_child(
-        [sys.executable, "-c", "raise SystemExit(4)"],
-        cwd=str(tmp_path),
-        env=ENV,
-        stdin=False,
-        stdout=False,
-        stderr=False,
-        warden=process_warden(),
-    )
+    worker = exits_4(tmp_path)
     popen = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     r, w = os.pipe()
     assert linux.set_subreaper(True) is None
@@ -139,15 +132,7 @@ async def test_only_orphans_are_reaped_whatever_their_session(tmp_path):
 async def test_a_lost_exit_status_is_said(tmp_path, caplog):
     """A worker reaped by anything but its ``Child`` (the bug the reaper had) is reported as
     killed, and the host log says its status was lost, so the next such bug shows."""
-    worker = exec_child(
-        [sys.executable, "-c", "raise SystemExit(4)"],
-        cwd=str(tmp_path),
-        env=ENV,
-        stdin=False,
-        stdout=False,
-        stderr=False,
-        warden=process_warden(),
-    )
+    worker = exits_4(tmp_path)
     await exited(worker.pid)
     os.waitpid(worker.pid, 0)  # someone else takes it
     with caplog.at_level("WARNING", logger="toolhost.workers"):
