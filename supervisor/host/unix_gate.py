@@ -94,11 +94,13 @@ class UnixGate:
             self.answered += 1
             if why:
                 self.refused += 1
+                hint = (
+                    " (a path confine.unix grants, or a folder above it, is allowed)"
+                    if why.endswith("(confine.unix)")
+                    else ""
+                )
                 log.warning(
-                    "sidecar %s: connect refused by the Unix socket gate: %s (a path"
-                    " confine.unix grants, or a folder above it, is allowed)",
-                    sidecar,
-                    why,
+                    "sidecar %s: connect refused by the Unix socket gate: %s%s", sidecar, why, hint
                 )
 
 

@@ -76,6 +76,31 @@ class Rules:
 
         return any(within(g) for g in self.unix) and never_hit(path, self.never) is None
 
+    def guarded(self) -> set[tuple[int, int]]:
+        """The sockets of the never-granted paths, as (device, inode): a never-granted path or a
+        socket directly in a never-granted folder (the kernel socket in ``.toolhost/``). Read
+        at each check, so a socket made since counts too. A hard link (or a bind mount) of one
+        of them inside a granted folder passes :meth:`allows_path` by its name; its inode does
+        not pass :func:`_connect_path`."""
+        found: set[tuple[int, int]] = set()
+        for never in self.never:
+            if "*" in never:
+                continue
+            try:
+                st = os.lstat(never)
+            except OSError:
+                continue
+            if stat.S_ISSOCK(st.st_mode):
+                found.add((st.st_dev, st.st_ino))
+            elif stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(OSError), os.scandir(never) as entries:
+                    for e in entries:
+                        with contextlib.suppress(OSError):
+                            est = e.stat(follow_symlinks=False)
+                            if stat.S_ISSOCK(est.st_mode):
+                                found.add((est.st_dev, est.st_ino))
+        return found
+
 
 class Request:
     """One notification: a ``connect(fd, addr, len)`` of process ``pid``."""
@@ -187,20 +212,22 @@ def decide(listener: int, req: Request, rules: Rules) -> tuple[int, str]:
             return exc.errno or errno.EACCES, str(exc.strerror or exc)
         try:
             if isinstance(target, str):
-                return _connect_path(sock, target), ""
+                return _connect_path(sock, target, rules)
             return sock.connect_ex(target), ""
         except OSError as exc:  # an address Python cannot express
             return exc.errno or errno.EINVAL, ""
 
 
-def _connect_path(sock: socket.socket, resolved: str) -> int:
+def _connect_path(sock: socket.socket, resolved: str, rules: Rules) -> tuple[int, str]:
     """Connect ``sock`` to the socket file at ``resolved`` (checked, free of links when it was
     resolved), opening every component without following a link: a component the worker
     swapped for a link since (in a folder it may write) fails instead of leading elsewhere.
-    The connect goes through ``/proc/self/fd`` to the socket file that was opened."""
+    The socket file opened must not be one of the never-granted sockets under another name
+    (:meth:`Rules.guarded`). The connect goes through ``/proc/self/fd`` to that file. Returns
+    the errno and, when refused, why."""
     parts = [p for p in resolved.split("/") if p]
     if not parts:
-        return errno.ECONNREFUSED
+        return errno.ECONNREFUSED, ""
     fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
@@ -212,12 +239,15 @@ def _connect_path(sock: socket.socket, resolved: str) -> int:
         last = os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
     except OSError as exc:
         os.close(fd)
-        return errno.ENOENT if exc.errno == errno.ENOENT else errno.EACCES
+        return (errno.ENOENT if exc.errno == errno.ENOENT else errno.EACCES), ""
     os.close(fd)
     try:
-        if not stat.S_ISSOCK(os.fstat(last).st_mode):
-            return errno.ECONNREFUSED  # what connecting a file that is not a socket answers
-        return sock.connect_ex(f"/proc/self/fd/{last}")
+        st = os.fstat(last)
+        if not stat.S_ISSOCK(st.st_mode):
+            return errno.ECONNREFUSED, ""  # what connecting a file that is not a socket answers
+        if (st.st_dev, st.st_ino) in rules.guarded():
+            return errno.EACCES, f"{resolved}: another name of a never-granted socket"
+        return sock.connect_ex(f"/proc/self/fd/{last}"), ""
     finally:
         os.close(last)
 
@@ -240,6 +270,8 @@ def _target(sock: socket.socket, pid: int, data: bytes, rules: Rules):  # type: 
         resolved = os.path.realpath(path)
         if resolved.startswith(f"/proc/{pid}/"):  # its cwd is gone or not ours to see
             raise OSError(errno.EACCES, "unresolvable path")
+        if never_hit(resolved, rules.never) is not None:
+            raise OSError(errno.EACCES, f"{resolved}: the host's own, never granted")
         if not rules.allows_path(resolved):
             raise OSError(errno.EACCES, f"{resolved}: not granted (confine.unix)")
         return resolved  # opened without following a link by decide: _connect_path

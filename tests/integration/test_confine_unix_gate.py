@@ -1,7 +1,8 @@
 """The Unix socket gate (``processes/unix_gate.py``, ``host/unix_gate.py``), through the real
 host: a sidecar granted ``unix`` paths reaches those sockets and no other (the kernel socket,
-another socket on the machine, an abstract one), from any thread and by a relative path too;
-with ``host.confinement: off`` it reaches them all (so the test tests something)."""
+another socket on the machine, an abstract one, the kernel socket under another name in a
+granted folder), from any thread and by a relative path too; with ``host.confinement: off`` it
+reaches them all (so the test tests something)."""
 
 from __future__ import annotations
 
@@ -76,12 +77,16 @@ async def test_a_unix_grant_reaches_its_sockets_and_no_other(
     ):
         await wait_available(host, "hostile.attack", timeout=40)
         assert_started_by(host, spawn, "persistent", confinement)
+        # The kernel socket under a granted name (a hard link an operator's tool could leave):
+        # the name passes the path check, the inode must not.
+        os.link(srv.sock, granted / "alias")
         todo = {
             "granted": {"kind": "unix", "path": str(granted / "X0")},
             "thread": {"kind": "unix_thread", "path": str(granted / "X0")},
             "relative": {"kind": "unix_relative", "cwd": str(granted), "path": "X0"},
             "other": {"kind": "unix", "path": str(tmp_path / "docker.sock")},
             "kernel": {"kind": "unix", "path": str(srv.sock)},
+            "alias": {"kind": "unix", "path": str(granted / "alias")},
             "escape": {"kind": "unix_relative", "cwd": str(granted), "path": "../docker.sock"},
             "abstract": {"kind": "unix", "path": name},
             "dgram": {"kind": "unix_dgram_socket"},
@@ -100,13 +105,14 @@ async def test_a_unix_grant_reaches_its_sockets_and_no_other(
         "relative": "ok",
         "other": "EACCES",
         "kernel": "EACCES",
+        "alias": "EACCES",
         "escape": "EACCES",
         "abstract": "ECONNREFUSED",
         "dgram": "EPERM",
     }
     assert accepted(x0) == 3  # the three allowed connects, made by the gate on its socket
     assert accepted(other) == 0 and accepted(abstract) == 0
-    assert gate is not None and gate.refused == 3 and gate.answered == 7  # abstract: quiet
+    assert gate is not None and gate.refused == 4 and gate.answered == 8  # abstract: quiet
 
 
 async def test_each_workers_gate_ends_with_its_processes(
