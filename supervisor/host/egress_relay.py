@@ -135,13 +135,15 @@ class Relay:
         self.sweep_s = min(1.0, idle_timeout_s / 10)
         self.native_id = 0
         """The thread's id in the kernel (benchmarks read its CPU)."""
-        # Shared with the trio thread (which adds): each operation on them is atomic (the
-        # interpreter's lock); the relay iterates over copies.
+        # Shared with the trio thread, which adds to them under `_lock`; the relay holds it
+        # while it handles what one `epoll_wait` returned (not while it waits).
+        self._lock = threading.Lock()
         self._fds: dict[int, Tunnel] = {}
         self._tunnels: set[Tunnel] = set()
         self._commands: collections.deque[str | Tunnel | None] = collections.deque()
         self._finished: collections.deque[Tunnel] = collections.deque()
         self._flush_at = 0.0
+        self._sweep_at = 0.0
         self._ready: collections.deque[_Way] = collections.deque()
         self._pipes: list[tuple[int, int]] = []  # empty ones, for the next tunnels
         self._epoll: select.epoll | None = None
@@ -175,15 +177,16 @@ class Relay:
         """Hand ``tunnel`` (and its sockets) to the relay; its ``finish`` runs at a later
         :meth:`flush`."""
         assert self._epoll is not None
-        self._tunnels.add(tunnel)
-        for sock in (tunnel.client, tunnel.upstream):
-            self._fds[sock.fileno()] = tunnel  # before the registration: its first event
-        try:
+        with self._lock:  # the relay cannot end it (and close a socket) half-registered
+            self._tunnels.add(tunnel)
             for sock in (tunnel.client, tunnel.upstream):
-                self._epoll.register(sock.fileno(), _READ)
-        except OSError as exc:  # out of memory for epoll: the relay ends it at once
-            tunnel.error = exc
-            self._command(tunnel)
+                self._fds[sock.fileno()] = tunnel  # before the registration: its first event
+            try:
+                for sock in (tunnel.client, tunnel.upstream):
+                    self._epoll.register(sock.fileno(), _READ)
+            except OSError as exc:  # out of memory for epoll: the relay ends it at once
+                tunnel.error = exc
+                self._command(tunnel)
 
     def flush(self) -> None:
         """Run the ``finish`` of every tunnel the relay is done with (in the trio thread)."""
@@ -234,50 +237,57 @@ class Relay:
         except Exception:  # a bug: every tunnel is ended, the host keeps running
             log.exception("egress: the relay thread failed")
         finally:
-            for tunnel in self._tunnels.copy():
-                self._end(tunnel)
+            with self._lock:
+                for tunnel in self._tunnels.copy():
+                    self._end(tunnel)
             while self._pipes:
                 os.close(self._pipes[-1][0])
                 os.close(self._pipes.pop()[1])
 
     def _loop(self) -> None:
         assert self._epoll is not None
-        poll, fds, ready = self._epoll.poll, self._fds, self._ready
-        sweep_at = time.monotonic() + self.sweep_s
+        poll, lock = self._epoll.poll, self._lock
+        self._sweep_at = time.monotonic() + self.sweep_s
         while True:
-            at = min(sweep_at, self._flush_at) if self._flush_at else sweep_at
-            timeout = 0.0 if ready else max(0.0, at - time.monotonic())
-            events = poll(timeout)
-            for fd, mask in events:
-                if fd == self._wake:
-                    if not self._commands_in():
-                        return
-                    continue
-                tunnel = fds.get(fd)
-                if tunnel is None or tunnel.over:
-                    continue
-                for way in tunnel.ways:
-                    # a way waits on its source (empty) or its destination (full)
-                    if (fd == way.fin and mask & _IN) or (fd == way.fout and mask & _OUT):
-                        self._step(tunnel, way)
-                        if tunnel.over:
-                            break
-            for _ in range(len(ready)):  # ways that moved a lot in one go: their turn again
-                way = ready.popleft()
-                tunnel = fds.get(way.fin)
-                if tunnel is not None and not tunnel.over and way in tunnel.ways:
+            at = min(self._sweep_at, self._flush_at) if self._flush_at else self._sweep_at
+            events = poll(0.0 if self._ready else max(0.0, at - time.monotonic()))
+            with lock:
+                if not self._round(events):
+                    return
+
+    def _round(self, events: list[tuple[int, int]]) -> bool:
+        """Handle what one ``epoll_wait`` returned, the ways that yielded their turn, idle
+        tunnels and the flush timer; False to stop."""
+        fds, ready = self._fds, self._ready
+        for fd, mask in events:
+            if fd == self._wake:
+                if not self._commands_in():
+                    return False
+                continue
+            tunnel = fds.get(fd)
+            if tunnel is None or tunnel.over:
+                continue
+            for way in tunnel.ways:
+                # a way waits on its source (empty) or its destination (full)
+                if (fd == way.fin and mask & _IN) or (fd == way.fout and mask & _OUT):
                     self._step(tunnel, way)
-            now = time.monotonic()
-            if now >= sweep_at:
-                sweep_at = now + self.sweep_s
-                for tunnel in [
-                    t for t in self._tunnels.copy() if now - t.last > self.idle_timeout_s
-                ]:
-                    self._end(tunnel)
-            if self._flush_at and now >= self._flush_at:
-                self._flush_at = 0.0
-                if self._finished:  # the trio loop did not pass by since: wake it
-                    self._ask_flush()
+                    if tunnel.over:
+                        break
+        for _ in range(len(ready)):  # ways that moved a lot in one go: their turn again
+            way = ready.popleft()
+            tunnel = fds.get(way.fin)
+            if tunnel is not None and not tunnel.over and way in tunnel.ways:
+                self._step(tunnel, way)
+        now = time.monotonic()
+        if now >= self._sweep_at:
+            self._sweep_at = now + self.sweep_s
+            for tunnel in [t for t in self._tunnels.copy() if now - t.last > self.idle_timeout_s]:
+                self._end(tunnel)
+        if self._flush_at and now >= self._flush_at:
+            self._flush_at = 0.0
+            if self._finished:  # the trio loop did not pass by since: wake it
+                self._ask_flush()
+        return True
 
     def _commands_in(self) -> bool:
         """Take the commands (cuts); False to stop."""
