@@ -13,7 +13,8 @@ one write as the web sidecar sends them. Two ways to place the client and the pa
   (``/proc/self/task/<tid>/schedstat``); their threads share this interpreter's lock with the
   proxy's, which a relay thread in the host does not have to.
 
-A tree without the relay thread reports 0 for it. The figures grow with the machine's load
+A tree without the relay thread (or ``--no-relay``: the tunnel in trio tasks, as before it)
+reports 0 for it. The figures grow with the machine's load
 (~0.8-1.0 ms at load 7-8, ~1.0-1.6 ms at load 9-10 on the project machine for the trio thread
 of session 5's tree): compare two trees alternating, in the same minutes.
 """
@@ -103,14 +104,16 @@ class _Peer:
         self.proc.wait()
 
 
-async def measure(fetches: int, warmup: int = 20, peer: str = "process") -> dict[str, float]:
+async def measure(
+    fetches: int, warmup: int = 20, peer: str = "process", relay: bool = True
+) -> dict[str, float]:
     """µs of the proxy's trio thread per fetch (``cpu``, ``user``, ``system``), of its relay
     thread (``relay``) and of the process (``total``; with ``peer="thread"``: trio + relay), and
     ms of wall."""
     side = _Peer(peer)
     try:
         async with trio.open_nursery() as nursery:
-            proxy = EgressProxy()
+            proxy = EgressProxy() if relay else EgressProxy(relay=False)
             await nursery.start(proxy.run)
             listener = socket.socket()
             listener.bind(("127.0.0.1", 0))
@@ -132,11 +135,11 @@ async def measure(fetches: int, warmup: int = 20, peer: str = "process") -> dict
     if smallest <= PAGE_BYTES:
         raise RuntimeError(f"a fetch through the proxy came back short: {smallest} bytes")
     cpu = (c1 - c0) / fetches * 1e6
-    relay = (n1 - n0) / fetches / 1e3
+    relay_us = (n1 - n0) / fetches / 1e3
     process = (p1.ru_utime + p1.ru_stime - p0.ru_utime - p0.ru_stime) / fetches * 1e6
     return {
-        "totalUsPerFetch": process if peer == "process" else cpu + relay,
-        "relayUsPerFetch": relay,
+        "totalUsPerFetch": process if peer == "process" else cpu + relay_us,
+        "relayUsPerFetch": relay_us,
         "cpuUsPerFetch": cpu,
         "userUsPerFetch": (r1.ru_utime - r0.ru_utime) / fetches * 1e6,
         "systemUsPerFetch": (r1.ru_stime - r0.ru_stime) / fetches * 1e6,
@@ -149,6 +152,9 @@ def main() -> None:
     parser.add_argument("--fetches", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--peer", choices=["process", "thread"], default="process")
+    parser.add_argument(
+        "--no-relay", action="store_true", help="tunnels in trio tasks (no relay thread)"
+    )
     parser.add_argument("--as-peer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.as_peer:
@@ -157,7 +163,7 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         print("load average:", " ".join(f.read().split()[:3]))
     for run in range(args.runs):
-        out = trio.run(measure, args.fetches, 20, args.peer)
+        out = trio.run(measure, args.fetches, 20, args.peer, not args.no_relay)
         what = "process" if args.peer == "process" else "trio + relay"
         print(
             f"run {run + 1} (peer {args.peer}): {what} {out['totalUsPerFetch']:.0f} µs/fetch; "
