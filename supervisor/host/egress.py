@@ -17,11 +17,15 @@
 # ``CONNECT`` tunnels bytes; an absolute-form request is forwarded with its ``Host`` set to the
 # checked name and ``Connection: close``. Bytes a client sends after its ``CONNECT`` head, before
 # the ``200`` (its request, pipelined to save a round trip), are forwarded once the tunnel is up
-# and dropped when it is refused. The connection path runs on plain non-blocking sockets
-# (:mod:`supervisor.host.egress_io`: no scheduler pass after each operation) and the tunnel's
-# bytes move socket -> pipe -> socket with ``splice(2)``: they never enter Python; the counts
-# are what ``splice`` reports delivered. Every connection, allowed or refused, ends in one
-# audit record and counts in the sidecar's :class:`EgressStats`.
+# and dropped when it is refused (the head's parsing and the proxy's answers:
+# :mod:`supervisor.host.egress_http`). The connection path runs on plain non-blocking sockets
+# (:mod:`supervisor.host.egress_io`: no scheduler pass after each operation); a checked,
+# connected tunnel then belongs to the relay thread (:mod:`supervisor.host.egress_relay`: its
+# own ``epoll``, no trio task per tunnel), which moves the bytes socket -> pipe -> socket with
+# ``splice(2)``: they never enter Python; the counts are what ``splice`` reports delivered.
+# Every connection, allowed or refused, ends in one audit record and counts in the sidecar's
+# :class:`EgressStats` (a tunnel's when the trio loop next takes what the relay finished:
+# at the next connection, ``statistics()``, or ``egress_relay.FLUSH_S`` after it ended).
 """
 
 from __future__ import annotations
@@ -39,7 +43,15 @@ import msgspec
 import trio
 
 from supervisor.contracts.confine import EgressRecord, EgressStats
-from supervisor.host import egress_io
+from supervisor.host import egress_io, egress_relay
+from supervisor.host.egress_http import (
+    ESTABLISHED,
+    Refusal,
+    origin_request,
+    parse_head,
+    reply,
+    target_of,
+)
 from supervisor.policy.egress import (
     Decision,
     IPAddress,
@@ -47,7 +59,6 @@ from supervisor.policy.egress import (
     decide,
     literal_address,
     parse_rules,
-    sanitize_host,
 )
 
 log = logging.getLogger("toolhost.egress")
@@ -82,32 +93,6 @@ class Client(msgspec.Struct, kw_only=True):
     sidecar: str
     worker: str = ""
     rules: list[Rule] = msgspec.field(default_factory=list)
-
-
-class _Refusal(Exception):
-    def __init__(self, status: int, reason: str, rule: str = "") -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.rule = rule
-
-
-_REASONS = {
-    200: b"Connection established",
-    400: b"Bad Request",
-    403: b"Forbidden",
-    405: b"Method Not Allowed",
-    407: b"Proxy Authentication Required",
-    408: b"Request Timeout",
-    431: b"Request Header Fields Too Large",
-    502: b"Bad Gateway",
-    503: b"Service Unavailable",
-    504: b"Gateway Timeout",
-}
-ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
-LINGER_S = 1.0
-LINGER_BYTES = 1 << 20
-_HOP = {b"proxy-authorization", b"proxy-connection", b"connection", b"keep-alive", b"host"}
 
 
 async def system_resolver(host: str, port: int) -> list[IPAddress]:
@@ -152,6 +137,8 @@ class EgressProxy:
         audit: Called once per connection, allowed or refused.
         resolver: Name resolution (the system's; tests pass their own).
         limits: Caps and timeouts against hostile clients.
+        relay: Move tunnels' bytes in a relay thread (where the platform has one); False: in
+            trio tasks, as before it (benchmarks and tests compare the two).
     """
 
     def __init__(
@@ -160,8 +147,10 @@ class EgressProxy:
         audit: Audit | None = None,
         resolver: Resolver = system_resolver,
         limits: EgressLimits | None = None,
+        relay: bool = True,
     ) -> None:
         self.audit = audit
+        self.relay = relay
         self.resolver = resolver
         self.limits = limits or EgressLimits()
         self._nursery: trio.Nursery | None = None
@@ -169,19 +158,38 @@ class EgressProxy:
         self._tokens: dict[str, Client] = {}
         self._stats: dict[str, EgressStats] = {}
         self.shared_port = 0
+        self._relay_thread: egress_relay.Relay | None = None
 
     # lifecycle ---------------------------------------------------------------------------
 
     async def run(
         self, *, task_status: trio.TaskStatus[EgressProxy] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve every listener handed in until cancelled."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started(self)
-            await trio.sleep_forever()
+        """Serve every listener handed in until cancelled (tunnels move their bytes in a relay
+        thread, started here and stopped when this returns)."""
+        relay = None
+        if self.relay and egress_relay.available():
+            limits = self.limits
+            relay = egress_relay.Relay(chunk=limits.chunk, idle_timeout_s=limits.idle_timeout_s)
+            relay.start()
+        self._relay_thread = relay
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._relay_thread = None
+            if relay is not None:
+                relay.stop()
 
-    def _start(self, key: str, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+    @property
+    def relay_thread_id(self) -> int:
+        """The relay thread's id in the kernel (0: none), for benchmarks of its CPU."""
+        return self._relay_thread.native_id if self._relay_thread is not None else 0
+
+    def _start(self, key: str, listener: stdsocket.socket, client: Client | None, to: int) -> None:
         if self._nursery is None:
             raise RuntimeError("the egress proxy is not running")
         scope = trio.CancelScope()
@@ -189,7 +197,7 @@ class EgressProxy:
 
         async def guarded() -> None:
             with scope:
-                await fn(*args)
+                await self._accept_loop(listener, client, to, key)
 
         self._nursery.start_soon(guarded)
 
@@ -207,7 +215,7 @@ class EgressProxy:
         _listening(listener)
         if not relay_to:  # a proxy client speaks first; a relayed protocol may not
             self._defer_accept(listener)
-        self._start(client.worker or client.sidecar, self._accept_loop, listener, client, relay_to)
+        self._start(client.worker or client.sidecar, listener, client, relay_to)
 
     def _defer_accept(self, listener: stdsocket.socket) -> None:
         """Wake the accept loop only once a connection's first bytes are in (its request head,
@@ -242,7 +250,7 @@ class EgressProxy:
         _listening(listener)
         self._defer_accept(listener)
         self.shared_port = listener.getsockname()[1]
-        self._start("", self._accept_loop, listener, None, 0)
+        self._start("", listener, None, 0)
         return self.shared_port
 
     def forget(self, worker: str) -> None:
@@ -250,17 +258,21 @@ class EgressProxy:
         served for a whole sidecar): its listeners close, its tunnels are cut, its tokens die."""
         for scope in self._scopes.pop(worker, []):
             scope.cancel()
+        if self._relay_thread is not None:
+            self._relay_thread.cut(worker)
         for token in [t for t, c in self._tokens.items() if (c.worker or c.sidecar) == worker]:
             del self._tokens[token]
 
     def statistics(self) -> dict[str, EgressStats]:
         """Per sidecar: connections, refusals, bytes in and out, open connections."""
+        if self._relay_thread is not None:
+            self._relay_thread.flush()  # the tunnels it ended since the trio loop last looked
         return {k: msgspec.structs.replace(v) for k, v in self._stats.items()}
 
     # connections -------------------------------------------------------------------------
 
     async def _accept_loop(
-        self, sock: stdsocket.socket, client: Client | None, relay_to: int
+        self, sock: stdsocket.socket, client: Client | None, relay_to: int, key: str
     ) -> None:
         try:
             async with trio.open_nursery() as nursery:
@@ -277,9 +289,9 @@ class EgressProxy:
                     conn.setblocking(False)  # TCP_NODELAY: the listener's, inherited
                     if relay_to:
                         assert client is not None
-                        nursery.start_soon(self._relay, conn, client, relay_to)
+                        nursery.start_soon(self._relay, conn, client, relay_to, key)
                     else:
-                        nursery.start_soon(self._serve, conn, client)
+                        nursery.start_soon(self._serve, conn, client, key)
         finally:
             egress_io.close(sock)
 
@@ -305,23 +317,25 @@ class EgressProxy:
         if not record.allowed:
             log.info("egress refused for %s: %s", record.sidecar, record.reason)
 
-    async def _serve(self, stream: stdsocket.socket, client: Client | None) -> None:
+    async def _serve(self, stream: stdsocket.socket, client: Client | None, key: str) -> None:
         limits = self.limits
         with egress_io.Closing(stream):
             try:
                 head, rest = await self._read_head(stream)
-                method, target, headers = _parse_head(head)
+                method, target, headers = parse_head(head)
                 if client is None:
                     client = self._authenticate(headers)
-                host, port = _target(method, target)
-            except _Refusal as refusal:
-                await _answer(stream, refusal.status, refusal.reason, auth=refusal.status == 407)
+                host, port = target_of(method, target)
+            except Refusal as refusal:
+                await reply(stream, refusal.status, refusal.reason, auth=refusal.status == 407)
                 return
             except trio.TooSlowError:
-                await _answer(stream, 408, "the request head did not arrive in time")
+                await reply(stream, 408, "the request head did not arrive in time")
                 return
             except OSError:  # reset, or closed before the head ended
                 return
+            if self._relay_thread is not None:
+                self._relay_thread.flush()  # the tunnels it ended count no more
             stats = self._stat(client.sidecar)
             if stats.open >= limits.per_sidecar:
                 reason = f"sidecar {client.sidecar} has {stats.open} egress connections open"
@@ -329,32 +343,49 @@ class EgressProxy:
                 self._record(
                     _record(client, host, port, method, False, "too-many-connections", reason)
                 )
-                await _answer(stream, 503, reason)
+                await reply(stream, 503, reason)
                 return
             decision = await self._decide(client, host, port)
             if not decision.allowed:
                 self._record(
                     _record(client, host, port, method, False, decision.rule, decision.reason)
                 )
-                await _answer(stream, 403, decision.reason)
+                await reply(stream, 403, decision.reason)
                 return
             try:
                 upstream = await self._connect(decision.address, port)
-            except _Refusal as refusal:  # allowed, but not reached: no connection was made
+            except Refusal as refusal:  # allowed, but not reached: no connection was made
                 reason = f"{host}:{port} ({decision.address}) {refusal.reason}"
                 self._record(_record(client, host, port, method, False, refusal.rule, reason))
-                await _answer(stream, refusal.status, reason)
+                await reply(stream, refusal.status, reason)
                 return
             stats.open += 1
             counts = [0, 0]
+            rule = decision.rule
+
+            def finish() -> None:
+                stats.open -= 1
+                self._record(_record(client, host, port, method, True, rule, "", counts))
+
+            handed = False  # to the relay thread, with both sockets and `finish`
             try:
                 with egress_io.Closing(upstream):
-                    await self._forward(
-                        stream, upstream, method, target, host, port, headers, rest, counts
+                    handed = await self._forward(
+                        stream,
+                        upstream,
+                        method,
+                        target,
+                        host,
+                        port,
+                        headers,
+                        rest,
+                        counts,
+                        key,
+                        finish,
                     )
             finally:
-                stats.open -= 1
-                self._record(_record(client, host, port, method, True, decision.rule, "", counts))
+                if not handed:
+                    finish()
 
     async def _read_head(self, stream: stdsocket.socket) -> tuple[bytes, bytes]:
         """The request head (without the blank line) and what came after it: at once when the
@@ -362,7 +393,7 @@ class EgressProxy:
         the first byte and ``head_timeout_s`` for the whole head.
 
         Raises:
-            _Refusal: 431, the head is over ``max_head``.
+            Refusal: 431, the head is over ``max_head``.
             trio.TooSlowError: It did not arrive in time.
             OSError: Reset, or closed before the head ended.
         """
@@ -384,7 +415,7 @@ class EgressProxy:
                 if end >= 0:
                     return bytes(buf[:end]), bytes(buf[end + 4 :])
                 if len(buf) > limits.max_head:
-                    raise _Refusal(431, f"the request head is over {limits.max_head} bytes")
+                    raise Refusal(431, f"the request head is over {limits.max_head} bytes")
                 data = await egress_io.recv(stream, 4096)
                 if not data:
                     raise ConnectionError("closed before the head ended")
@@ -409,7 +440,7 @@ class EgressProxy:
             if hmac.compare_digest(known.encode(), token.encode()):
                 found = client
         if found is None:
-            raise _Refusal(
+            raise Refusal(
                 407, "proxy credentials missing or unknown: use the proxy URL in HTTP_PROXY"
             )
         return found
@@ -429,7 +460,7 @@ class EgressProxy:
         """A connection to the checked address.
 
         Raises:
-            _Refusal: 502 (refused, unreachable) or 504 (no answer in ``connect_timeout_s``),
+            Refusal: 502 (refused, unreachable) or 504 (no answer in ``connect_timeout_s``),
                 rule ``unreachable``.
         """
         try:
@@ -442,9 +473,9 @@ class EgressProxy:
             return sock
         except trio.TooSlowError:
             why = f"did not answer in {self.limits.connect_timeout_s:g} s"
-            raise _Refusal(504, f"cannot be reached: {why}", "unreachable") from None
+            raise Refusal(504, f"cannot be reached: {why}", "unreachable") from None
         except OSError as exc:
-            raise _Refusal(502, f"cannot be reached: {exc}", "unreachable") from None
+            raise Refusal(502, f"cannot be reached: {exc}", "unreachable") from None
 
     async def _forward(
         self,
@@ -457,7 +488,10 @@ class EgressProxy:
         headers: list[tuple[bytes, bytes]],
         rest: bytes,
         counts: list[int],
-    ) -> None:
+        key: str,
+        finish: Callable[[], None],
+    ) -> bool:
+        """Send what goes first, then carry the tunnel; True when the relay thread took it."""
         answer = b""
         try:
             if method == "CONNECT" and rest:
@@ -469,74 +503,63 @@ class EgressProxy:
             elif method == "CONNECT":
                 await egress_io.send_all(stream, ESTABLISHED)
             else:
-                out = _origin_request(method, target, host, port, headers) + rest
+                out = origin_request(method, target, host, port, headers) + rest
                 await egress_io.send_all(upstream, out)
                 counts[1] += len(out)
         except OSError:
-            return
-        await self._splice(stream, upstream, counts, answer)
+            return False
+        return await self._carry(stream, upstream, counts, answer, key, finish)
 
-    async def _relay(self, stream: stdsocket.socket, client: Client, port: int) -> None:
+    async def _relay(self, stream: stdsocket.socket, client: Client, port: int, key: str) -> None:
         rule = "confine.network.loopback"
         counts = [0, 0]
+        if self._relay_thread is not None:
+            self._relay_thread.flush()
         with egress_io.Closing(stream):
             try:
                 upstream = await self._connect("127.0.0.1", port)
-            except _Refusal as refusal:
+            except Refusal as refusal:
                 why = f"127.0.0.1:{port} {refusal.reason}"
                 self._record(_record(client, "127.0.0.1", port, "TCP", False, refusal.rule, why))
                 return
             stats = self._stat(client.sidecar)
             stats.open += 1
-            try:
-                with egress_io.Closing(upstream):
-                    await self._splice(stream, upstream, counts)
-            finally:
+
+            def finish() -> None:
                 stats.open -= 1
                 self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, "", counts))
 
-    async def _splice(
+            handed = False
+            try:
+                with egress_io.Closing(upstream):
+                    handed = await self._carry(stream, upstream, counts, b"", key, finish)
+            finally:
+                if not handed:
+                    finish()
+
+    async def _carry(
         self,
         client: stdsocket.socket,
         upstream: stdsocket.socket,
         counts: list[int],
-        answer: bytes = b"",
-    ) -> None:
-        """Copy both ways until both sides are done (half-closes passed on) or nothing moved
-        for ``idle_timeout_s``; ``answer`` (not counted) goes to the client before the first
-        bytes from upstream."""
-        chunk = self.limits.chunk
-        # The deadline moves at most every `step` (moving it is trio bookkeeping): a tunnel
-        # closes after `idle_timeout_s` without a byte, and within `step` after that.
-        step = min(1.0, self.limits.idle_timeout_s / 10)
-        idle = self.limits.idle_timeout_s + step
-        scope: trio.CancelScope  # the nursery's (below): no scope of its own per tunnel
-
-        def moved(slot: int, n: int) -> None:
-            counts[slot] += n
-            now = trio.current_time()
-            if now + idle - scope.deadline > step:
-                scope.deadline = now + idle
-
-        async def copy(
-            src: stdsocket.socket, dst: stdsocket.socket, slot: int, prefix: bytes = b""
-        ) -> None:
-            try:
-                if not await egress_io.pump(src, dst, chunk, slot, moved, prefix):
-                    while data := await egress_io.recv(src, chunk):  # no splice here
-                        await egress_io.send_all(dst, prefix + data)
-                        moved(slot, len(data))
-                        prefix = b""
-                    await egress_io.send_all(dst, prefix)
-                dst.shutdown(stdsocket.SHUT_WR)
-            except OSError:
-                scope.cancel()
-
-        async with trio.open_nursery() as nursery:
-            scope = nursery.cancel_scope
-            scope.deadline = trio.current_time() + idle
-            nursery.start_soon(copy, client, upstream, 1)
-            await copy(upstream, client, 0, answer)
+        answer: bytes,
+        key: str,
+        finish: Callable[[], None],
+    ) -> bool:
+        """Move bytes both ways until both sides are done (half-closes passed on), an error,
+        or ``idle_timeout_s`` without a byte; ``answer`` (not counted) goes to the client
+        before the first bytes from upstream. True: the relay thread took the tunnel (both
+        sockets are its own now, and it has ``finish`` run when the tunnel is over); False:
+        carried here in trio tasks (no relay thread), over when this returns."""
+        relay = self._relay_thread
+        if relay is not None and relay.running:
+            relay.add(egress_relay.Tunnel(client, upstream, counts, finish, answer=answer, key=key))
+            return True
+        limits = self.limits
+        await egress_io.splice_both(
+            client, upstream, counts, answer, limits.chunk, limits.idle_timeout_s
+        )
+        return False
 
 
 def _listening(listener: stdsocket.socket) -> None:
@@ -568,97 +591,3 @@ def _record(
         bytes_in=counts[0] if counts else 0,
         bytes_out=counts[1] if counts else 0,
     )
-
-
-def _parse_head(head: bytes) -> tuple[str, str, list[tuple[bytes, bytes]]]:
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-        raise _Refusal(400, "not an HTTP/1 proxy request")
-    try:
-        method, target = parts[0].decode("ascii"), parts[1].decode("ascii")
-    except UnicodeDecodeError:
-        raise _Refusal(400, "the request line is not ASCII") from None
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip() or line[:1] in b" \t":
-            raise _Refusal(400, "a malformed header line")
-        headers.append((name.lower(), value.strip()))
-    names = {k for k, _ in headers}
-    if b"content-length" in names and b"transfer-encoding" in names:
-        raise _Refusal(400, "both Content-Length and Transfer-Encoding")
-    return method, target, headers
-
-
-def _split_authority(authority: str, default_port: int) -> tuple[str, str]:
-    """(host, port text) of ``host[:port]`` or ``[v6][:port]``."""
-    if authority.startswith("["):
-        end = authority.find("]")
-        if end < 0:
-            return "", ""
-        after = authority[end + 1 :]
-        if after and not after.startswith(":"):
-            return "", ""
-        return authority[1:end], after[1:] if after else str(default_port)
-    host, sep, port_text = authority.partition(":")
-    return host, port_text if sep else str(default_port)
-
-
-def _target(method: str, target: str) -> tuple[str, int]:
-    """(host, port) a request asks for."""
-    if method == "CONNECT":
-        host, port_text = _split_authority(target, 0)
-    elif target.lower().startswith("http://"):
-        authority = target[7:].split("/", 1)[0].split("?", 1)[0]
-        if "@" in authority:
-            raise _Refusal(400, "credentials in the URL are not forwarded")
-        host, port_text = _split_authority(authority, 80)
-    elif target.lower().startswith("https://"):
-        raise _Refusal(400, "an https:// URL goes through CONNECT (set HTTPS_PROXY)")
-    else:
-        raise _Refusal(400, "a proxy request needs an absolute http:// URL or CONNECT host:port")
-    name = sanitize_host(host) if host else None
-    if name is None or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise _Refusal(400, f"not a destination: {target[:200]!r}")
-    return name, int(port_text)
-
-
-def _origin_request(
-    method: str, target: str, host: str, port: int, headers: list[tuple[bytes, bytes]]
-) -> bytes:
-    rest = target[7:]
-    slash = rest.find("/")
-    path = rest[slash:] if slash >= 0 else "/"
-    authority = host if port == 80 else f"{host}:{port}"
-    if ":" in host:
-        authority = f"[{host}]" if port == 80 else f"[{host}]:{port}"
-    lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: " + authority.encode()]
-    lines += [k + b": " + v for k, v in headers if k not in _HOP]
-    lines.append(b"Connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-async def _answer(
-    stream: stdsocket.socket, status: int, reason: str, *, auth: bool = False
-) -> None:
-    body = reason.replace("\r", " ").replace("\n", " ").encode() + b"\n"
-    head = [
-        b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b"Error")),
-        b"Content-Type: text/plain; charset=utf-8",
-        b"Content-Length: %d" % len(body),
-        b"Connection: close",
-    ]
-    if auth:
-        head.append(b'Proxy-Authenticate: Basic realm="toolhost"')
-    try:
-        await egress_io.send_all(stream, b"\r\n".join(head) + b"\r\n\r\n" + body)
-        # Read (and drop) what the client still sends for a moment, so closing with unread
-        # bytes does not reset the connection before the client reads the answer.
-        stream.shutdown(stdsocket.SHUT_WR)
-        with trio.move_on_after(LINGER_S):
-            dropped = 0
-            while dropped < LINGER_BYTES and (data := await egress_io.recv(stream, 65536)):
-                dropped += len(data)
-    except OSError:
-        pass

@@ -19,7 +19,10 @@ import trio
 
 
 def close(sock: stdsocket.socket) -> None:
-    """Close ``sock``, waking (with ``ClosedResourceError``) a task that waits on it."""
+    """Close ``sock``, waking (with ``ClosedResourceError``) a task that waits on it (nothing
+    when its descriptor was handed on: ``detach``)."""
+    if sock.fileno() < 0:
+        return
     trio.lowlevel.notify_closing(sock)
     sock.close()
 
@@ -166,3 +169,47 @@ async def pump(
     finally:
         os.close(r)
         os.close(w)
+
+
+async def splice_both(
+    client: stdsocket.socket,
+    upstream: stdsocket.socket,
+    counts: list[int],
+    answer: bytes,
+    chunk: int,
+    idle_timeout_s: float,
+) -> None:
+    """Copy both ways in trio tasks (where the relay thread is not available) until both sides
+    are done (half-closes passed on) or nothing moved for ``idle_timeout_s``; ``answer`` (not
+    counted) goes to the client before the first bytes from upstream."""
+    # The deadline moves at most every `step` (moving it is trio bookkeeping): a tunnel
+    # closes after `idle_timeout_s` without a byte, and within `step` after that.
+    step = min(1.0, idle_timeout_s / 10)
+    idle = idle_timeout_s + step
+    scope: trio.CancelScope  # the nursery's (below): no scope of its own per tunnel
+
+    def moved(slot: int, n: int) -> None:
+        counts[slot] += n
+        now = trio.current_time()
+        if now + idle - scope.deadline > step:
+            scope.deadline = now + idle
+
+    async def copy(
+        src: stdsocket.socket, dst: stdsocket.socket, slot: int, prefix: bytes = b""
+    ) -> None:
+        try:
+            if not await pump(src, dst, chunk, slot, moved, prefix):
+                while data := await recv(src, chunk):  # no splice here
+                    await send_all(dst, prefix + data)
+                    moved(slot, len(data))
+                    prefix = b""
+                await send_all(dst, prefix)
+            dst.shutdown(stdsocket.SHUT_WR)
+        except OSError:
+            scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        scope = nursery.cancel_scope
+        scope.deadline = trio.current_time() + idle
+        nursery.start_soon(copy, client, upstream, 1)
+        await copy(upstream, client, 0, answer)
