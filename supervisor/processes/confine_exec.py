@@ -27,7 +27,7 @@ if __name__ == "__main__":  # pragma: no cover - run as a script by the spawn pa
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, _here)
 
-    from walls import Armed, Walls
+    from walls import Armed, ConfinementError, Walls
 
     def _walls(fd: int) -> None:
         chunks = []
@@ -42,7 +42,8 @@ if __name__ == "__main__":  # pragma: no cover - run as a script by the spawn pa
             named = [w.ruleset_fd, *w.netns_fds, w.channel]
             Armed(w).apply()
         except (OSError, ValueError, TypeError, EOFError) as exc:
-            os.write(2, f"toolhost: confinement failed: {exc}\n".encode())
+            why = exc.strerror if isinstance(exc, ConfinementError) else exc  # "step: why"
+            os.write(2, f"toolhost: confinement failed: {why}\n".encode())
             os._exit(126)
         for left in named:  # what the walls did not consume (a ruleset never entered)
             if left >= 0:

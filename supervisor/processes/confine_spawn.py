@@ -9,7 +9,10 @@
 # the host's zygote when it runs one (the memfd and the descriptors the walls name go by
 # ``SCM_RIGHTS``; its child puts the walls up, then runs the Python worker or execs the program:
 # no interpreter start), else to the exec shim (``TOOLHOST_SPAWN=exec``, not Linux, a zygote
-# that is down or slow), which costs one bare interpreter start. :class:`Prepared` closes the
+# that is down or slow), which costs one bare interpreter start; there the host itself moves the
+# child into its pids group (:meth:`Prepared.host_join`, in a thread: a cgroup v1 migration
+# waits for an RCU grace period) while the shim's interpreter starts, and the shim waits for
+# its word before anything of the worker runs. :class:`Prepared` closes the
 # child's descriptors once the child runs, reads the report, and removes the ``TMPDIR`` and the
 # group when the worker ends (:meth:`Prepared.finish`).
 """
@@ -49,6 +52,7 @@ class Prepared:
         "_kept",
         "_report",
         "argv",
+        "by_host",
         "env",
         "inherited",
         "pass_fds",
@@ -90,6 +94,8 @@ class Prepared:
         self.why_exec = ""
         """Why :attr:`argv` is the shim exec'ing the program ("": the shim's ``--python`` form,
         the worker's own interpreter puts the walls up and runs it)."""
+        self.by_host = False
+        """The walls say the host moves the child into its pids group (:meth:`host_join`)."""
         self.env = env
         """What the worker's environment gets: ``TMPDIR`` (and the proxy's variables)."""
         self.pass_fds = pass_fds
@@ -109,6 +115,37 @@ class Prepared:
     def cgroup(self) -> str:
         """The worker's pids group folder (``""``: none)."""
         return self._cgroup
+
+    def host_join(self, pid: int) -> Callable[[], None] | None:
+        """What moves the child ``pid`` into this worker's pids group and then tells it so on
+        the report channel (``ok``, or ``no ERRNO WHY``): the exec shim waits for that word,
+        and checks ``/proc/self/cgroup``, before it puts the other walls up and runs anything
+        of the worker. Call it right after the spawn; the result blocks (a cgroup v1 migration
+        waits for an RCU grace period: ~15-40 ms) and never raises: run it in a thread. None:
+        the child joins by itself (:attr:`by_host` is false)."""
+        if not self.by_host or not self._cgroup or self._channel is None:
+            return None
+        word_fd = os.dup(self._channel.fileno())  # the channel may go to the gate meanwhile
+        procs = PidsCgroups.procs_file(self._cgroup)
+
+        def join() -> None:
+            try:
+                try:
+                    fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+                    try:
+                        os.write(fd, b"%d" % pid)
+                    finally:
+                        os.close(fd)
+                    word = b"ok"
+                except OSError as exc:
+                    why = exc.strerror or str(exc)
+                    word = b"no %d %s" % (exc.errno or errno.EIO, why.encode(errors="replace"))
+                with contextlib.suppress(OSError):  # a child gone meanwhile needs no word
+                    os.write(word_fd, word)
+            finally:
+                os.close(word_fd)
+
+        return join
 
     def started(self) -> None:
         """The child runs (or never will): close the descriptors only it needed; a gated
@@ -239,6 +276,7 @@ class SidecarConfinement:
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        host_join: bool = False,
     ) -> Prepared:
         """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel, and
         the shim's command line.
@@ -251,6 +289,9 @@ class SidecarConfinement:
             cwd: The worker's working directory and (``env``) its environment: with both, a
                 Python worker of the host's interpreter may get the shim's ``--python`` form
                 (one interpreter start: ``processes.confine_direct``); else the shim execs.
+            host_join: The host moves the child into its pids group (the exec shim's start:
+                :meth:`Prepared.host_join`); else the child joins it itself (the zygote's
+                child, or any caller that does not start the join).
 
         Raises:
             OSError: A part could not be made.
@@ -269,7 +310,7 @@ class SidecarConfinement:
             with contextlib.suppress(OSError):
                 cgroup = self.cgroups.create(safe, plan.processes)
         try:
-            return self._prepare(argv, cgroup or "", safe, cwd, env)
+            return self._prepare(argv, cgroup or "", safe, cwd, env, host_join)
         except BaseException:
             if cgroup:  # the worker that would own it never exists
                 with contextlib.suppress(OSError):
@@ -283,6 +324,7 @@ class SidecarConfinement:
         key: str,
         cwd: str | None,
         env: Mapping[str, str] | None,
+        host_join: bool = False,
     ) -> Prepared:
         plan = self.plan
         assert self.walls is not None
@@ -292,7 +334,11 @@ class SidecarConfinement:
         memfd = -1
         try:  # until Prepared owns them, every part made here is undone here
             walls, tmpdir = self.walls.worker(
-                cgroup=cgroup or None, nproc=nproc, channel=child.fileno(), gate=bool(self.gate)
+                cgroup=cgroup or None,
+                nproc=nproc,
+                channel=child.fileno(),
+                gate=bool(self.gate),
+                cgroup_by_host=host_join,
             )
             memfd = os.memfd_create("toolhost-walls", 0)
             view = memoryview(walls.dumps())
@@ -330,6 +376,7 @@ class SidecarConfinement:
             kept=self.kept,
         )
         prepared.why_exec = why
+        prepared.by_host = walls.cgroup_by_host
         gate = self.gate
         if gate is not None and walls.gate:
             ports = tuple(walls.tcp_connect) if walls.tcp_connect is not None else None
