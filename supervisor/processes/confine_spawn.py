@@ -51,6 +51,7 @@ class Prepared:
         "_gate_stop",
         "_kept",
         "_report",
+        "_word_fd",
         "argv",
         "by_host",
         "env",
@@ -96,6 +97,7 @@ class Prepared:
         the worker's own interpreter puts the walls up and runs it)."""
         self.by_host = False
         """The walls say the host moves the child into its pids group (:meth:`host_join`)."""
+        self._word_fd = -1
         self.env = env
         """What the worker's environment gets: ``TMPDIR`` (and the proxy's variables)."""
         self.pass_fds = pass_fds
@@ -120,12 +122,13 @@ class Prepared:
         """What moves the child ``pid`` into this worker's pids group and then tells it so on
         the report channel (``ok``, or ``no ERRNO WHY``): the exec shim waits for that word,
         and checks ``/proc/self/cgroup``, before it puts the other walls up and runs anything
-        of the worker. Call it right after the spawn; the result blocks (a cgroup v1 migration
-        waits for an RCU grace period: ~15-40 ms) and never raises: run it in a thread. None:
-        the child joins by itself (:attr:`by_host` is false)."""
-        if not self.by_host or not self._cgroup or self._channel is None:
+        of the worker. Call it once, right after the spawn (until its result ran, the shim
+        waits); the result blocks (a cgroup v1 migration waits for an RCU grace period: ~15-40
+        ms) and never raises: run it in a thread. None: the child joins by itself
+        (:attr:`by_host` is false), or it was called before."""
+        word_fd, self._word_fd = self._word_fd, -1
+        if word_fd < 0:
             return None
-        word_fd = os.dup(self._channel.fileno())  # the channel may go to the gate meanwhile
         procs = PidsCgroups.procs_file(self._cgroup)
 
         def join() -> None:
@@ -202,6 +205,10 @@ class Prepared:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        if self._word_fd >= 0:  # never spawned: no join to tell of
+            with contextlib.suppress(OSError):
+                os.close(self._word_fd)
+            self._word_fd = -1
         tmpdir = self.env.get("TMPDIR", "")
         if tmpdir:
             confine.remove_tmpdir(tmpdir)
@@ -331,7 +338,7 @@ class SidecarConfinement:
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         tmpdir = ""
-        memfd = -1
+        memfd = word_fd = -1
         try:  # until Prepared owns them, every part made here is undone here
             walls, tmpdir = self.walls.worker(
                 cgroup=cgroup or None,
@@ -346,6 +353,8 @@ class SidecarConfinement:
                 view = view[os.write(memfd, view) :]
             os.lseek(memfd, 0, os.SEEK_SET)
             inherited = self.walls.inherited(walls)
+            if walls.cgroup_by_host:  # the host's word goes on it (the channel may go to the gate)
+                word_fd = os.dup(parent.fileno())
             why = self._why_exec(argv, walls, cwd, env)
             if why:
                 argv_shim = confine.shim_argv(argv, memfd)
@@ -354,9 +363,10 @@ class SidecarConfinement:
         except BaseException:
             parent.close()
             child.close()
-            if memfd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(memfd)
+            for fd in (memfd, word_fd):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
             if tmpdir:
                 confine.remove_tmpdir(tmpdir)
             raise
@@ -377,6 +387,7 @@ class SidecarConfinement:
         )
         prepared.why_exec = why
         prepared.by_host = walls.cgroup_by_host
+        prepared._word_fd = word_fd
         gate = self.gate
         if gate is not None and walls.gate:
             ports = tuple(walls.tcp_connect) if walls.tcp_connect is not None else None

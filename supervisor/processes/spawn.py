@@ -292,7 +292,10 @@ class Spawner:
             raise
         join = prepared.host_join(child.pid)
         if join is not None:  # off this thread, while the shim's interpreter starts
-            trio.lowlevel.start_thread_soon(join, _joined)
+            try:
+                trio.lowlevel.start_thread_soon(join, _joined)
+            except RuntimeError:  # no thread to be had: here, one migration's wait
+                join()
         prepared.via = "shim"
         prepared.started()
         child.confinement = prepared
