@@ -3,7 +3,9 @@ Python worker run by the host's own interpreter, ``PYTHON [FLAGS] confine_exec.p
 --python -m MODULE ARGS...`` (or ``--python SCRIPT ARGS...``).
 
 Reads the walls (``Walls.dumps``) from the inherited descriptor, puts them up in this fresh,
-single-threaded interpreter, closes what is left of the descriptors they named, then either
+single-threaded interpreter (the pids group first: the host moves this process into it while
+the interpreter starts, and the walls wait for its word and check ``/proc/self/cgroup``),
+closes what is left of the descriptors they named, then either
 execs the program in its place (``--``), or (``--python``) runs the worker's module or script
 in this very interpreter as ``python [FLAGS] -m MODULE`` / ``python [FLAGS] SCRIPT`` would
 (``processes.pymain``, the zygote's code): one interpreter start instead of two. So no sidecar
