@@ -100,21 +100,26 @@ async def test_a_shim_started_worker_is_in_its_group_from_its_first_instruction(
     assert not os.path.exists(group)
 
 
+READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}
+"""``read``'s number, as ``/proc/<pid>/syscall`` shows the call a process sits in."""
+
+
 def _blocked_reading(pid: int, fd: int) -> bool:
-    """``pid`` sits in ``read(fd, ...)`` (``/proc/<pid>/syscall``: number 0 on x86_64)."""
+    """``pid`` sits in ``read(fd, ...)``."""
     try:
         with open(f"/proc/{pid}/syscall") as f:
             fields = f.read().split()
     except OSError:
         return False
-    return len(fields) > 1 and fields[0] == "0" and int(fields[1], 16) == fd
+    number = READ_SYSCALL[os.uname().machine]
+    return len(fields) > 1 and fields[0] == number and int(fields[1], 16) == fd
 
 
 async def test_the_shim_runs_nothing_of_the_worker_before_the_hosts_word(world: World) -> None:
     """The join held back: the shim waits on its channel, outside its group, the worker's first
     line not written; once the host's join is done the worker starts in its group."""
     need_groups()
-    need(os.uname().machine == "x86_64", "x86_64 (the read syscall's number)")
+    need(os.uname().machine in READ_SYSCALL, "x86_64 or aarch64 (the read syscall's number)")
     plan = world.plan(Profile(processes=7))
     groups = PidsCgroups.probe(f"toolhost-test-{os.getpid()}")
     assert groups is not None
