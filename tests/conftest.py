@@ -6,7 +6,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,9 +15,28 @@ import pytest
 import trio
 
 from supervisor.calls.call import InvokeRequest
+from supervisor.processes.pids_cgroup import PidsCgroups
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "sidecars"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pids_groups_of_this_run() -> Iterator[None]:
+    """The pids groups this test process made (``toolhost-test-<pid>``, which tests probe by,
+    and ``toolhost-<pid>``, its in-process hosts'): a test that fails midway leaves its
+    workers' groups there. Removed when the session ends, what is left in them killed; a
+    session killed outright leaves them to the next host's sweep (``PidsCgroups.sweep``)."""
+    yield
+    for tag in (f"toolhost-test-{os.getpid()}", None):
+        groups = PidsCgroups.probe(tag)
+        if groups is None:
+            return
+        names = os.listdir(groups.base) if os.path.isdir(groups.base) else []
+        for name in names:  # the worker groups and kept groups in it (its files are not folders)
+            if os.path.isdir(os.path.join(groups.base, name)):
+                PidsCgroups.remove(os.path.join(groups.base, name))
+        groups.close()
 
 
 def script(name: str, tools: list[str], **extra: Any) -> dict[str, Any]:

@@ -167,6 +167,7 @@ def walls_for(
     ruleset_fd: int = -1,
     netns_fds: Sequence[int] = (),
     gate: bool = False,
+    cgroup_by_host: bool = False,
 ) -> Walls:
     """One worker's walls from its sidecar's plan (:class:`SidecarWalls.worker` fills the
     per-sidecar parts).
@@ -183,6 +184,9 @@ def walls_for(
         channel: The child's end of the report channel (``socket.socketpair``; -1: none).
         ruleset_fd: A Landlock ruleset built once for the sidecar (-1: built in the child).
         netns_fds: The sidecar's held namespaces (``netns.Holder.fds``).
+        gate: The filter sends every ``connect`` to the host's Unix socket gate.
+        cgroup_by_host: The host moves the child into ``cgroup`` (the exec shim: it waits for
+            the host's word on ``channel``; ``Prepared.host_join``) instead of the child.
     """
     write = list(plan.write)
     devices = [p for p in write if p.startswith("/dev/")]
@@ -208,6 +212,7 @@ def walls_for(
         gate=gate and plan.allow_unix and bool(plan.seccomp_arch),
         drop_caps=plan.drop_caps,
         cgroup_procs=PidsCgroups.procs_file(cgroup) if cgroup and plan.pids == "cgroup" else "",
+        cgroup_by_host=cgroup_by_host and bool(cgroup) and plan.pids == "cgroup" and channel >= 0,
         nproc=nproc if plan.pids == "rlimit" else 0,
         channel=channel,
     )
@@ -263,10 +268,17 @@ class SidecarWalls:
         return self.holder.listeners if self.holder is not None else {}
 
     def worker(
-        self, *, cgroup: str | None = None, nproc: int = 0, channel: int = -1, gate: bool = False
+        self,
+        *,
+        cgroup: str | None = None,
+        nproc: int = 0,
+        channel: int = -1,
+        gate: bool = False,
+        cgroup_by_host: bool = False,
     ) -> tuple[Walls, str]:
         """One worker's walls and its private ``TMPDIR`` (0700, below the sidecar's temp
-        folder; remove it with :func:`remove_tmpdir` when the worker ends)."""
+        folder; remove it with :func:`remove_tmpdir` when the worker ends); ``cgroup_by_host``:
+        the host moves the child into ``cgroup`` (:func:`walls_for`)."""
         tmpdir = tempfile.mkdtemp(prefix="w-", dir=self.tmp_root)
         walls = walls_for(
             self.plan,
@@ -278,6 +290,7 @@ class SidecarWalls:
             ruleset_fd=self.ruleset_fd,
             netns_fds=self.holder.fds if self.holder is not None else (),
             gate=gate,
+            cgroup_by_host=cgroup_by_host,
         )
         return walls, tmpdir
 

@@ -3,7 +3,9 @@ Python worker run by the host's own interpreter, ``PYTHON [FLAGS] confine_exec.p
 --python -m MODULE ARGS...`` (or ``--python SCRIPT ARGS...``).
 
 Reads the walls (``Walls.dumps``) from the inherited descriptor, puts them up in this fresh,
-single-threaded interpreter, closes what is left of the descriptors they named, then either
+single-threaded interpreter (the pids group first: the host moves this process into it while
+the interpreter starts, and the walls wait for its word and check ``/proc/self/cgroup``),
+closes what is left of the descriptors they named, then either
 execs the program in its place (``--``), or (``--python``) runs the worker's module or script
 in this very interpreter as ``python [FLAGS] -m MODULE`` / ``python [FLAGS] SCRIPT`` would
 (``processes.pymain``, the zygote's code): one interpreter start instead of two. So no sidecar
@@ -27,7 +29,7 @@ if __name__ == "__main__":  # pragma: no cover - run as a script by the spawn pa
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, _here)
 
-    from walls import Armed, Walls
+    from walls import Armed, ConfinementError, Walls
 
     def _walls(fd: int) -> None:
         chunks = []
@@ -42,7 +44,8 @@ if __name__ == "__main__":  # pragma: no cover - run as a script by the spawn pa
             named = [w.ruleset_fd, *w.netns_fds, w.channel]
             Armed(w).apply()
         except (OSError, ValueError, TypeError, EOFError) as exc:
-            os.write(2, f"toolhost: confinement failed: {exc}\n".encode())
+            why = exc.strerror if isinstance(exc, ConfinementError) else exc  # "step: why"
+            os.write(2, f"toolhost: confinement failed: {why}\n".encode())
             os._exit(126)
         for left in named:  # what the walls did not consume (a ruleset never entered)
             if left >= 0:

@@ -9,7 +9,10 @@
 # the host's zygote when it runs one (the memfd and the descriptors the walls name go by
 # ``SCM_RIGHTS``; its child puts the walls up, then runs the Python worker or execs the program:
 # no interpreter start), else to the exec shim (``TOOLHOST_SPAWN=exec``, not Linux, a zygote
-# that is down or slow), which costs one bare interpreter start. :class:`Prepared` closes the
+# that is down or slow), which costs one bare interpreter start; there the host itself moves the
+# child into its pids group (:meth:`Prepared.host_join`, in a thread: a cgroup v1 migration
+# waits for an RCU grace period) while the shim's interpreter starts, and the shim waits for
+# its word before anything of the worker runs. :class:`Prepared` closes the
 # child's descriptors once the child runs, reads the report, and removes the ``TMPDIR`` and the
 # group when the worker ends (:meth:`Prepared.finish`).
 """
@@ -48,7 +51,9 @@ class Prepared:
         "_gate_stop",
         "_kept",
         "_report",
+        "_word_fd",
         "argv",
+        "by_host",
         "env",
         "inherited",
         "pass_fds",
@@ -90,6 +95,9 @@ class Prepared:
         self.why_exec = ""
         """Why :attr:`argv` is the shim exec'ing the program ("": the shim's ``--python`` form,
         the worker's own interpreter puts the walls up and runs it)."""
+        self.by_host = False
+        """The walls say the host moves the child into its pids group (:meth:`host_join`)."""
+        self._word_fd = -1
         self.env = env
         """What the worker's environment gets: ``TMPDIR`` (and the proxy's variables)."""
         self.pass_fds = pass_fds
@@ -109,6 +117,38 @@ class Prepared:
     def cgroup(self) -> str:
         """The worker's pids group folder (``""``: none)."""
         return self._cgroup
+
+    def host_join(self, pid: int) -> Callable[[], None] | None:
+        """What moves the child ``pid`` into this worker's pids group and then tells it so on
+        the report channel (``ok``, or ``no ERRNO WHY``): the exec shim waits for that word,
+        and checks ``/proc/self/cgroup``, before it puts the other walls up and runs anything
+        of the worker. Call it once, right after the spawn (until its result ran, the shim
+        waits); the result blocks (a cgroup v1 migration waits for an RCU grace period: ~15-40
+        ms) and never raises: run it in a thread. None: the child joins by itself
+        (:attr:`by_host` is false), or it was called before."""
+        word_fd, self._word_fd = self._word_fd, -1
+        if word_fd < 0:
+            return None
+        procs = PidsCgroups.procs_file(self._cgroup)
+
+        def join() -> None:
+            try:
+                try:
+                    fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+                    try:
+                        os.write(fd, b"%d" % pid)
+                    finally:
+                        os.close(fd)
+                    word = b"ok"
+                except OSError as exc:
+                    why = exc.strerror or str(exc)
+                    word = b"no %d %s" % (exc.errno or errno.EIO, why.encode(errors="replace"))
+                with contextlib.suppress(OSError):  # a child gone meanwhile needs no word
+                    os.write(word_fd, word)
+            finally:
+                os.close(word_fd)
+
+        return join
 
     def started(self) -> None:
         """The child runs (or never will): close the descriptors only it needed; a gated
@@ -165,6 +205,10 @@ class Prepared:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        if self._word_fd >= 0:  # never spawned: no join to tell of
+            with contextlib.suppress(OSError):
+                os.close(self._word_fd)
+            self._word_fd = -1
         tmpdir = self.env.get("TMPDIR", "")
         if tmpdir:
             confine.remove_tmpdir(tmpdir)
@@ -239,6 +283,7 @@ class SidecarConfinement:
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        host_join: bool = False,
     ) -> Prepared:
         """One worker's parts: ``TMPDIR``, pids group, the walls (a memfd), the channel, and
         the shim's command line.
@@ -251,6 +296,9 @@ class SidecarConfinement:
             cwd: The worker's working directory and (``env``) its environment: with both, a
                 Python worker of the host's interpreter may get the shim's ``--python`` form
                 (one interpreter start: ``processes.confine_direct``); else the shim execs.
+            host_join: The host moves the child into its pids group (the exec shim's start:
+                :meth:`Prepared.host_join`); else the child joins it itself (the zygote's
+                child, or any caller that does not start the join).
 
         Raises:
             OSError: A part could not be made.
@@ -269,7 +317,7 @@ class SidecarConfinement:
             with contextlib.suppress(OSError):
                 cgroup = self.cgroups.create(safe, plan.processes)
         try:
-            return self._prepare(argv, cgroup or "", safe, cwd, env)
+            return self._prepare(argv, cgroup or "", safe, cwd, env, host_join)
         except BaseException:
             if cgroup:  # the worker that would own it never exists
                 with contextlib.suppress(OSError):
@@ -283,16 +331,21 @@ class SidecarConfinement:
         key: str,
         cwd: str | None,
         env: Mapping[str, str] | None,
+        host_join: bool = False,
     ) -> Prepared:
         plan = self.plan
         assert self.walls is not None
         nproc = limits.user_tasks() + plan.processes if plan.pids == "rlimit" else 0
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         tmpdir = ""
-        memfd = -1
+        memfd = word_fd = -1
         try:  # until Prepared owns them, every part made here is undone here
             walls, tmpdir = self.walls.worker(
-                cgroup=cgroup or None, nproc=nproc, channel=child.fileno(), gate=bool(self.gate)
+                cgroup=cgroup or None,
+                nproc=nproc,
+                channel=child.fileno(),
+                gate=bool(self.gate),
+                cgroup_by_host=host_join,
             )
             memfd = os.memfd_create("toolhost-walls", 0)
             view = memoryview(walls.dumps())
@@ -300,6 +353,8 @@ class SidecarConfinement:
                 view = view[os.write(memfd, view) :]
             os.lseek(memfd, 0, os.SEEK_SET)
             inherited = self.walls.inherited(walls)
+            if walls.cgroup_by_host:  # the host's word goes on it (the channel may go to the gate)
+                word_fd = os.dup(parent.fileno())
             why = self._why_exec(argv, walls, cwd, env)
             if why:
                 argv_shim = confine.shim_argv(argv, memfd)
@@ -308,9 +363,10 @@ class SidecarConfinement:
         except BaseException:
             parent.close()
             child.close()
-            if memfd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(memfd)
+            for fd in (memfd, word_fd):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
             if tmpdir:
                 confine.remove_tmpdir(tmpdir)
             raise
@@ -330,6 +386,8 @@ class SidecarConfinement:
             kept=self.kept,
         )
         prepared.why_exec = why
+        prepared.by_host = walls.cgroup_by_host
+        prepared._word_fd = word_fd
         gate = self.gate
         if gate is not None and walls.gate:
             ports = tuple(walls.tcp_connect) if walls.tcp_connect is not None else None

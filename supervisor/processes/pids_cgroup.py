@@ -107,10 +107,11 @@ class PidsCgroups:
         return None
 
     def sweep(self) -> int:
-        """Remove the empty groups of hosts that are gone (``toolhost-<pid>`` next to this
-        host's folder, ``<pid>`` dead): a host killed before its cleanup, or a ``keep: host``
-        group whose processes ended since. Kills nothing (a group still holding processes
-        cannot be removed); returns how many folders went."""
+        """Remove the empty groups of processes that are gone (``toolhost-<pid>`` next to this
+        host's folder, or ``toolhost-<label>-<pid>``, which tests and benches name theirs by,
+        ``<pid>`` dead): a host killed before its cleanup, a ``keep: host`` group whose
+        processes ended since, a test run that stopped midway. Kills nothing (a group still
+        holding processes cannot be removed); returns how many folders went."""
         parent = os.path.dirname(self.base)
         removed = 0
         try:
@@ -119,7 +120,7 @@ class PidsCgroups:
             return 0
         for name in names:
             folder = os.path.join(parent, name)
-            pid = name[len(TAG) :]
+            pid = name[len(TAG) :].rpartition("-")[2]
             if not name.startswith(TAG) or not pid.isdigit() or folder == self.base:
                 continue
             if _alive(int(pid)):

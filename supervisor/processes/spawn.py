@@ -13,7 +13,8 @@
 # (PROTOCOL 7) goes to the zygote too, whatever its program: its child puts the walls up, then
 # runs the Python worker or execs the program; only when the zygote cannot take it (none,
 # ``TOOLHOST_SPAWN=exec``, down, slow) is it exec'd through the shim, a bare interpreter that
-# puts them up (``confine_exec.py``); a Python worker of the host's own interpreter, where its
+# puts them up (``confine_exec.py``; the host moves it into its pids group from a thread while
+# it starts, ``Prepared.host_join``); a Python worker of the host's own interpreter, where its
 # start reads nothing a worker could write, starts that interpreter on the shim instead (one
 # start, not two: ``processes.confine_direct``). The zygote is seen through :class:`Forker`, so
 # this module does not import it (the zygote imports :func:`allowed_env` from here).
@@ -243,7 +244,7 @@ class Spawner:
         group = None
         if z is not None and limit and confine.cgroups is not None:
             group = z.take_spare(confine.cgroups, limit)
-        prepared = confine.prepare(argv, cgroup=group, cwd=cwd, env=env)
+        prepared = confine.prepare(argv, cgroup=group, cwd=cwd, env=env, host_join=z is None)
         full_env = {**env, **prepared.env}
         stdin, stdout, stderr = stdio
         if z is not None:
@@ -272,7 +273,7 @@ class Spawner:
             # The zygote may have got the request and answered late: its worker (killed as a
             # late answer) may hold this worker's parts. The shim gets fresh ones.
             prepared.finish()
-            prepared = confine.prepare(argv, cwd=cwd, env=env)
+            prepared = confine.prepare(argv, cwd=cwd, env=env, host_join=True)
             full_env = {**env, **prepared.env}
         try:
             child = exec_child(
@@ -289,10 +290,20 @@ class Spawner:
         except BaseException:
             prepared.finish()
             raise
+        join = prepared.host_join(child.pid)
+        if join is not None:  # off this thread, while the shim's interpreter starts
+            try:
+                trio.lowlevel.start_thread_soon(join, _joined)
+            except RuntimeError:  # no thread to be had: here, one migration's wait
+                join()
         prepared.via = "shim"
         prepared.started()
         child.confinement = prepared
         return child
+
+
+def _joined(_outcome: object) -> None:
+    """``Prepared.host_join`` never raises and its word went to the child: nothing to do."""
 
 
 def _check_program(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> None:

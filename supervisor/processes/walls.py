@@ -8,7 +8,9 @@ parent, :meth:`Armed.apply` in the child.
 # :func:`arm` does everything that allocates or may take a lock: the BPF program, the Landlock
 # buffers, the encoded paths, the bound libc functions, ``cap_last_cap`` (in the parent, or in a
 # single-threaded child). :meth:`Armed.apply` then runs, in this order, only syscalls: join the
-# pids cgroup (while writing ``/sys`` is still allowed), set ``RLIMIT_NPROC`` where no cgroup
+# pids cgroup (while writing ``/sys`` is still allowed; in the exec shim the host joins it from
+# outside while the shim's interpreter starts, and the child waits for the host's word on its
+# channel and checks ``/proc/self/cgroup``), set ``RLIMIT_NPROC`` where no cgroup
 # exists, enter the network namespace (and close its descriptors), build the Landlock ruleset
 # (while every path can still be opened), drop every capability (bounding set, ambient,
 # effective, permitted, inheritable; ``SECBIT_NOROOT`` locked), set ``no_new_privs``, enter the
@@ -19,6 +21,7 @@ parent, :meth:`Armed.apply` in the child.
 
 from __future__ import annotations
 
+import errno
 import marshal
 import os
 import resource
@@ -68,6 +71,10 @@ class Walls:
         cgroup_procs: The pids group's ``cgroup.procs`` to join (``""``: none).
         cgroup_joined: The process is in that group already (the zygote's spare joined it and
             forked the worker there): the join is skipped, the report still says ``cgroup``.
+        cgroup_by_host: The host moves the process into that group (the exec shim: the host
+            writes the child's pid while the shim's interpreter starts, off its critical
+            path): the child waits for the host's word on ``channel``, then checks
+            ``/proc/self/cgroup`` itself rather than trusting it.
         nproc: ``RLIMIT_NPROC`` to set (0: leave it).
         channel: An inherited ``AF_UNIX`` socket for the report (-1: none).
     """
@@ -75,6 +82,7 @@ class Walls:
     __slots__ = (
         "allow_unix",
         "audit",
+        "cgroup_by_host",
         "cgroup_joined",
         "cgroup_procs",
         "channel",
@@ -116,6 +124,7 @@ class Walls:
         drop_caps: bool = False,
         cgroup_procs: str = "",
         cgroup_joined: bool = False,
+        cgroup_by_host: bool = False,
         nproc: int = 0,
         channel: int = -1,
     ) -> None:
@@ -137,6 +146,7 @@ class Walls:
         self.drop_caps = drop_caps
         self.cgroup_procs = cgroup_procs
         self.cgroup_joined = cgroup_joined
+        self.cgroup_by_host = cgroup_by_host
         self.nproc = nproc
         self.channel = channel
 
@@ -230,6 +240,7 @@ class Armed:
             "gate": False,
             "pids": "none",
             "joined_ahead": False,
+            "joined_by_host": False,
             "errors": self.errors,
         }
 
@@ -262,6 +273,13 @@ class Armed:
         if self.cgroup and w.cgroup_joined:
             r["pids"] = "cgroup"  # a fork keeps its parent's group: no migration to wait for
             r["joined_ahead"] = True
+        elif self.cgroup and w.cgroup_by_host:
+            try:
+                self._host_joined()
+                r["pids"] = "cgroup"
+                r["joined_by_host"] = True
+            except OSError as exc:
+                self._fail("pids cgroup", exc)
         elif self.cgroup:
             try:
                 fd = os.open(self.cgroup, os.O_WRONLY | os.O_CLOEXEC)
@@ -321,6 +339,38 @@ class Armed:
                 r["gate"] = self.listener >= 0
             except OSError as exc:
                 self._fail("seccomp", exc)
+
+    def _host_joined(self) -> None:
+        """Wait for the host's word that it moved this process into its group (``ok``, or
+        ``no ERRNO WHY``), then check ``/proc/self/cgroup`` says so: nothing of the worker runs,
+        and it cannot fork, before it is in its group.
+
+        Raises:
+            OSError: The host could not move it, no word can come, or it is not in its group.
+        """
+        channel = self.walls.channel
+        if channel < 0:
+            raise OSError(errno.EBADF, "no channel for the host's word")
+        word = os.read(channel, 512)  # blocks until the host's join is done
+        if not word:
+            raise OSError(errno.EIO, "no word from the host on its join")
+        if word != b"ok":
+            code, _, why = word[3:].decode(errors="replace").partition(" ")
+            raise OSError(
+                int(code) if word.startswith(b"no ") and code.isdigit() else errno.EIO,
+                f"the host could not move this worker into its group ({why or repr(word)})",
+            )
+        folder = os.path.dirname(self.cgroup)
+        tail = b"/".join(folder.rsplit(b"/", 2)[-2:])  # <host's folder>/<worker's group>
+        with open("/proc/self/cgroup", "rb") as f:
+            lines = f.read().splitlines()
+        for line in lines:
+            num, _, rest = line.partition(b":")
+            controllers, _, path = rest.partition(b":")
+            pids = b"pids" in controllers.split(b",") or (num == b"0" and not controllers)
+            if pids and path.endswith(b"/" + tail) and folder.endswith(path):
+                return
+        raise OSError(errno.ESRCH, f"not in its group {folder.decode()} after the host's join")
 
     def _drop_caps(self) -> None:
         prctl = self._prctl

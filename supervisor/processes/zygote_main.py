@@ -484,6 +484,8 @@ def _put_up_walls(fds: list[int], host_fds: list[int], joined: str = "") -> None
         _fail(f"confinement failed: the walls did not arrive ({exc!r})")
     try:
         walls.arm(w).apply()
+    except walls.ConfinementError as exc:  # "step: why"
+        _fail(f"confinement failed: {exc.strerror}")
     except OSError as exc:
         _fail(f"confinement failed: {exc}")
     for fd in fds:  # what the walls did not consume (the memfd, a ruleset never entered)

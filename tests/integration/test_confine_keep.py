@@ -229,14 +229,17 @@ def test_a_new_host_sweeps_the_empty_groups_of_hosts_that_are_gone() -> None:
     dead.wait()
     gone_host = os.path.join(parent, f"toolhost-{dead.pid}")
     live_host = os.path.join(parent, f"toolhost-{os.getppid()}")  # alive: never touched
-    made = [p for p in (gone_host, live_host) if not os.path.exists(p)]
+    gone_test = os.path.join(parent, f"toolhost-test-{dead.pid}")  # a test run's, stopped
+    live_test = os.path.join(parent, f"toolhost-test-{os.getppid()}")
+    made = [p for p in (gone_host, live_host, gone_test, live_test) if not os.path.exists(p)]
     for folder in made:
         os.makedirs(os.path.join(folder, f"{KEPT_PREFIX}x"))
     try:
         cgroups.sweep()
-        assert not os.path.exists(gone_host)
-        if live_host in made:
-            assert os.path.isdir(os.path.join(live_host, f"{KEPT_PREFIX}x"))
+        assert not os.path.exists(gone_host) and not os.path.exists(gone_test)
+        for live in (live_host, live_test):
+            if live in made:
+                assert os.path.isdir(os.path.join(live, f"{KEPT_PREFIX}x"))
     finally:
         for folder in made:
             for path in (os.path.join(folder, f"{KEPT_PREFIX}x"), folder):

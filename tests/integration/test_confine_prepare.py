@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from supervisor.contracts.confine import Profile
 from supervisor.processes.confine import SidecarWalls
 from supervisor.processes.confine_spawn import SidecarConfinement
-from tests.integration.confine_kit import HOSTILE, World, make_world
+from supervisor.processes.pids_cgroup import PidsCgroups
+from tests.integration.confine_kit import HOSTILE, KERNEL, World, make_world
 
 
 @pytest.fixture
@@ -84,5 +86,56 @@ def test_a_full_descriptor_table_leaks_neither_socketpair_nor_tmpdir(world: Worl
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         assert failed.value.errno == 24, failed.value  # EMFILE, from memfd_create
+        assert open_fds() == before
+        assert worker_tmpdirs(confine) == []
+
+
+@contextmanager
+def host_joined(world: World) -> Iterator[SidecarConfinement]:
+    """A plan with a pids group per worker, made in a plain folder (any user; nothing here
+    is joined, nor removed: ``pids.max`` is a plain file there): its workers' walls say the
+    host joins them (``prepare(host_join=True)``)."""
+    plan = world.plan(Profile(), kernel=msgspec.structs.replace(KERNEL, pids_cgroup=True))
+    assert plan.active and plan.pids == "cgroup", plan
+    groups = PidsCgroups(str(world.root / "groups"), 1)
+    confine = SidecarConfinement(plan, SidecarWalls(plan, tmp_root=str(world.root)), groups)
+    try:
+        yield confine
+    finally:
+        confine.close()
+
+
+def test_a_host_joined_start_abandoned_before_its_spawn_leaves_no_descriptor(
+    world: World,
+) -> None:
+    """The host's word goes on a descriptor of its own (the channel may go to the Unix socket
+    gate meanwhile): made with the parts, closed with them when nothing was spawned."""
+    with host_joined(world) as confine:
+        confine.prepare([str(HOSTILE)], host_join=True).finish()  # everything imported
+        before = open_fds()
+        prepared = confine.prepare([str(HOSTILE)], host_join=True)
+        assert prepared.by_host and len(open_fds() - before) == 4  # channel, memfd, the word's
+        prepared.finish()
+        assert open_fds() == before
+        assert prepared.host_join(os.getpid()) is None  # nothing left to join with
+
+
+def test_a_full_descriptor_table_at_the_hosts_word_leaks_nothing(world: World) -> None:
+    with host_joined(world) as confine:
+        confine.prepare([str(HOSTILE)], host_join=True).finish()
+        before = open_fds()
+        limit, free = 0, 0  # room for the socketpair and the memfd: the word's dup fails
+        while free < 3:
+            if limit not in before:
+                free += 1
+            limit += 1
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            with pytest.raises(OSError) as failed:
+                confine.prepare([str(HOSTILE)], host_join=True)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert failed.value.errno == 24, failed.value  # EMFILE, from the dup
         assert open_fds() == before
         assert worker_tmpdirs(confine) == []
