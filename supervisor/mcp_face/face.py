@@ -76,10 +76,19 @@ def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
     """Kernel connections into an in-process host: a socketpair whose far end is served by the
     same :class:`~supervisor.server.stream.StreamConnection` the Unix socket uses."""
     from supervisor.server.backend import Backend
+
+    return backend_connector(Backend.of(host), host.registry.host.max_frame_bytes, nursery)
+
+
+def backend_connector(
+    backend: Any, max_frame: int, nursery: trio.Nursery, name: str = "mcp-embedded"
+) -> Connect:
+    """Kernel connections to ``backend`` (a :class:`~supervisor.server.backend.Backend` of a
+    host in this process), each served in ``nursery`` by a ``StreamConnection`` named ``name``
+    (``--embedded``, and the sessions ``toolhost serve`` adopts)."""
     from supervisor.server.stream import ConnectionLimits, StreamConnection
 
-    limits = ConnectionLimits(max_frame=host.registry.host.max_frame_bytes)
-    backend = Backend.of(host)
+    limits = ConnectionLimits(max_frame=max_frame)
 
     async def connect() -> trio.SocketStream:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -87,7 +96,7 @@ def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
             backend,
             trio.SocketStream(trio.socket.from_stdlib_socket(theirs)),
             limits=limits,
-            name="mcp-embedded",
+            name=name,
         )
         nursery.start_soon(server.run)
         return trio.SocketStream(trio.socket.from_stdlib_socket(ours))
