@@ -4,7 +4,7 @@ Without ``--embedded`` it is a kernel client of a running host (its socket): on 
 stdin and stdout to the host (``mcp.adopt``), which serves the session in its own process, and
 only waits (a terminal, ``--relay``, or a host that does not adopt: it relays the session
 itself); with ``--embedded`` it runs the host in-process on the app root (no socket file; each
-MCP session gets a socketpair into the host's own connection handler). ``--http HOST:PORT``
+MCP session gets an in-memory kernel connection into the host). ``--http HOST:PORT``
 serves Streamable HTTP instead of stdio.
 ``--tools PATTERNS`` or ``--profile NAME`` (``host.mcp.profiles``) limit what is served; over
 HTTP every ``host.mcp.tokens`` entry is one more token with its own profile, and SIGHUP reads the

@@ -2,11 +2,12 @@
 
 # Strategy: ``toolhost mcp`` hands its stdin and stdout to the host (``server/adopt.py`` carries
 # them); the host serves the session in its own process exactly as ``--embedded`` does: the
-# stdio face (:func:`serve_mcp_stdio`) on those descriptors, its kernel connection a socketpair
-# into the host's own connection handler (so every gate applies), in a nursery of the session's
-# own. The profile is resolved from the host's registry at ``mcp.adopt`` (an unknown name is
-# refused there, before any descriptor moves), and ``host.mcp.maxAdopted`` bounds the sessions
-# served at once (read at each ``mcp.adopt``, so a reload applies it).
+# stdio face (:func:`serve_mcp_stdio`) on those descriptors, its kernel connection an in-memory
+# link into the host's own session handling (``server/memory.py``: every gate applies), in a
+# nursery of the session's own. The profile is resolved from the host's registry at
+# ``mcp.adopt`` (an unknown name is refused there, before any descriptor moves), and
+# ``host.mcp.maxAdopted`` bounds the sessions served at once (read at each ``mcp.adopt``, so a
+# reload applies it).
 """
 
 from __future__ import annotations
@@ -59,9 +60,8 @@ class McpAdopter:
     async def serve(self, checked: Any, stdin_fd: int, stdout_fd: int, name: str) -> None:
         profile, telemetry = checked
         tracing = self.host.telemetry if telemetry else None
-        max_frame = self.host.registry.host.max_frame_bytes
         async with trio.open_nursery() as nursery:
-            connect = backend_connector(self.backend, max_frame, nursery, f"mcp-adopted({name})")
+            connect = backend_connector(self.backend, nursery, f"mcp-adopted({name})")
             await serve_mcp_stdio(
                 connect,
                 stdin_fd=stdin_fd,
