@@ -29,7 +29,7 @@ from supervisor.contracts.rpc import Catalog, CatalogChanged, HealthResult
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.processes.direct_write import read_ready
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
-from supervisor.server.memory import FrameLink
+from supervisor.server.link import FrameLink
 
 EventSink = Callable[[str, Any], None]
 MAX_FRAME = 256 * 1024 * 1024

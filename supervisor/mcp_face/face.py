@@ -40,7 +40,7 @@ from supervisor.protocols.mcp_server import (
     call_result,
     progress_fields,
 )
-from supervisor.server.memory import FrameLink
+from supervisor.server.link import FrameLink
 
 log = logging.getLogger("toolhost.mcp")
 

@@ -6,11 +6,12 @@
 # ~16 writes and reads). Here the two ends hand each other whole frames (``bytes``) through
 # memory channels: the host side is a :class:`MemoryConnection` (a ``QueuedTransport`` like the
 # socket's, with the same :class:`~supervisor.server.session.Session`, so every gate and every
-# rule of a client leaving apply), the client side a :class:`FrameLink` the kernel client
-# (``supervisor/client.py``) speaks on. Frames stay JSON (the method table decodes them as for
-# any client). The link closing is the client hanging up: the session decides what still runs
-# (``Session.leave``), then the host's end closes and the client's pending requests fail with
-# ``ConnectionLost``. JSON only: a ``server.hello`` asking for MessagePack keeps JSON.
+# rule of a client leaving apply), the client side a :class:`FrameLink` (``server/link.py``)
+# the kernel client (``supervisor/client.py``) speaks on. Frames stay JSON (the method table
+# decodes them as for any client). The link closing is the client hanging up: the session
+# decides what still runs (``Session.leave``), then the host's end closes and the client's
+# pending requests fail with ``ConnectionLost``. JSON only: a ``server.hello`` asking for
+# MessagePack keeps JSON.
 """
 
 from __future__ import annotations
@@ -23,33 +24,10 @@ import trio
 from supervisor.processes.direct_write import cork, uncork
 from supervisor.server.backend import Backend
 from supervisor.server.codec import Codec
+from supervisor.server.link import FrameLink
 from supervisor.server.transport import QueuedTransport
 
 log = logging.getLogger("toolhost.server")
-
-
-class FrameLink(trio.abc.AsyncResource):
-    """The client's end: :meth:`send` a frame to the host, read the host's from ``frames``."""
-
-    def __init__(self, conn: MemoryConnection) -> None:
-        self._conn = conn
-        self.to_client, self.frames = trio.open_memory_channel[bytes](math.inf)
-        self.closed = False
-
-    def send(self, frame: bytes) -> None:
-        """One frame to the host (dropped once either end closed)."""
-        if not self.closed:
-            self._conn.incoming(frame)
-
-    def close(self) -> None:
-        """The client hangs up."""
-        if not self.closed:
-            self.closed = True
-            self._conn.client_left()
-
-    async def aclose(self) -> None:
-        self.close()
-        await trio.lowlevel.checkpoint()
 
 
 class MemoryConnection(QueuedTransport):
@@ -59,7 +37,7 @@ class MemoryConnection(QueuedTransport):
         super().__init__(backend, name, max_queue_bytes)
         self.codec = Codec("json", framed=False)
         self._in_send, self._in_recv = trio.open_memory_channel[bytes](math.inf)
-        self.link = FrameLink(self)
+        self.link = FrameLink(self.incoming, self.client_left)
 
     # the client's side ---------------------------------------------------------------------
 
