@@ -153,20 +153,23 @@ async def _run(
     async with trio.open_nursery() as nursery:
 
         async def session() -> None:
+            failed: BaseException | None = None
             try:
                 await adopter.serve(checked, fds[0], fds[1], name)
-            except Exception as exc:  # a face error ends this session, never the host
-                log.exception("mcp.adopt: the session of %s failed", name)
-                outcome.append(("failed", f"{type(exc).__name__}: {exc}"))
-            else:
+            except* Exception as group:  # a face error ends this session, never the host
+                failed = group.exceptions[0]  # (a cancellation beside it still propagates)
+                log.error("mcp.adopt: the session of %s failed", name, exc_info=group)
+            if failed is None:
                 outcome.append(("stdin-closed", None))
+            else:
+                outcome.append(("failed", f"{type(failed).__name__}: {failed}"))
             nursery.cancel_scope.cancel()
 
         async def life_line() -> None:
             # Nothing more comes from the client: EOF or a reset means it is gone.
             try:
                 await sock.recv(1)
-            except OSError:
+            except (OSError, trio.ClosedResourceError):
                 pass
             outcome.append(("client-gone", None))
             nursery.cancel_scope.cancel()
