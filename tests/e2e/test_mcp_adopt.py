@@ -16,6 +16,7 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 import tty
 from pathlib import Path
@@ -336,3 +337,46 @@ def test_only_pipes_and_sockets_are_adopted(app, tmp_path):
             assert host.poll() is None
         finally:
             sock.close()
+
+
+def test_a_client_that_does_not_read_is_not_buffered_without_bound(app):
+    """Answers pile up past the face's bound (4 MiB): the host stops reading the client's stdin
+    (so our writes block) instead of reading on and buffering; reading resumes it, and every
+    request gets its answer."""
+    _registry(app)
+    with serve(app) as host:
+        mcp = Mcp(app)
+        try:
+            mcp.initialize()
+            mcp.wait_tool("echo.say")
+            assert _holds(host.pid, _inode(mcp.proc.pid, 0))
+            text = "y" * 60_000  # ~120 KB an answer (text and structuredContent)
+            count = 300  # ~36 MB of answers, ~18 MB of requests
+            written: list[int] = []
+
+            def writer() -> None:
+                for i in range(count):
+                    msg = {"name": "echo.say", "arguments": {"text": f"{i}:{text}"}}
+                    mcp.send(
+                        {"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call", "params": msg}
+                    )
+                    written.append(i)
+
+            thread = threading.Thread(target=writer, daemon=True)
+            thread.start()
+            # The absence of progress needs a time: without the bound the face reads all 18 MB
+            # of requests in well under this.
+            thread.join(timeout=5)
+            assert thread.is_alive(), "the host read every request although none was answered"
+            assert len(written) < count // 2
+            seen = set()
+            while len(seen) < count:
+                msg = mcp.line(timeout=60)
+                assert msg is not None
+                if isinstance(msg.get("id"), int) and msg["id"] >= 1000:
+                    assert msg["result"]["isError"] is False
+                    seen.add(msg["id"])
+            thread.join(timeout=30)
+            assert not thread.is_alive() and len(written) == count
+        finally:
+            mcp.finish()
