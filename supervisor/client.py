@@ -29,6 +29,7 @@ from supervisor.contracts.rpc import Catalog, CatalogChanged, HealthResult
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.processes.direct_write import read_ready
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
+from supervisor.server.link import FrameLink
 
 EventSink = Callable[[str, Any], None]
 MAX_FRAME = 256 * 1024 * 1024
@@ -165,8 +166,10 @@ def _split(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
 class Client:
     """One connection to a host. Use :func:`open_client` to create it."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream | FrameLink) -> None:
         self.stream = stream
+        self._link = stream if isinstance(stream, FrameLink) else None
+        """An in-memory connection to a host in this process (whole frames, no socket)."""
         self.encoding: Literal["json", "msgpack"] = "json"
         self.server: dict[str, Any] = {}
         self._ids = itertools.count(1)
@@ -202,6 +205,9 @@ class Client:
     def _push(self, frame: bytes) -> None:
         """Send ``frame`` now if the socket takes it and nothing is ahead of it; else queue
         (the rest of) it for the writer task."""
+        if self._link is not None:
+            self._link.send(frame)
+            return
         if self._fd >= 0 and self._backlog == 0:
             try:
                 sent = os.write(self._fd, frame)
@@ -214,6 +220,8 @@ class Client:
         self._send.send_nowait(frame)
 
     async def _writer(self) -> None:
+        if isinstance(self.stream, FrameLink):  # frames go to the host from _push
+            return
         recv = self._recv
         async for frame in recv:
             batch = [frame]
@@ -232,7 +240,12 @@ class Client:
     async def _reader(self) -> None:
         size = READ_SIZE
         fd = self._fd
+        stream = self.stream
         try:
+            if isinstance(stream, FrameLink):
+                async for frame in stream.frames:
+                    self._frames_in([frame])
+                return
             while True:
                 try:
                     # On a socket: wait, then read (the answer comes later than the request
@@ -241,7 +254,7 @@ class Client:
                     if fd >= 0:
                         data = await read_ready(fd, size)
                     else:
-                        data = await self.stream.receive_some(size)
+                        data = await stream.receive_some(size)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     break
                 if not data:
@@ -264,6 +277,10 @@ class Client:
         else:
             assert self._frames is not None
             frames = self._frames.feed(data)
+        self._frames_in(frames)
+
+    def _frames_in(self, frames: list[bytes]) -> None:
+        """Route whole frames (JSON, or MessagePack after the hello that switched)."""
         i = 0
         while i < len(frames):
             frame = frames[i]
@@ -404,6 +421,8 @@ class Client:
     async def hello(
         self, *, encoding: str = "json", name: str = "toolhost-client"
     ) -> dict[str, Any]:
+        if self._link is not None and encoding != "json":
+            raise ValueError("an in-memory kernel connection speaks JSON only")
         result = await self.request(
             "server.hello", {"client": {"name": name, "version": "1"}, "encoding": encoding}
         )
@@ -485,13 +504,14 @@ async def open_client(
 
 @asynccontextmanager
 async def client_on_stream(
-    stream: trio.abc.Stream,
+    stream: trio.abc.Stream | FrameLink,
     *,
     encoding: str = "json",
     name: str = "toolhost-client",
     hello: bool = True,
 ) -> AsyncIterator[Client]:
-    """A client on an already connected stream (closed at the end of the block)."""
+    """A client on an already connected stream, or the in-memory link of a host in this
+    process (closed at the end of the block)."""
     client = Client(stream)
     try:
         async with stream, trio.open_nursery() as nursery:

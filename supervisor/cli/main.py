@@ -236,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP on HOST:PORT")
     p.add_argument(
+        "--relay",
+        action="store_true",
+        help="stdio: relay the session to the host instead of handing it over (also "
+        "TOOLHOST_MCP_RELAY=1)",
+    )
+    p.add_argument(
         "--settle",
         type=float,
         default=10.0,

@@ -1,8 +1,11 @@
 """``toolhost mcp``: the host's tools as one MCP server, over stdio or Streamable HTTP.
 
-Without ``--embedded`` it is a kernel client of a running host (its socket); with it, it runs the
-host in-process on the app root (no socket file; each MCP session gets a socketpair into the
-host's own connection handler). ``--http HOST:PORT`` serves Streamable HTTP instead of stdio.
+Without ``--embedded`` it is a kernel client of a running host (its socket): on stdio it hands its
+stdin and stdout to the host (``mcp.adopt``), which serves the session in its own process, and
+only waits (a terminal, ``--relay``, or a host that does not adopt: it relays the session
+itself); with ``--embedded`` it runs the host in-process on the app root (no socket file; each
+MCP session gets an in-memory kernel connection into the host). ``--http HOST:PORT``
+serves Streamable HTTP instead of stdio.
 ``--tools PATTERNS`` or ``--profile NAME`` (``host.mcp.profiles``) limit what is served; over
 HTTP every ``host.mcp.tokens`` entry is one more token with its own profile, and SIGHUP reads the
 registry's ``host.mcp`` and the token files again (and, with ``--embedded``, reloads the host).
@@ -68,6 +71,10 @@ async def _main(args: argparse.Namespace) -> int:
         # front-end wants a clear message at once.
         if args.http is None and not os.path.exists(path):  # noqa: ASYNC240 - once, at start
             return die(f"no host listening on {path}: start `toolhost serve`, or use --embedded")
+        if args.http is None:
+            code = await _adopted(args, reg, path)
+            if code is not None:
+                return code
         # MCP server spans from this process when the registry turns telemetry on.
         tracing = telemetry.start(reg.host.telemetry.enabled)
         try:
@@ -102,6 +109,39 @@ async def _main(args: argparse.Namespace) -> int:
                 await host.wait_stopped()
             nursery.cancel_scope.cancel()
     return code
+
+
+async def _adopted(args: argparse.Namespace, reg: Registry, path: str) -> int | None:
+    """Hand the stdio session to the host (``mcp.adopt``) and wait for its end; None when the
+    relay must serve it (forced, a terminal, a host that does not adopt)."""
+    from supervisor.mcp_face.handover import Refused, Relay, hand_over, wants_relay
+
+    why = wants_relay(getattr(args, "relay", False))
+    if why:
+        log.debug("relaying the session: %s", why)
+        return None
+    params: dict[str, Any] = {"telemetry": reg.host.telemetry.enabled}
+    if getattr(args, "tools", None) is not None:
+        params["tools"] = args.tools
+    elif getattr(args, "profile", None) is not None:
+        params["profile"] = args.profile
+    try:
+        ended = await hand_over(path, params)
+    except Relay as exc:
+        log.debug("relaying the session: the host does not adopt it (%s)", exc)
+        return None
+    except Refused as exc:
+        return die(exc.message, EXIT_USAGE if exc.code == "invalid-params" else EXIT_FAILED)
+    except OSError as exc:
+        return die(f"cannot reach the host: {exc}")
+    if ended.reason in ("stdin-closed", "client-gone"):
+        return 0
+    if ended.reason == "host-stopped":
+        log.warning("the host stopped; the MCP session ended")
+        return 0
+    if ended.reason == "connection-lost":
+        return die("the host connection closed; the MCP session ended", EXIT_FAILED)
+    return die(f"the host ended the MCP session: {ended.error or ended.reason}", EXIT_FAILED)
 
 
 def _registry(args: argparse.Namespace) -> Registry:

@@ -14,6 +14,7 @@ import trio
 from supervisor.cli.common import EXIT_USAGE, app_root, die, remove_serving, write_serving
 from supervisor.host.host import Host, HostStartError, build_host
 from supervisor.host.loading import HostOptions
+from supervisor.mcp_face.adopted import McpAdopter
 from supervisor.policy.redact import Redactor
 from supervisor.private_files import TokenFile
 from supervisor.processes.warden import process_warden
@@ -74,6 +75,7 @@ async def _serve(args: argparse.Namespace) -> int:
         except HostStartError as exc:
             return die(str(exc), 1)
         backend = Backend.of(host)
+        backend.adopter = McpAdopter(host, backend)  # mcp.adopt: stdio sessions served here
         reg = host.registry
         limits = ConnectionLimits(
             max_frame=reg.host.max_frame_bytes, max_connections=reg.host.max_connections

@@ -151,6 +151,9 @@ class McpConfig(_Config):
     tokens: dict[str, McpTokenConfig] = msgspec.field(default_factory=dict)
     """Bearer tokens of ``toolhost mcp --http`` besides ``--token-file``'s, each with its
     profile, so each client on one port sees its own slice."""
+    max_adopted: PositiveInt = 128
+    """Stdio sessions of ``toolhost mcp`` the host serves itself at once (``mcp.adopt``); one
+    more is refused with ``overloaded`` (``--relay`` still works)."""
 
 
 class HostConfig(_Config):

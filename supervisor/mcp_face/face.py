@@ -1,8 +1,9 @@
 """The MCP face of the host: one MCP session driven through one kernel-protocol connection.
 
 # Strategy: ``toolhost mcp`` is a *client of the kernel protocol*, not a second invoke path.
-# Every MCP session owns one kernel connection (the host's Unix socket, or a socketpair into an
-# in-process host with ``--embedded``; stateless HTTP requests share one per client name), so a
+# Every MCP session owns one kernel connection (the host's Unix socket, or an in-memory link into
+# an in-process host: ``--embedded``, a session ``toolhost serve`` adopted; stateless HTTP
+# requests share one per client name), so a
 # ``tools/call`` is a ``tools.invoke`` and passes every gate a kernel call passes (visibility,
 # sandbox and approval, quotas, deadlines, audit, accounting). ``tools/list`` is ``tools.list``
 # in the ``mcp`` format (only model-visible tools); ``notifications/cancelled`` is
@@ -21,7 +22,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,6 +40,7 @@ from supervisor.protocols.mcp_server import (
     call_result,
     progress_fields,
 )
+from supervisor.server.link import FrameLink
 
 log = logging.getLogger("toolhost.mcp")
 
@@ -50,8 +51,9 @@ OnUpdated = Callable[[str], None]
 """Called with the URI of a subscribed resource that changed."""
 _IDENT = {"resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
 _RESOURCE_METHODS = ("resources/read", "resources/subscribe", "resources/unsubscribe")
-Connect = Callable[[], Awaitable[trio.SocketStream]]
-"""Opens a fresh kernel connection (one per MCP session)."""
+Connect = Callable[[], Awaitable[trio.abc.Stream | FrameLink]]
+"""Opens a fresh kernel connection (one per MCP session): a socket, or an in-memory link to a
+host in this process."""
 
 _RPC_TO_MCP = {"invalid-params": mcp.INVALID_PARAMS, "invalid-request": mcp.INVALID_REQUEST}
 RESOURCE_NOT_FOUND = -32002
@@ -73,24 +75,23 @@ def unix_connector(path: str) -> Connect:
 
 
 def embedded_connector(host: Any, nursery: trio.Nursery) -> Connect:
-    """Kernel connections into an in-process host: a socketpair whose far end is served by the
-    same :class:`~supervisor.server.stream.StreamConnection` the Unix socket uses."""
+    """Kernel connections into an in-process host (in memory: :func:`backend_connector`)."""
     from supervisor.server.backend import Backend
-    from supervisor.server.stream import ConnectionLimits, StreamConnection
 
-    limits = ConnectionLimits(max_frame=host.registry.host.max_frame_bytes)
-    backend = Backend.of(host)
+    return backend_connector(Backend.of(host), nursery)
 
-    async def connect() -> trio.SocketStream:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        server = StreamConnection(
-            backend,
-            trio.SocketStream(trio.socket.from_stdlib_socket(theirs)),
-            limits=limits,
-            name="mcp-embedded",
-        )
+
+def backend_connector(backend: Any, nursery: trio.Nursery, name: str = "mcp-embedded") -> Connect:
+    """Kernel connections to ``backend`` (a :class:`~supervisor.server.backend.Backend` of a
+    host in this process), each an in-memory link served in ``nursery`` by a
+    :class:`~supervisor.server.memory.MemoryConnection` named ``name`` (``--embedded``, and the
+    sessions ``toolhost serve`` adopts): whole frames, no socket."""
+    from supervisor.server.memory import MemoryConnection
+
+    async def connect() -> FrameLink:
+        server = MemoryConnection(backend, name)
         nursery.start_soon(server.run)
-        return trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+        return server.link
 
     return connect
 

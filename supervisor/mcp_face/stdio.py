@@ -13,6 +13,7 @@
 # ``subscriptions/listen`` streams that asked for it (acknowledged when it opens, its resources
 # subscribed first; ended by a cancel).
 # stdin EOF ends the session: the kernel connection closes, which cancels what is still running.
+# Past ``PAUSE_BYTES`` of answers the client has not read, stdin is not read until they are out.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from supervisor.protocols.mcp_server import (
 )
 
 log = logging.getLogger("toolhost.mcp")
+
+PAUSE_BYTES = 4 << 20
+"""Answers waiting for an MCP client that does not read its stdout past this: stdin is not read
+until they are written (a host serving the session must not buffer without bound)."""
 
 
 async def serve_mcp_stdio(
@@ -104,7 +109,7 @@ async def serve_mcp_stdio(
                             write(conn.resource_updated(uri, subscription))
 
                 nursery.start_soon(partial(face.watch_catalog, changed, on_updated=updated))
-                await _read(stdin, conn, face, nursery, write, listeners)
+                await _read(stdin, conn, face, nursery, write, listeners, out)
                 nursery.cancel_scope.cancel()  # stdin closed: the session is over
             out.close_when_drained()
     finally:
@@ -118,6 +123,7 @@ async def _read(
     nursery: trio.Nursery,
     write: Callable[[bytes], None],
     listeners: dict[RequestId, SubscriptionFilter],
+    out: DirectWriter,
 ) -> None:
     async def list_tools(ev: ListTools) -> None:
         write(await face.list_tools(ev.id, ev.cursor))
@@ -149,6 +155,9 @@ async def _read(
     # reading first would fail once per request). A file cannot be waited for: read on.
     waits = not stat.S_ISREG(os.fstat(fd).st_mode)
     while True:
+        if out.pending_bytes > PAUSE_BYTES:  # the client is not reading: neither do we
+            while out.pending_bytes and not out.broken:
+                await out.drain(timeout_s=60.0)
         try:
             data = await (read_ready(fd, 1 << 16) if waits else stdin.receive_some(1 << 16))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

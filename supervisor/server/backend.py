@@ -20,6 +20,7 @@ from supervisor.host.host import Host
 from supervisor.host.offers import HostedOffers
 from supervisor.host.upgrades import Upgrades
 from supervisor.host.views import HostViews
+from supervisor.server.adopt import Adopter
 from supervisor.telemetry.events import EventBus
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class Backend:
     """
 
     __slots__ = (
+        "adopter",
         "approvals",
         "control",
         "endpoints",
@@ -85,6 +87,9 @@ class Backend:
         self.endpoints = endpoints
         self.offers = offers if offers is not None else HostedOffers(views)
         self.peer_refusal: Callable[[int], str] = peer_refusal or _nobody
+        self.adopter: Adopter | None = None
+        """Serves the stdio MCP sessions ``toolhost mcp`` hands over (``mcp.adopt``); set by
+        ``toolhost serve`` (None: the method is refused, the client keeps its relay)."""
 
     @classmethod
     def of(cls, host: Host) -> Backend:

@@ -37,6 +37,7 @@ from supervisor.contracts.rpc import (
 )
 from supervisor.host.offers import OfferError
 from supervisor.packages.errors import PackageError
+from supervisor.server.adopt import GO_AHEAD, Adopter, AdoptParams, AdoptRefused
 from supervisor.server.backend import Backend
 from supervisor.server.codec import BadParams, Codec
 from supervisor.server.formats import render
@@ -71,6 +72,8 @@ class SessionLike(Protocol):
     def call_done(self, request_id: RequestId) -> None: ...
 
     def cancel_request(self, request_id: RequestId) -> bool: ...
+
+    def adopt(self, adopter: Adopter, checked: Any) -> None: ...
 
 
 class RequestContext:
@@ -109,6 +112,7 @@ CAPABILITIES = {
         "logs.hints",
         "health.ready",
         "events.extras",
+        "mcp.adopt",
     ],
     "packages": True,
     "resources": True,
@@ -509,6 +513,22 @@ class Method(msgspec.Struct, frozen=True):
     changes_state: Callable[[RequestContext, msgspec.Raw], bool] = _never
 
 
+def mcp_adopt(c: RequestContext, raw: msgspec.Raw) -> Any:
+    """Extension (docs/mcp-server.md): the host serves ``toolhost mcp``'s stdio session; the
+    answer is the go-ahead for the descriptors (``server/adopt.py``)."""
+    p = c.params(raw, AdoptParams)
+    if p.profile is not None and p.tools is not None:
+        raise BadParams("params: profile and tools exclude each other")
+    adopter = c.backend.adopter
+    if adopter is None:
+        raise RpcFailure("unsupported", "this host does not serve MCP sessions itself")
+    try:
+        c.session.adopt(adopter, adopter.check(p))
+    except AdoptRefused as exc:
+        raise RpcFailure(exc.code, exc.message) from None
+    return GO_AHEAD
+
+
 METHODS: dict[str, Method] = {
     "server.hello": Method(hello, "quick"),
     "capability.catalog.get": Method(catalog_get, "quick"),
@@ -536,6 +556,7 @@ METHODS: dict[str, Method] = {
     "prompts.list": Method(_listing("prompts"), "quick"),
     "prompts.get": Method(prompts_get, "awaited"),
     "completion.complete": Method(completion_complete, "awaited"),
+    "mcp.adopt": Method(mcp_adopt, "quick"),
 }
 """Every method of the kernel protocol, by name."""
 

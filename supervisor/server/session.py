@@ -27,6 +27,7 @@ import trio
 
 from supervisor.contracts.events import SubscribeParams
 from supervisor.contracts.rpc import RequestId
+from supervisor.server.adopt import Adopter
 from supervisor.server.backend import Backend
 from supervisor.server.codec import BadFrame, BadParams, Codec
 from supervisor.server.methods import (
@@ -61,6 +62,8 @@ class Transport(Protocol):
     async def wait_backlog(self, limit: int) -> None: ...
 
     def backlog(self) -> int: ...
+
+    def adopt(self, adopter: Adopter, checked: Any) -> None: ...
 
 
 EVENTS_FLUSH_S = 0.02
@@ -156,6 +159,11 @@ class Session:
         self._cancel_asked.add(request_id)
         running[3].cancel()
         return True
+
+    def adopt(self, adopter: Adopter, checked: Any) -> None:
+        """``mcp.adopt`` accepted by the adopter: the transport takes the descriptors next
+        (raises ``AdoptRefused`` when it cannot)."""
+        self.transport.adopt(adopter, checked)
 
     def call_done(self, request_id: RequestId) -> None:
         self._started.pop(request_id, None)

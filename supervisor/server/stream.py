@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+from typing import Any
 
 import msgspec
 import trio
@@ -22,6 +23,7 @@ from supervisor.processes.direct_write import DirectWriter, cork, read_ready, un
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 from supervisor.server.admission import ConnectionCount
+from supervisor.server.adopt import ENDED, Adopter, AdoptRefused, serve_adopted
 from supervisor.server.backend import Backend
 from supervisor.server.codec import Codec, Encoding
 from supervisor.server.transport import QueuedTransport
@@ -92,6 +94,7 @@ class StreamConnection(QueuedTransport):
         self._direct = DirectWriter(stream.socket.fileno())
         self.pauses = 0
         """Times reading stopped because answers were piling up (for tests and stats)."""
+        self._adoption: tuple[Adopter, Any] | None = None
 
     def send(self, frame: bytes, binary: bool) -> None:
         direct = self._direct
@@ -109,6 +112,14 @@ class StreamConnection(QueuedTransport):
         self._switch_to = "msgpack" if encoding == "msgpack" else "json"
         return Codec(self._switch_to)
 
+    def adopt(self, adopter: Adopter, checked: Any) -> None:
+        """``mcp.adopt`` accepted: take a place among the adopted sessions; the reader stops
+        after this frame and the descriptors are received next (``server/adopt.py``)."""
+        if self._adoption is not None:
+            raise AdoptRefused("invalid-request", "this connection already adopted a session")
+        adopter.enter()
+        self._adoption = (adopter, checked)
+
     # running -----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -119,15 +130,33 @@ class StreamConnection(QueuedTransport):
                 with trio.CancelScope() as self._scope:  # disconnect() stops the reading
                     if await self._reader():  # a half-close: the client still reads
                         await self.finish(self.stream.socket.fileno(), self._flushed)
+                    elif self._adoption is not None and not self.out.closed:
+                        await self._serve_adopted(*self._adoption)
                 await self.session.leave(self.close_reason or "the client closed its end")
                 nursery.cancel_scope.cancel()  # the client left: cancel the rest
         finally:
+            if self._adoption is not None:
+                self._adoption[0].leave()
             self.session.close()
             with trio.CancelScope(shield=True):
                 try:
                     await self.stream.aclose()
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
+
+    async def _serve_adopted(self, adopter: Adopter, checked: Any) -> None:
+        """The stdio MCP session handed over with ``mcp.adopt``, until it ends or the client
+        goes; then ``mcp.adopt.ended`` and every answer is written."""
+        codec = self.codec
+
+        def send_end(reason: str, error: str | None) -> None:
+            data = {"reason": reason} if error is None else {"reason": reason, "error": error}
+            self.send(codec.event(ENDED, data), codec.binary)
+
+        sock = self.stream.socket
+        await serve_adopted(adopter, checked, sock, send_end, self.session.client_name)
+        with trio.move_on_after(5):
+            await self._flushed()
 
     async def _flushed(self) -> None:
         """Every answer queued so far is written (or the writes failed)."""
@@ -169,6 +198,10 @@ class StreamConnection(QueuedTransport):
                         finally:
                             cork()
                     handle(frame, self.codec)
+                    if self._adoption is not None:  # the descriptors come next, no frame
+                        if i < len(frames) or self._pending():
+                            self.disconnect("frames after mcp.adopt")
+                        break
                     if self._switch_to is not None:
                         frames = self._apply_switch(frames[i:])
                         i = 0
@@ -186,7 +219,14 @@ class StreamConnection(QueuedTransport):
                 await self._direct.drain(timeout_s=1.0)
                 self.disconnect("oversized frame")
                 return False
+            if self._adoption is not None:
+                return False
         return False
+
+    def _pending(self) -> bool:
+        """Bytes of an unfinished frame wait in the splitter."""
+        splitter = self._lines if self._lines is not None else self._frames
+        return splitter is not None and bool(splitter.take_pending())
 
     async def _paused(self) -> None:
         """The client is not reading its answers: read none of its frames until they are out."""

@@ -15,9 +15,11 @@ import logging
 import select
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
+from supervisor.server.adopt import Adopter, AdoptRefused
 from supervisor.server.backend import Backend
 from supervisor.server.codec import Codec
 from supervisor.server.session import Session
@@ -152,6 +154,10 @@ class QueuedTransport:
     async def _watch_hangup(self, fd: int) -> None:
         await wait_hung_up(fd)
         self.gone("the client hung up")
+
+    def adopt(self, adopter: Adopter, checked: Any) -> None:
+        """``mcp.adopt``: only the Unix socket can carry descriptors (``stream.py``)."""
+        raise AdoptRefused("unsupported", "mcp.adopt needs the host's Unix socket")
 
     def switch_encoding(self, encoding: str) -> Codec:  # pragma: no cover - overridden
         raise NotImplementedError

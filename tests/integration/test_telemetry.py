@@ -11,6 +11,7 @@ made.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import trio
 from supervisor.calls.call import InvokeRequest
 from supervisor.host.vault import Vault, vault_path
 from tests.conftest import echo, raw, running_host, script, wait_available, write_registry
+from tests.e2e.conftest import serve
 from tests.kernel import served
 
 try:
@@ -312,12 +314,21 @@ async def test_capture_content_opt_in_records_input_and_output(app, collector):
         assert span.attributes["gen_ai.tool.call.result"] == "visible"
 
 
-def test_mcp_face_call_with_meta_traceparent_joins_that_trace(app, collector):
-    """``toolhost mcp --embedded`` over stdio: ``_meta.traceparent`` on ``tools/call`` makes the
-    MCP SERVER span its child, and the host's spans follow under it."""
+@pytest.mark.parametrize("mode", ["embedded", "adopted"])
+def test_mcp_face_call_with_meta_traceparent_joins_that_trace(app, collector, mode):
+    """``toolhost mcp --embedded`` over stdio, and a stdio session a running ``toolhost serve``
+    adopted: ``_meta.traceparent`` on ``tools/call`` makes the MCP SERVER span its child, and the
+    host's spans follow under it."""
     write_registry(app, {"echo": echo(tools=["echo.say"])}, host=ON)
+    with contextlib.ExitStack() as stack:
+        if mode == "adopted":
+            stack.enter_context(serve(app))
+        _traced_mcp_call(app, collector, "--embedded" if mode == "embedded" else "--no-global")
+
+
+def _traced_mcp_call(app, collector, flag: str) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "supervisor", "mcp", "--embedded", "--app-root", str(app)],
+        [sys.executable, "-m", "supervisor", "mcp", flag, "--app-root", str(app)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
