@@ -11,7 +11,10 @@
 # decodes them as for any client). The link closing is the client hanging up: the session
 # decides what still runs (``Session.leave``), then the host's end closes and the client's
 # pending requests fail with ``ConnectionLost``. JSON only: a ``server.hello`` asking for
-# MessagePack keeps JSON.
+# MessagePack keeps JSON. The host's frames reach the client at once (``FrameLink.on_frame``,
+# in the host's task that answers: no scheduler pass per answer); the client's frames still
+# go through a channel to this end's reader (its batching, cork and fairness stay, and the
+# host is never re-entered from a client's callback).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class MemoryConnection(QueuedTransport):
         if self.out.closed:
             return
         try:
-            self.link.to_client.send_nowait(frame)
+            self.link.to_client_now(frame)
         except trio.ClosedResourceError:
             self.gone("the client closed its end")
 

@@ -69,3 +69,52 @@ async def test_host_end_closing_fails_pending_requests(app):
                     conn.disconnect("test: the host drops the client")
                 assert len(outcome) == 1
                 assert isinstance(outcome[0], ConnectionLost)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+async def test_answers_come_from_the_host_task_and_a_failing_callback_stays_in_the_client(app):
+    """An answer reaches the client at once, in the host's task that ends the call (no hop
+    through the client's reader task); a callback failing there is raised in the client's
+    task, and the host goes on serving."""
+    async with running_host(app, {"echo": echo()}) as host:
+        await wait_available(host, "echo.say")
+        async with trio.open_nursery() as nursery:
+            conn = MemoryConnection(Backend.of(host), "memory-test")
+            nursery.start_soon(conn.run)
+            seen: list[tuple[str, BaseException | None]] = []
+            done = trio.Event()
+
+            def answered(result: object, error: BaseException | None) -> None:
+                seen.append((trio.lowlevel.current_task().name, error))
+                done.set()
+
+            params = {"tool": "echo.say", "input": {"text": "at once"}}
+            async with client_on_stream(conn.link, name="mem") as kernel:
+                kernel.request_soon("tools.invoke", params, request_id=9, on_answer=answered)
+                with trio.fail_after(10):
+                    await done.wait()
+                assert conn.link.on_frame is not None
+            assert seen[0][1] is None
+            assert "Client._reader" not in seen[0][0], seen
+
+            def broken(result: object, error: BaseException | None) -> None:
+                raise RuntimeError("the callback broke")
+
+            conn = MemoryConnection(Backend.of(host), "memory-test-2")
+            nursery.start_soon(conn.run)
+            with pytest.raises(BaseException) as info:  # a group or the error itself
+                async with client_on_stream(conn.link, name="mem") as kernel:
+                    kernel.request_soon("tools.invoke", params, request_id=1, on_answer=broken)
+                    with trio.fail_after(10):
+                        await trio.sleep_forever()
+            assert [str(e) for e in _leaves(info.value)] == ["the callback broke"]
+            conn = MemoryConnection(Backend.of(host), "memory-test-3")
+            nursery.start_soon(conn.run)
+            async with client_on_stream(conn.link, name="mem") as kernel:
+                env = await kernel.invoke("echo.say", {"text": "still serving"})
+                assert env.status == "success", env
