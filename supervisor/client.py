@@ -243,8 +243,7 @@ class Client:
         stream = self.stream
         try:
             if isinstance(stream, FrameLink):
-                async for frame in stream.frames:
-                    self._frames_in([frame])
+                await self._link_reader(stream)
                 return
             while True:
                 try:
@@ -270,6 +269,39 @@ class Client:
                     p.error = ConnectionLost("connection closed")
                     p.finish()
             self._events_send.close()
+
+    async def _link_reader(self, link: FrameLink) -> None:
+        """Read an in-memory link: answers come at once from the host's task that sends them
+        (``link.on_frame``), events and what came before this ran through ``link.frames`` (in
+        order: an answer waits behind a queued frame). A frame that fails in ``on_frame`` (a
+        callback raising) is raised in this task, as on a socket, never in the host's."""
+        failed: list[Exception] = []
+
+        def take(frame: bytes) -> None:
+            if failed:
+                return
+            try:
+                self._frames_in([frame])
+            except Exception as exc:
+                failed.append(exc)
+                link.on_frame = None
+                try:
+                    link.to_client.send_nowait(b"")  # wakes this task to raise it
+                    link.queued += 1
+                except trio.ClosedResourceError:
+                    pass  # the host's end closed: this task wakes and raises it anyway
+
+        link.on_frame = take
+        try:
+            async for frame in link.frames:
+                link.queued -= 1
+                if failed:
+                    raise failed[0]
+                self._frames_in([frame])
+        finally:
+            link.on_frame = None
+        if failed:
+            raise failed[0]
 
     def _feed(self, data: bytes | bytearray) -> None:
         if self._lines is not None:

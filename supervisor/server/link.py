@@ -26,12 +26,31 @@ class FrameLink(trio.abc.AsyncResource):
         self._hang_up = hang_up
         self.to_client, self.frames = trio.open_memory_channel[bytes](math.inf)
         """The host's end sends on ``to_client`` (and closes it when it is done)."""
+        self.on_frame: Callable[[bytes], None] | None = None
+        """Set by the client's reader once it runs: the host's end hands it each answer at once
+        (:meth:`to_client_now`), in the host's task, with no task hop per answer. It never
+        raises (the reader keeps a failure and raises it in its own task)."""
+        self.queued = 0
+        """Frames on ``to_client`` the client's reader has not taken yet."""
         self.closed = False
 
     def send(self, frame: bytes) -> None:
         """One frame to the host (dropped once the client closed its end)."""
         if not self.closed:
             self._deliver(frame)
+
+    def to_client_now(self, frame: bytes) -> None:
+        """The host's end: one frame to the client. An answer (``{"id"``: a response or an
+        error) goes at once to :attr:`on_frame` when nothing is queued ahead of it; an event,
+        or anything before the reader runs, through ``to_client`` (in order, in the reader's
+        task, as on a socket). Raises ``trio.ClosedResourceError`` once the host's end closed.
+        """
+        take = self.on_frame
+        if take is not None and not self.queued and frame.startswith(b'{"id"'):
+            take(frame)
+            return
+        self.to_client.send_nowait(frame)
+        self.queued += 1
 
     def close(self) -> None:
         """The client hangs up."""

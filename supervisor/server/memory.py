@@ -11,11 +11,18 @@
 # decodes them as for any client). The link closing is the client hanging up: the session
 # decides what still runs (``Session.leave``), then the host's end closes and the client's
 # pending requests fail with ``ConnectionLost``. JSON only: a ``server.hello`` asking for
-# MessagePack keeps JSON.
+# MessagePack keeps JSON. No scheduler pass per frame either way: the host's answers reach
+# the client at once (``FrameLink.on_frame``, in the host's task that ends the call), and a
+# client's frame is handled at once in the client's task (``incoming``, in the reader's
+# context, corked), unless frames wait ahead of it, the client is at its cap (the reader's
+# fairness), or it comes from inside the handling of another (an answer's callback sending a
+# request): then it goes through the channel to the reader, in order, and the host is never
+# re-entered.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 
@@ -38,14 +45,38 @@ class MemoryConnection(QueuedTransport):
         self.codec = Codec("json", framed=False)
         self._in_send, self._in_recv = trio.open_memory_channel[bytes](math.inf)
         self.link = FrameLink(self.incoming, self.client_left)
+        self._context: contextvars.Context | None = None
+        """The reader's context, while it reads: a frame handled at once runs in it."""
+        self._waiting = 0
+        """Frames sent to the reader and not handled yet (a frame behind one waits too)."""
+        self._handling = False
+        """A frame is being handled, or an answer delivered: a frame the client sends from
+        inside (a callback) is queued, never handled re-entrantly."""
 
     # the client's side ---------------------------------------------------------------------
 
     def incoming(self, frame: bytes) -> None:
+        """One frame from the client: handled at once, in the client's task (no pass through
+        the reader task), when the reader runs, nothing waits ahead of it, the client is under
+        its cap and this is not a frame sent from inside the handling of another (an answer's
+        callback); else queued for the reader, in order."""
+        context = self._context
+        if context is not None and not self._waiting and not self._handling:
+            session = self.session
+            if not session.full and not self.out.closed:
+                self._handling = True
+                cork()
+                try:
+                    context.run(session.handle, frame, self.codec)
+                finally:
+                    self._handling = False
+                    uncork()
+                return
         try:
             self._in_send.send_nowait(frame)
         except trio.ClosedResourceError:
-            pass
+            return
+        self._waiting += 1
 
     def client_left(self) -> None:
         self._in_send.close()
@@ -55,10 +86,14 @@ class MemoryConnection(QueuedTransport):
     def send(self, frame: bytes, binary: bool) -> None:
         if self.out.closed:
             return
+        handling = self._handling
+        self._handling = True  # what the client's callbacks send from here is queued
         try:
-            self.link.to_client.send_nowait(frame)
+            self.link.to_client_now(frame)
         except trio.ClosedResourceError:
             self.gone("the client closed its end")
+        finally:
+            self._handling = handling
 
     def switch_encoding(self, encoding: str) -> Codec:
         if encoding != "json":
@@ -72,7 +107,11 @@ class MemoryConnection(QueuedTransport):
             async with trio.open_nursery() as nursery:
                 self.session.attach(nursery)
                 with trio.CancelScope() as self._scope:  # disconnect() stops the reading
-                    await self._reader()
+                    self._context = contextvars.copy_context()
+                    try:
+                        await self._reader()
+                    finally:
+                        self._context = None
                 await self.session.leave(self.close_reason or "the client closed its end")
                 nursery.cancel_scope.cancel()
         finally:
@@ -106,6 +145,11 @@ class MemoryConnection(QueuedTransport):
                             cork()
                     if self.out.closed:
                         return
-                    handle(frame, codec)
+                    self._handling = True
+                    try:
+                        handle(frame, codec)
+                    finally:
+                        self._handling = False
+                        self._waiting -= 1
             finally:
                 uncork()
