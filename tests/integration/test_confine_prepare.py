@@ -54,6 +54,22 @@ def worker_tmpdirs(confine: SidecarConfinement) -> list[str]:
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
 
 
+@contextmanager
+def room_for(count: int, taken: set[int]) -> Iterator[None]:
+    """A descriptor limit that leaves exactly ``count`` free numbers besides ``taken``."""
+    limit, free = 0, 0
+    while free < count:
+        if limit not in taken:
+            free += 1
+        limit += 1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_tmpdir_that_cannot_be_made_leaks_no_socketpair(world: World) -> None:
     with confinement(world) as confine:
         assert confine.walls is not None
@@ -73,18 +89,8 @@ def test_a_full_descriptor_table_leaks_neither_socketpair_nor_tmpdir(world: Worl
         before = open_fds()
         # Room for exactly two more descriptors: the socketpair gets them, the walls' memfd
         # after it fails with EMFILE.
-        limit, free = 0, 0
-        while free < 2:
-            if limit not in before:
-                free += 1
-            limit += 1
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
-        try:
-            with pytest.raises(OSError) as failed:
-                confine.prepare([str(HOSTILE)])
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        with room_for(2, before), pytest.raises(OSError) as failed:
+            confine.prepare([str(HOSTILE)])
         assert failed.value.errno == 24, failed.value  # EMFILE, from memfd_create
         assert open_fds() == before
         assert worker_tmpdirs(confine) == []
@@ -124,18 +130,9 @@ def test_a_full_descriptor_table_at_the_hosts_word_leaks_nothing(world: World) -
     with host_joined(world) as confine:
         confine.prepare([str(HOSTILE)], host_join=True).finish()
         before = open_fds()
-        limit, free = 0, 0  # room for the socketpair and the memfd: the word's dup fails
-        while free < 3:
-            if limit not in before:
-                free += 1
-            limit += 1
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
-        try:
-            with pytest.raises(OSError) as failed:
-                confine.prepare([str(HOSTILE)], host_join=True)
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        # Room for the socketpair and the memfd: the word's dup fails.
+        with room_for(3, before), pytest.raises(OSError) as failed:
+            confine.prepare([str(HOSTILE)], host_join=True)
         assert failed.value.errno == 24, failed.value  # EMFILE, from the dup
         assert open_fds() == before
         assert worker_tmpdirs(confine) == []
