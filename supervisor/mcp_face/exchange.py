@@ -12,12 +12,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import h11
 import trio
 
+from supervisor.mcp_face.notices import NoticeQueue
 from supervisor.server.gateway_http import linger_close
 
 Headers = list[tuple[bytes, bytes]]
@@ -96,20 +97,22 @@ class Exchange:
 
     async def sse_answer(self, produce: Produce) -> None:
         """Answer as an event stream: what ``produce`` notifies as it goes, then its answer."""
-        send, recv = trio.open_memory_channel[bytes](math.inf)
+        # Past a bound of unread progress, a newer progress replaces the one waiting.
+        queue = NoticeQueue()
 
         async def run() -> None:
-            async with send:
-                answer = await produce(send.send_nowait)
+            try:
+                answer = await produce(partial(queue.put, "progress"))
                 if answer is not None:
-                    send.send_nowait(answer)
+                    queue.put("answer", answer)
+            finally:
+                queue.close()
 
         await self.sse_start()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
-            async with recv:
-                async for data in recv:
-                    await self.sse_event(data)
+            while (data := await queue.get()) is not None:
+                await self.sse_event(data)
         await self.sse_end()
 
     async def until_gone(self) -> None:

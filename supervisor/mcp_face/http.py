@@ -28,9 +28,9 @@
 from __future__ import annotations
 
 import logging
-import math
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
+from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -43,6 +43,7 @@ from supervisor.contracts import mcp
 from supervisor.mcp_face.auth import Identity, TokenTable
 from supervisor.mcp_face.exchange import Exchange
 from supervisor.mcp_face.face import Connect, McpFace
+from supervisor.mcp_face.notices import NoticeQueue
 from supervisor.mcp_face.stateless import KernelConnections, StatelessFace
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
@@ -89,15 +90,15 @@ class _Session:
         self.identity = identity
         self.face: McpFace | None = None
         self.scope = trio.CancelScope()
-        self.get_stream: trio.MemorySendChannel[bytes] | None = None
+        self.get_stream: NoticeQueue | None = None
 
-    def push(self, data: bytes) -> None:
+    def push(self, key: Hashable, data: bytes) -> None:
         """A server-initiated message: onto the GET stream when one is open (else dropped, as
-        the transport allows)."""
+        the transport allows), replacing a waiting one with the same ``key``."""
         if self.get_stream is not None:
             try:
-                self.get_stream.send_nowait(data)
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self.get_stream.put(key, data)
+            except trio.ClosedResourceError:
                 self.get_stream = None
 
 
@@ -386,7 +387,7 @@ class McpHttpServer:
                 await ex.json(200, forwarded)
         elif isinstance(ev, CallTool):
             if ev.progress_token is None:
-                result = await face.call_tool(ev, session.push)
+                result = await face.call_tool(ev, partial(session.push, ("progress", ev.id)))
                 if result is None:
                     await ex.send(202, b"")  # cancelled: no JSON-RPC answer
                 else:
@@ -439,8 +440,10 @@ class McpHttpServer:
                     # The watch ends when the kernel connection does; the session ends with it.
                     conn = session.conn
                     await session.face.watch_catalog(
-                        lambda kind: session.push(conn.list_changed(kind)),
-                        on_updated=lambda uri: session.push(conn.resource_updated(uri)),
+                        lambda kind: session.push(("changed", kind), conn.list_changed(kind)),
+                        on_updated=lambda uri: session.push(
+                            ("updated", uri), conn.resource_updated(uri)
+                        ),
                     )
                     nursery.cancel_scope.cancel()
             except Exception as exc:  # the host went away: the session ends, the server stays
@@ -459,14 +462,13 @@ class McpHttpServer:
         if session.get_stream is not None:
             await ex.send(409, b"this session already has a GET stream\n")
             return
-        send, recv = trio.open_memory_channel[bytes](math.inf)
-        session.get_stream = send
+        queue = session.get_stream = NoticeQueue()
         await ex.sse_start()
         try:
-            async with recv:
-                async for data in recv:
-                    await ex.sse_event(data)
+            while (data := await queue.get()) is not None:
+                await ex.sse_event(data)
             await ex.sse_end()
         finally:
-            if session.get_stream is send:
+            queue.close()
+            if session.get_stream is queue:
                 session.get_stream = None

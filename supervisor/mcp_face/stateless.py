@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +32,7 @@ from supervisor.contracts import mcp
 from supervisor.mcp_face.auth import Identity
 from supervisor.mcp_face.exchange import Exchange, Headers
 from supervisor.mcp_face.face import Connect, McpFace
+from supervisor.mcp_face.notices import NoticeQueue
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     HTTP_STATUS,
@@ -237,7 +237,7 @@ class StatelessFace:
                 trio.open_nursery() as nursery,
             ):
                 face = McpFace(conn, kernel, nursery, transport="tcp", profile=identity.profile)
-                send, recv = trio.open_memory_channel[bytes](math.inf)
+                queue = NoticeQueue()  # what the client has not read: one per key at most
                 if shown.resourceSubscriptions:  # on this stream's own kernel connection
                     uris = await face.subscribe(shown.resourceSubscriptions)
                     shown = msgspec.structs.replace(shown, resourceSubscriptions=uris or None)
@@ -245,11 +245,11 @@ class StatelessFace:
 
                 def changed(kind: str) -> None:
                     if wants(shown, kind):
-                        send.send_nowait(conn.list_changed(kind, ev.id))
+                        queue.put(("changed", kind), conn.list_changed(kind, ev.id))
 
                 def updated(uri: str) -> None:
                     if uri in followed:
-                        send.send_nowait(conn.resource_updated(uri, ev.id))
+                        queue.put(("updated", uri), conn.resource_updated(uri, ev.id))
 
                 await ex.sse_start()
                 started = True
@@ -268,7 +268,7 @@ class StatelessFace:
                 while True:
                     data = None
                     with trio.move_on_after(PING_S):
-                        data = await recv.receive()
+                        data = await queue.get()
                     if data is None:
                         await ex.sse_ping()
                     else:

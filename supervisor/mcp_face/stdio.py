@@ -13,7 +13,8 @@
 # ``subscriptions/listen`` streams that asked for it (acknowledged when it opens, its resources
 # subscribed first; ended by a cancel).
 # stdin EOF ends the session: the kernel connection closes, which cancels what is still running.
-# Past ``PAUSE_BYTES`` of answers the client has not read, stdin is not read until they are out.
+# Past ``PAUSE_BYTES`` of answers the client has not read, stdin is not read until they are out,
+# and the face's own notifications are coalesced by key until the client reads (``notices.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import supervisor
 from supervisor.client import client_on_stream
 from supervisor.contracts.mcp import INVALID_REQUEST, RequestId, SubscriptionFilter
 from supervisor.mcp_face.face import Connect, McpFace
+from supervisor.mcp_face.notices import PAUSE_BYTES, Notices
 from supervisor.mcp_face.profiles import Profile
 from supervisor.processes.direct_write import DirectWriter, grow_pipe, read_ready
 from supervisor.protocols.errors import LineTooLong
@@ -48,10 +50,6 @@ from supervisor.protocols.mcp_server import (
 )
 
 log = logging.getLogger("toolhost.mcp")
-
-PAUSE_BYTES = 4 << 20
-"""Answers waiting for an MCP client that does not read its stdout past this: stdin is not read
-until they are written (a host serving the session must not buffer without bound)."""
 
 
 async def serve_mcp_stdio(
@@ -93,23 +91,27 @@ async def serve_mcp_stdio(
                     conn, kernel, nursery, tracing=tracing, transport="pipe", profile=profile
                 )
                 listeners: dict[RequestId, SubscriptionFilter] = {}
+                notices = Notices(out, nursery)
+                notify = notices.send
 
                 def changed(kind: str) -> None:
                     if conn.era != "modern":
-                        write(conn.list_changed(kind))
+                        notify(("changed", kind), conn.list_changed(kind))
                     for subscription, shown in list(listeners.items()):
                         if wants(shown, kind):
-                            write(conn.list_changed(kind, subscription))
+                            key = ("changed", kind, subscription)
+                            notify(key, conn.list_changed(kind, subscription))
 
                 def updated(uri: str) -> None:
                     if conn.era != "modern":
-                        write(conn.resource_updated(uri))
+                        notify(("updated", uri), conn.resource_updated(uri))
                     for subscription, shown in list(listeners.items()):
                         if uri in (shown.resourceSubscriptions or ()):
-                            write(conn.resource_updated(uri, subscription))
+                            key = ("updated", uri, subscription)
+                            notify(key, conn.resource_updated(uri, subscription))
 
                 nursery.start_soon(partial(face.watch_catalog, changed, on_updated=updated))
-                await _read(stdin, conn, face, nursery, write, listeners, out)
+                await _read(stdin, conn, face, nursery, write, listeners, out, notices)
                 nursery.cancel_scope.cancel()  # stdin closed: the session is over
             out.close_when_drained()
     finally:
@@ -124,6 +126,7 @@ async def _read(
     write: Callable[[bytes], None],
     listeners: dict[RequestId, SubscriptionFilter],
     out: DirectWriter,
+    notices: Notices,
 ) -> None:
     async def list_tools(ev: ListTools) -> None:
         write(await face.list_tools(ev.id, ev.cursor))
@@ -146,7 +149,9 @@ async def _read(
         await face.unsubscribe([u for u in shown.resourceSubscriptions or () if u not in kept])
 
     async def call_tool(ev: CallTool) -> None:
-        answer = await face.call_tool(ev, write)
+        key = ("progress", ev.id)  # the client's request id: unique among its calls in flight
+        answer = await face.call_tool(ev, partial(notices.send, key))
+        notices.drop(key)  # no progress after the answer
         if answer is not None:
             write(answer)
 

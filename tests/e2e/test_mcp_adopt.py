@@ -380,3 +380,78 @@ def test_a_client_that_does_not_read_is_not_buffered_without_bound(app):
             assert not thread.is_alive() and len(written) == count
         finally:
             mcp.finish()
+
+
+LIVE = Path(__file__).parent.parent / "fixtures" / "mcp" / "live.py"
+
+
+def _idle(pid: int, timeout: float = 30) -> None:
+    """Wait until process ``pid`` used at most one CPU tick in each of two 0.2 s windows."""
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while quiet < 2:
+        assert time.monotonic() < deadline, "the host never went idle"
+        before = _cpu_ticks(pid)
+        time.sleep(0.2)
+        quiet = quiet + 1 if _cpu_ticks(pid) - before <= 1 else 0
+
+
+def test_notifications_to_a_client_that_does_not_read_are_coalesced(app, tmp_path):
+    """A hosted server floods ``notifications/resources/updated`` (1,200 of ~16 KB: ~19 MB) for
+    a resource the client subscribed, while the client reads nothing. The host, which serves the
+    session, holds one update per URI past the face's bound instead of queueing all of them:
+    once the client reads, it gets what was written before the bound and the last update, far
+    fewer than 1,200, and the session still answers."""
+    log = tmp_path / "live.log"
+    log.touch()
+    entry = {
+        "command": "python",
+        "args": [str(LIVE)],
+        "protocol": "mcp",
+        "env": {"LIVE_LOG": str(log), "LIVE_LONG": "16000"},
+        "confine": {"write": [str(log)]},
+        "probe": {"startTimeoutMs": 20_000},
+    }
+    write_registry(app, {"live": entry})
+    long_uri = "live://long/" + "x" * 16000
+    flood = 1200
+    with serve(app) as host:
+        mcp = Mcp(app)
+        try:
+            mcp.initialize()
+            mcp.wait_tool("bump")
+            assert _holds(host.pid, _inode(mcp.proc.pid, 0))  # the host serves the session
+            assert "result" in mcp.call("resources/subscribe", {"uri": long_uri})
+            arguments = {"uri": long_uri, "times": flood}
+            mcp.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 900,
+                    "method": "tools/call",
+                    "params": {"name": "bump", "arguments": arguments},
+                }
+            )
+            _wait(lambda: f"bumped {flood}" in log.read_text(), "the server never flooded", 60)
+            _idle(host.pid)  # every update reached the face (held or written)
+            updates = 0
+            answered = False
+            while not answered:
+                msg = mcp.line(timeout=30)
+                assert msg is not None
+                if msg.get("method") == "notifications/resources/updated":
+                    assert msg["params"]["uri"] == long_uri
+                    updates += 1
+                elif msg.get("id") == 900:
+                    assert msg["result"]["isError"] is False
+                    answered = True
+            # What was held comes once the backlog is read; a request after it is answered.
+            mcp.next_id = 1000
+            mcp.send({"jsonrpc": "2.0", "id": 1001, "method": "ping"})
+            while (msg := mcp.line(timeout=30)) is not None and msg.get("id") != 1001:
+                if msg.get("method") == "notifications/resources/updated":
+                    updates += 1
+            assert msg is not None and msg["result"] == {}
+            # ~5 MiB (the pipe and the face's bound) of 16 KB updates, then the held one.
+            assert 1 <= updates <= 400, updates
+        finally:
+            mcp.finish()
