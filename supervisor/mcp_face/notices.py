@@ -30,7 +30,26 @@ until they are written, and notifications are coalesced (:class:`Notices`)."""
 _DRAIN_WAIT_S = 60.0
 
 
-class Notices:
+class _Held:
+    """What is held by key once a client is behind, and how many a later one replaced."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: dict[Hashable, bytes] = {}
+        self.coalesced = 0
+        """Notifications replaced by a later one with the same key before the client read it."""
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def _hold(self, key: Hashable, data: bytes) -> None:
+        if key in self._held:
+            self.coalesced += 1
+        self._held[key] = data  # a replaced key keeps its place
+
+
+class Notices(_Held):
     """Notifications to one stdio client, written through ``out`` or held by key.
 
     Args:
@@ -40,17 +59,10 @@ class Notices:
     """
 
     def __init__(self, out: DirectWriter, nursery: trio.Nursery, limit: int = PAUSE_BYTES) -> None:
+        super().__init__(limit)
         self.out = out
-        self.limit = limit
         self._nursery = nursery
-        self._held: dict[Hashable, bytes] = {}
         self._flushing = False
-        self.coalesced = 0
-        """Notifications replaced by a later one with the same key before the client read it."""
-
-    @property
-    def held(self) -> int:
-        return len(self._held)
 
     def send(self, key: Hashable, data: bytes) -> None:
         """Write notification ``data`` now, or hold it under ``key`` while the client is behind
@@ -59,9 +71,7 @@ class Notices:
         if not self._held and out.pending_bytes <= self.limit:
             out.write(data)
             return
-        if key in self._held:
-            self.coalesced += 1
-        self._held[key] = data  # a replaced key keeps its place
+        self._hold(key, data)
         if not self._flushing:
             self._flushing = True
             self._nursery.start_soon(self._flush)
@@ -83,7 +93,7 @@ class Notices:
             self._flushing = False
 
 
-class NoticeQueue:
+class NoticeQueue(_Held):
     """Notifications waiting for one event stream (an HTTP client's ``GET`` stream, a
     ``subscriptions/listen`` stream, a call's progress): in order while less than ``limit``
     bytes wait; past that, held by key as :class:`Notices` does (a new one replaces a held one
@@ -91,17 +101,11 @@ class NoticeQueue:
     ``limit`` bytes and one notification per key."""
 
     def __init__(self, limit: int = PAUSE_BYTES) -> None:
-        self.limit = limit
+        super().__init__(limit)
         self._fifo: collections.deque[bytes] = collections.deque()
         self._bytes = 0
-        self._held: dict[Hashable, bytes] = {}
         self._ready = trio.Event()
         self.closed = False
-        self.coalesced = 0
-
-    @property
-    def held(self) -> int:
-        return len(self._held)
 
     def put(self, key: Hashable, data: bytes) -> None:
         """Queue ``data`` (``key``: what a later one replaces while the stream is behind).
@@ -115,9 +119,7 @@ class NoticeQueue:
             self._fifo.append(data)
             self._bytes += len(data)
         else:
-            if key in self._held:
-                self.coalesced += 1
-            self._held[key] = data
+            self._hold(key, data)
         self._ready.set()
 
     def close(self) -> None:
