@@ -105,7 +105,7 @@ class _Peer:
 
 
 async def measure(
-    fetches: int, warmup: int = 20, peer: str = "process", relay: bool = True
+    fetches: int, warmup: int = 20, peer: str = "process", relay: bool = True, fast: bool = True
 ) -> dict[str, float]:
     """µs of the proxy's trio thread per fetch (``cpu``, ``user``, ``system``), of its relay
     thread (``relay``) and of the process (``total``; with ``peer="thread"``: trio + relay), and
@@ -113,7 +113,8 @@ async def measure(
     side = _Peer(peer)
     try:
         async with trio.open_nursery() as nursery:
-            proxy = EgressProxy() if relay else EgressProxy(relay=False)
+            kw = {} if fast else {"fast": False}  # a tree before the fast path has no `fast`
+            proxy = EgressProxy(**kw) if relay else EgressProxy(relay=False)
             await nursery.start(proxy.run)
             listener = socket.socket()
             listener.bind(("127.0.0.1", 0))
@@ -125,7 +126,9 @@ async def measure(
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
             p0 = resource.getrusage(resource.RUSAGE_SELF)
             c0, t0, n0 = time.thread_time(), time.perf_counter(), _thread_ns(tid)
+            fast0 = getattr(proxy, "served_fast", 0)
             smallest = await trio.to_thread.run_sync(side.fetch, port, fetches)
+            served_fast = getattr(proxy, "served_fast", 0) - fast0
             c1, t1, n1 = time.thread_time(), time.perf_counter(), _thread_ns(tid)
             p1 = resource.getrusage(resource.RUSAGE_SELF)
             r1 = resource.getrusage(resource.RUSAGE_THREAD)
@@ -144,6 +147,7 @@ async def measure(
         "userUsPerFetch": (r1.ru_utime - r0.ru_utime) / fetches * 1e6,
         "systemUsPerFetch": (r1.ru_stime - r0.ru_stime) / fetches * 1e6,
         "wallMsPerFetch": (t1 - t0) / fetches * 1e3,
+        "fastShare": served_fast / fetches,
     }
 
 
@@ -155,6 +159,11 @@ def main() -> None:
     parser.add_argument(
         "--no-relay", action="store_true", help="tunnels in trio tasks (no relay thread)"
     )
+    parser.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="accept, head, check and connect in the trio thread (no fast path in the relay)",
+    )
     parser.add_argument("--as-peer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.as_peer:
@@ -163,13 +172,14 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         print("load average:", " ".join(f.read().split()[:3]))
     for run in range(args.runs):
-        out = trio.run(measure, args.fetches, 20, args.peer, not args.no_relay)
+        out = trio.run(measure, args.fetches, 20, args.peer, not args.no_relay, not args.no_fast)
         what = "process" if args.peer == "process" else "trio + relay"
         print(
             f"run {run + 1} (peer {args.peer}): {what} {out['totalUsPerFetch']:.0f} µs/fetch; "
             f"trio thread {out['cpuUsPerFetch']:.0f} (user {out['userUsPerFetch']:.0f}, "
             f"system {out['systemUsPerFetch']:.0f}), relay thread {out['relayUsPerFetch']:.0f}; "
-            f"{out['wallMsPerFetch']:.2f} ms/fetch wall"
+            f"{out['wallMsPerFetch']:.2f} ms/fetch wall; "
+            f"{out['fastShare']:.0%} served whole in the relay thread"
         )
 
 
