@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 import trio
 
@@ -113,7 +114,7 @@ async def measure(
     side = _Peer(peer)
     try:
         async with trio.open_nursery() as nursery:
-            kw = {} if fast else {"fast": False}  # a tree before the fast path has no `fast`
+            kw: dict[str, Any] = {} if fast else {"fast": False}  # none before the fast path
             proxy = EgressProxy(**kw) if relay else EgressProxy(relay=False)
             await nursery.start(proxy.run)
             listener = socket.socket()
