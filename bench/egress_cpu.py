@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -35,30 +36,33 @@ from bench.confine_paths import PAGE_BYTES, page_server
 from supervisor.host.egress import EgressProxy, client_for
 
 
-def _client(port: int, web: int, fetches: int, sizes: list[int]) -> None:
+def _client(port: int, web: int, fetches: int, sizes: list[int], times: list[float]) -> None:
     request = (
         b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
         b"GET /page HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" % (web, web)
     )
     for _ in range(fetches):
+        began = time.perf_counter()
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(request)
             got = 0
             while data := sock.recv(65536):
                 got += len(data)
             sizes.append(got)
+        times.append(time.perf_counter() - began)
 
 
 def _peer() -> None:
     """The child of ``--peer process``: a page server; each line ``<proxy port> <fetches>`` on
-    stdin runs that many fetches and answers the smallest size."""
+    stdin runs that many fetches and answers the smallest size and the median time of one."""
     with page_server() as web:
         print(web, flush=True)
         for line in sys.stdin:
             port, fetches = (int(x) for x in line.split())
             sizes: list[int] = []
-            _client(port, web, fetches, sizes)
-            print(min(sizes), flush=True)
+            times: list[float] = []
+            _client(port, web, fetches, sizes, times)
+            print(min(sizes), statistics.median(times), flush=True)
 
 
 def _thread_ns(tid: int) -> int:
@@ -85,16 +89,19 @@ class _Peer:
             self._server = page_server()
             self.web = self._server.__enter__()
 
-    def fetch(self, port: int, fetches: int) -> int:
-        """Run the fetches (blocking: called in a thread); the smallest size."""
+    def fetch(self, port: int, fetches: int) -> tuple[int, float]:
+        """Run the fetches (blocking: called in a thread); the smallest size and the median
+        time of one fetch (s, the client's: connect to the last byte)."""
         if self.proc is None:
             sizes: list[int] = []
-            _client(port, self.web, fetches, sizes)
-            return min(sizes)
+            times: list[float] = []
+            _client(port, self.web, fetches, sizes, times)
+            return min(sizes), statistics.median(times)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(f"{port} {fetches}\n")
         self.proc.stdin.flush()
-        return int(self.proc.stdout.readline())
+        size, median = self.proc.stdout.readline().split()
+        return int(size), float(median)
 
     def close(self) -> None:
         if self.proc is None:
@@ -128,7 +135,7 @@ async def measure(
             p0 = resource.getrusage(resource.RUSAGE_SELF)
             c0, t0, n0 = time.thread_time(), time.perf_counter(), _thread_ns(tid)
             fast0 = getattr(proxy, "served_fast", 0)
-            smallest = await trio.to_thread.run_sync(side.fetch, port, fetches)
+            smallest, median = await trio.to_thread.run_sync(side.fetch, port, fetches)
             served_fast = getattr(proxy, "served_fast", 0) - fast0
             c1, t1, n1 = time.thread_time(), time.perf_counter(), _thread_ns(tid)
             p1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -148,6 +155,7 @@ async def measure(
         "userUsPerFetch": (r1.ru_utime - r0.ru_utime) / fetches * 1e6,
         "systemUsPerFetch": (r1.ru_stime - r0.ru_stime) / fetches * 1e6,
         "wallMsPerFetch": (t1 - t0) / fetches * 1e3,
+        "medianMsPerFetch": median * 1e3,
         "fastShare": served_fast / fetches,
     }
 
@@ -179,7 +187,7 @@ def main() -> None:
             f"run {run + 1} (peer {args.peer}): {what} {out['totalUsPerFetch']:.0f} µs/fetch; "
             f"trio thread {out['cpuUsPerFetch']:.0f} (user {out['userUsPerFetch']:.0f}, "
             f"system {out['systemUsPerFetch']:.0f}), relay thread {out['relayUsPerFetch']:.0f}; "
-            f"{out['wallMsPerFetch']:.2f} ms/fetch wall; "
+            f"{out['wallMsPerFetch']:.2f} ms/fetch wall, median {out['medianMsPerFetch']:.2f} ms; "
             f"{out['fastShare']:.0%} served whole in the relay thread"
         )
 
