@@ -8,7 +8,9 @@ the listeners and cut the fast path's tunnels; many connections leave nothing be
 from __future__ import annotations
 
 import base64
+import logging
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -376,3 +378,38 @@ async def test_many_connections_from_another_process_leave_nothing_behind() -> N
     assert proxy.served_fast + proxy.handed == n and proxy.handed >= n // 4
     assert not left, f"descriptors left open: {left}"
     assert relays() == 0
+
+
+async def test_a_listener_backs_off_while_out_of_descriptors_and_serves_after(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Out of descriptors (``EMFILE``), the relay's accept fails: the listener (level-triggered)
+    pauses for ``ACCEPT_PAUSE_S`` instead of waking the relay in a loop, and the connection that
+    waited is served once descriptors are back."""
+    caplog.set_level(logging.WARNING, "toolhost.egress")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            web, _ = await page_server(nursery)
+            proxy, audit, port = await start(nursery, [f"127.0.0.1:{web}"])
+            client = trio.socket.socket()  # made while there is room
+            lowest = os.dup(2)  # the lowest free number: the next descriptor would get it
+            os.close(lowest)
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))  # no number free
+            try:
+                await client.connect(("127.0.0.1", port))
+                await client.send(get(web))
+                failed = lambda: [r for r in caplog.records if "accept failed" in r.message]  # noqa: E731
+                await until(lambda: failed(), "the failed accept")
+                await trio.sleep(0.35)  # the window in which a busy loop would fail thousands
+                fails = len(failed())
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            stream = trio.SocketStream(client)
+            async with stream:
+                out = await read_all(stream)
+            await until(lambda: len(audit) == 1, "the line")
+            nursery.cancel_scope.cancel()
+    assert 1 <= fails <= 10, fails
+    assert out == ESTABLISHED + ANSWER + PAGE
+    assert proxy.served_fast == 1 and audit[0].allowed
