@@ -22,7 +22,12 @@
 # (:mod:`supervisor.host.egress_io`: no scheduler pass after each operation); a checked,
 # connected tunnel then belongs to the relay thread (:mod:`supervisor.host.egress_relay`: its
 # own ``epoll``, no trio task per tunnel), which moves the bytes socket -> pipe -> socket with
-# ``splice(2)``: they never enter Python; the counts are what ``splice`` reports delivered.
+# ``splice(2)``: they never enter Python; the counts are what ``splice`` reports delivered. The
+# relay thread also accepts on the proxy's listeners and serves the usual connection whole, the
+# trio loop not woken (:mod:`supervisor.host.egress_fast`: the head in the first read, an
+# address literal, allowed, connected at once); anything else it hands to :meth:`_serve` here
+# with the bytes read, the one place for names, refusals and waits. The open count per sidecar
+# (the cap, ``open``) is shared by both threads (``egress_fast.Live``).
 # Every connection, allowed or refused, ends in one audit record and counts in the sidecar's
 # :class:`EgressStats` (a tunnel's when the trio loop next takes what the relay finished:
 # at the next connection, ``statistics()``, or ``egress_relay.FLUSH_S`` after it ended).

@@ -1,18 +1,24 @@
 """The egress proxy's relay thread (``host.egress``): checked, connected tunnels move their bytes
-here, off the trio loop.
+here, off the trio loop, and the proxy's listeners are accepted on here.
 
 # Strategy: one thread per :class:`~supervisor.host.egress.EgressProxy`, its own ``epoll``
-# (edge-triggered; each socket registered once, by the trio thread when it hands a tunnel over:
-# ``epoll_ctl`` is thread-safe and the registration reports a socket that is already readable,
-# so a hand-over wakes nobody) and ``splice(2)`` socket -> pipe -> socket both ways. The trio
-# loop keeps the connection's head, check and connect; then the tunnel and both its sockets
-# belong to the relay (:meth:`Relay.add`), which closes them when the tunnel is over (both ways
-# ended, an error, idle, or cut). What is left to do in the trio thread (the sidecar's counts,
-# the audit line: the tunnel's ``finish``) waits in a queue that the trio loop empties when it
-# passes anyway (:meth:`Relay.flush`: the next connection, ``statistics()``, the stop), or that
-# the relay asks it to empty ``FLUSH_S`` later: no wake-up of the trio loop per tunnel, no
-# trio task, cancel scope or scheduler pass per byte wake-up. A cut (``forget``, the host's
-# stop) goes to the relay by a command and an ``eventfd`` wake.
+# (edge-triggered; each socket registered once, when its tunnel is handed over: ``epoll_ctl``
+# is thread-safe and the registration reports a socket that is already readable, so a
+# hand-over wakes nobody) and ``splice(2)`` socket -> pipe -> socket both ways. The proxy's
+# listeners are in the same ``epoll`` (level-triggered, one accept per event; paused for
+# ``ACCEPT_PAUSE_S`` when an accept fails for want of descriptors): each connection goes to its
+# :class:`Listener`'s ``take`` in this thread (the proxy's fast path, which ends in
+# :meth:`Relay.carry` or hands the connection to the trio loop). The trio loop hands over the
+# tunnels it checked and connected itself (:meth:`Relay.add`). A tunnel and both its sockets
+# belong to the relay, which closes them when the tunnel is over (both ways ended, an error,
+# idle, or cut) and then runs its ``release`` (the open count). What is left to do in the trio
+# thread (the sidecar's counts, the audit line: the tunnel's ``finish``) waits in a queue that
+# the trio loop empties when it passes anyway (:meth:`Relay.flush`: the next connection it
+# serves, ``statistics()``, the stop), or that the relay asks it to empty ``FLUSH_S`` later: no
+# wake-up of the trio loop per tunnel, no trio task, cancel scope or scheduler pass per byte
+# wake-up. A cut (``forget``, the host's stop) goes to the relay by a command and an
+# ``eventfd`` wake; ``forget`` closes a worker's listeners at once (:meth:`Relay.unlisten`,
+# under the lock).
 """
 
 from __future__ import annotations
@@ -165,8 +171,9 @@ takes them sooner when it passes anyway)."""
 
 
 class Relay:
-    """The relay thread of one proxy: :meth:`start` (in the trio thread), :meth:`add` per
-    tunnel, :meth:`flush` whenever convenient, :meth:`stop` at the end (it cuts what is left,
+    """The relay thread of one proxy: :meth:`start` (in the trio thread), :meth:`listen` per
+    listener it accepts on, :meth:`add` per tunnel (:meth:`carry` in this thread), :meth:`flush`
+    whenever convenient, :meth:`stop` at the end (it cuts what is left, closes the listeners,
     joins the thread and flushes)."""
 
     def __init__(self, *, chunk: int = 64 * 1024, idle_timeout_s: float = 300.0) -> None:
