@@ -413,3 +413,36 @@ async def test_a_listener_backs_off_while_out_of_descriptors_and_serves_after(
     assert 1 <= fails <= 10, fails
     assert out == ESTABLISHED + ANSWER + PAGE
     assert proxy.served_fast == 1 and audit[0].allowed
+
+
+async def test_the_cap_and_the_open_count_hold_across_both_threads() -> None:
+    """Tunnels opened in the relay thread count toward the per-sidecar cap that the trio side
+    answers (``503``, audited before the answer); ``open`` in the stats is exact while they are
+    up and back to 0 once the relay closed them."""
+    limits = EgressLimits(per_sidecar=8)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as outer:
+            server = await serve(outer, hold)
+            async with trio.open_nursery() as nursery:
+                proxy, audit, port = await start(nursery, [f"127.0.0.1:{server}"], limits=limits)
+                tunnels = [await open_tunnel(port, server) for _ in range(8)]
+                assert proxy.served_fast == 8 and proxy.statistics()["s"].open == 8
+                over = await exchange(port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % server)
+                assert over.startswith(b"HTTP/1.1 503")
+                assert b"has 8 egress connections open" in body(over)
+                assert [r.rule for r in audit] == ["too-many-connections"]
+                for stream in tunnels:
+                    await stream.aclose()
+                await until(lambda: len(audit) == 9, "every line")
+                stats = proxy.statistics()["s"]
+                again = await open_tunnel(port, server)  # room again
+                await again.aclose()
+                nursery.cancel_scope.cancel()
+            outer.cancel_scope.cancel()
+    assert (stats.connections, stats.refused, stats.open) == (8, 1, 0)
+    assert proxy.served_fast == 9 and proxy.handed == 1
+
+
+def body(answer: bytes) -> bytes:
+    """The body of one of the proxy's own answers."""
+    return answer.partition(b"\r\n\r\n")[2]
