@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import trio
 
@@ -34,30 +36,33 @@ from bench.confine_paths import PAGE_BYTES, page_server
 from supervisor.host.egress import EgressProxy, client_for
 
 
-def _client(port: int, web: int, fetches: int, sizes: list[int]) -> None:
+def _client(port: int, web: int, fetches: int, sizes: list[int], times: list[float]) -> None:
     request = (
         b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
         b"GET /page HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" % (web, web)
     )
     for _ in range(fetches):
+        began = time.perf_counter()
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(request)
             got = 0
             while data := sock.recv(65536):
                 got += len(data)
             sizes.append(got)
+        times.append(time.perf_counter() - began)
 
 
 def _peer() -> None:
     """The child of ``--peer process``: a page server; each line ``<proxy port> <fetches>`` on
-    stdin runs that many fetches and answers the smallest size."""
+    stdin runs that many fetches and answers the smallest size and the median time of one."""
     with page_server() as web:
         print(web, flush=True)
         for line in sys.stdin:
             port, fetches = (int(x) for x in line.split())
             sizes: list[int] = []
-            _client(port, web, fetches, sizes)
-            print(min(sizes), flush=True)
+            times: list[float] = []
+            _client(port, web, fetches, sizes, times)
+            print(min(sizes), statistics.median(times), flush=True)
 
 
 def _thread_ns(tid: int) -> int:
@@ -84,16 +89,19 @@ class _Peer:
             self._server = page_server()
             self.web = self._server.__enter__()
 
-    def fetch(self, port: int, fetches: int) -> int:
-        """Run the fetches (blocking: called in a thread); the smallest size."""
+    def fetch(self, port: int, fetches: int) -> tuple[int, float]:
+        """Run the fetches (blocking: called in a thread); the smallest size and the median
+        time of one fetch (s, the client's: connect to the last byte)."""
         if self.proc is None:
             sizes: list[int] = []
-            _client(port, self.web, fetches, sizes)
-            return min(sizes)
+            times: list[float] = []
+            _client(port, self.web, fetches, sizes, times)
+            return min(sizes), statistics.median(times)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(f"{port} {fetches}\n")
         self.proc.stdin.flush()
-        return int(self.proc.stdout.readline())
+        size, median = self.proc.stdout.readline().split()
+        return int(size), float(median)
 
     def close(self) -> None:
         if self.proc is None:
@@ -105,7 +113,7 @@ class _Peer:
 
 
 async def measure(
-    fetches: int, warmup: int = 20, peer: str = "process", relay: bool = True
+    fetches: int, warmup: int = 20, peer: str = "process", relay: bool = True, fast: bool = True
 ) -> dict[str, float]:
     """µs of the proxy's trio thread per fetch (``cpu``, ``user``, ``system``), of its relay
     thread (``relay``) and of the process (``total``; with ``peer="thread"``: trio + relay), and
@@ -113,7 +121,8 @@ async def measure(
     side = _Peer(peer)
     try:
         async with trio.open_nursery() as nursery:
-            proxy = EgressProxy() if relay else EgressProxy(relay=False)
+            kw: dict[str, Any] = {} if fast else {"fast": False}  # none before the fast path
+            proxy = EgressProxy(**kw) if relay else EgressProxy(relay=False)
             await nursery.start(proxy.run)
             listener = socket.socket()
             listener.bind(("127.0.0.1", 0))
@@ -125,7 +134,9 @@ async def measure(
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
             p0 = resource.getrusage(resource.RUSAGE_SELF)
             c0, t0, n0 = time.thread_time(), time.perf_counter(), _thread_ns(tid)
-            smallest = await trio.to_thread.run_sync(side.fetch, port, fetches)
+            fast0 = getattr(proxy, "served_fast", 0)
+            smallest, median = await trio.to_thread.run_sync(side.fetch, port, fetches)
+            served_fast = getattr(proxy, "served_fast", 0) - fast0
             c1, t1, n1 = time.thread_time(), time.perf_counter(), _thread_ns(tid)
             p1 = resource.getrusage(resource.RUSAGE_SELF)
             r1 = resource.getrusage(resource.RUSAGE_THREAD)
@@ -144,6 +155,8 @@ async def measure(
         "userUsPerFetch": (r1.ru_utime - r0.ru_utime) / fetches * 1e6,
         "systemUsPerFetch": (r1.ru_stime - r0.ru_stime) / fetches * 1e6,
         "wallMsPerFetch": (t1 - t0) / fetches * 1e3,
+        "medianMsPerFetch": median * 1e3,
+        "fastShare": served_fast / fetches,
     }
 
 
@@ -155,6 +168,11 @@ def main() -> None:
     parser.add_argument(
         "--no-relay", action="store_true", help="tunnels in trio tasks (no relay thread)"
     )
+    parser.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="accept, head, check and connect in the trio thread (no fast path in the relay)",
+    )
     parser.add_argument("--as-peer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.as_peer:
@@ -163,13 +181,14 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         print("load average:", " ".join(f.read().split()[:3]))
     for run in range(args.runs):
-        out = trio.run(measure, args.fetches, 20, args.peer, not args.no_relay)
+        out = trio.run(measure, args.fetches, 20, args.peer, not args.no_relay, not args.no_fast)
         what = "process" if args.peer == "process" else "trio + relay"
         print(
             f"run {run + 1} (peer {args.peer}): {what} {out['totalUsPerFetch']:.0f} µs/fetch; "
             f"trio thread {out['cpuUsPerFetch']:.0f} (user {out['userUsPerFetch']:.0f}, "
             f"system {out['systemUsPerFetch']:.0f}), relay thread {out['relayUsPerFetch']:.0f}; "
-            f"{out['wallMsPerFetch']:.2f} ms/fetch wall"
+            f"{out['wallMsPerFetch']:.2f} ms/fetch wall, median {out['medianMsPerFetch']:.2f} ms; "
+            f"{out['fastShare']:.0%} served whole in the relay thread"
         )
 
 

@@ -22,7 +22,12 @@
 # (:mod:`supervisor.host.egress_io`: no scheduler pass after each operation); a checked,
 # connected tunnel then belongs to the relay thread (:mod:`supervisor.host.egress_relay`: its
 # own ``epoll``, no trio task per tunnel), which moves the bytes socket -> pipe -> socket with
-# ``splice(2)``: they never enter Python; the counts are what ``splice`` reports delivered.
+# ``splice(2)``: they never enter Python; the counts are what ``splice`` reports delivered. The
+# relay thread also accepts on the proxy's listeners and serves the usual connection whole, the
+# trio loop not woken (:mod:`supervisor.host.egress_fast`: the head in the first read, an
+# address literal, allowed, connected at once); anything else it hands to :meth:`_serve` here
+# with the bytes read, the one place for names, refusals and waits. The open count per sidecar
+# (the cap, ``open``) is shared by both threads (``egress_fast.Live``).
 # Every connection, allowed or refused, ends in one audit record and counts in the sidecar's
 # :class:`EgressStats` (a tunnel's when the trio loop next takes what the relay finished:
 # at the next connection, ``statistics()``, or ``egress_relay.FLUSH_S`` after it ended).
@@ -30,9 +35,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
 import logging
 import math
 import secrets
@@ -44,6 +46,18 @@ import trio
 
 from supervisor.contracts.confine import EgressRecord, EgressStats
 from supervisor.host import egress_io, egress_relay
+from supervisor.host.egress_fast import (
+    Client,
+    EgressLimits,
+    Handed,
+    Live,
+    Opened,
+    Request,
+    attempt,
+    authenticate,
+    record_of,
+    unreachable,
+)
 from supervisor.host.egress_http import (
     ESTABLISHED,
     Refusal,
@@ -55,7 +69,6 @@ from supervisor.host.egress_http import (
 from supervisor.policy.egress import (
     Decision,
     IPAddress,
-    Rule,
     decide,
     literal_address,
     parse_rules,
@@ -65,34 +78,6 @@ log = logging.getLogger("toolhost.egress")
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 Audit = Callable[[EgressRecord], None]
-
-
-class EgressLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """What a hostile client cannot exceed."""
-
-    max_head: int = 16 * 1024
-    first_bytes_s: float = 1.0
-    """A connection that sends nothing for this long after it is taken is answered ``408``
-    (the listeners take it at the first bytes, or about this long after it was made when none
-    come: ``TCP_DEFER_ACCEPT``, whole seconds)."""
-    head_timeout_s: float = 10.0
-    """The whole request head must be in this long after the connection is taken."""
-    resolve_timeout_s: float = 5.0
-    connect_timeout_s: float = 10.0
-    idle_timeout_s: float = 300.0
-    """A tunnel with no byte either way for this long is closed (at most a tenth of it, and a
-    second, later)."""
-    per_sidecar: int = 64
-    """Connections one sidecar may have open at once."""
-    chunk: int = 64 * 1024
-
-
-class Client(msgspec.Struct, kw_only=True):
-    """Who a listener or token belongs to, and what it may reach."""
-
-    sidecar: str
-    worker: str = ""
-    rules: list[Rule] = msgspec.field(default_factory=list)
 
 
 async def system_resolver(host: str, port: int) -> list[IPAddress]:
@@ -139,6 +124,9 @@ class EgressProxy:
         limits: Caps and timeouts against hostile clients.
         relay: Move tunnels' bytes in a relay thread (where the platform has one); False: in
             trio tasks, as before it (benchmarks and tests compare the two).
+        fast: With the relay thread, let it also accept on the proxy's listeners and serve the
+            usual connection whole (``host.egress_fast``); False: every connection's accept,
+            head, check and connect in the trio thread, as before it.
     """
 
     def __init__(
@@ -148,17 +136,26 @@ class EgressProxy:
         resolver: Resolver = system_resolver,
         limits: EgressLimits | None = None,
         relay: bool = True,
+        fast: bool = True,
     ) -> None:
         self.audit = audit
         self.relay = relay
+        self.fast = fast
         self.resolver = resolver
         self.limits = limits or EgressLimits()
         self._nursery: trio.Nursery | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
         self._scopes: dict[str, list[trio.CancelScope]] = {}
         self._tokens: dict[str, Client] = {}
+        """Replaced whole on each change (the relay thread reads it without a lock)."""
         self._stats: dict[str, EgressStats] = {}
+        self._live = Live()
         self.shared_port = 0
         self._relay_thread: egress_relay.Relay | None = None
+        self.served_fast = 0
+        """Connections the relay thread served whole (the fast path), since the start."""
+        self.handed = 0
+        """Connections the relay thread accepted and handed to the trio side."""
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -173,6 +170,7 @@ class EgressProxy:
             relay = egress_relay.Relay(chunk=limits.chunk, idle_timeout_s=limits.idle_timeout_s)
             relay.start()
         self._relay_thread = relay
+        self._token = trio.lowlevel.current_trio_token()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -182,7 +180,7 @@ class EgressProxy:
             self._nursery = None
             self._relay_thread = None
             if relay is not None:
-                relay.stop()
+                relay.stop()  # the listeners it accepted on close with it
 
     @property
     def relay_thread_id(self) -> int:
@@ -192,6 +190,14 @@ class EgressProxy:
     def _start(self, key: str, listener: stdsocket.socket, client: Client | None, to: int) -> None:
         if self._nursery is None:
             raise RuntimeError("the egress proxy is not running")
+        relay = self._relay_thread
+        if self.fast and not to and relay is not None and relay.running:
+
+            def take(entry: egress_relay.Listener, conn: stdsocket.socket) -> None:
+                self._take(entry, conn, client)
+
+            relay.listen(egress_relay.Listener(listener, key, take))
+            return
         scope = trio.CancelScope()
         self._scopes.setdefault(key, []).append(scope)
 
@@ -233,7 +239,7 @@ class EgressProxy:
         URL is ``http://toolhost:<token>@127.0.0.1:<shared_port>``. Forget it with
         :meth:`forget`."""
         token = secrets.token_urlsafe(32)
-        self._tokens[token] = client
+        self._tokens = {**self._tokens, token: client}
         return token
 
     def proxy_url(self, token: str) -> str:
@@ -259,17 +265,110 @@ class EgressProxy:
         for scope in self._scopes.pop(worker, []):
             scope.cancel()
         if self._relay_thread is not None:
+            if worker:  # the shared port ("") is no one's to close
+                self._relay_thread.unlisten(worker)
             self._relay_thread.cut(worker)
-        for token in [t for t, c in self._tokens.items() if (c.worker or c.sidecar) == worker]:
-            del self._tokens[token]
+        self._tokens = {t: c for t, c in self._tokens.items() if (c.worker or c.sidecar) != worker}
 
     def statistics(self) -> dict[str, EgressStats]:
         """Per sidecar: connections, refusals, bytes in and out, open connections."""
-        if self._relay_thread is not None:
-            self._relay_thread.flush()  # the tunnels it ended since the trio loop last looked
-        return {k: msgspec.structs.replace(v) for k, v in self._stats.items()}
+        self._flush()  # the tunnels the relay ended since the trio loop last looked
+        live = self._live.snapshot()
+        for sidecar in live:
+            self._stat(sidecar)
+        return {k: msgspec.structs.replace(v, open=live.get(k, 0)) for k, v in self._stats.items()}
 
-    # connections -------------------------------------------------------------------------
+    def _flush(self) -> None:
+        if self._relay_thread is not None:
+            self._relay_thread.flush()
+
+    # the fast path (in the relay thread) -------------------------------------------------
+
+    def _take(
+        self, entry: egress_relay.Listener, conn: stdsocket.socket, client: Client | None
+    ) -> None:
+        """A connection the relay thread accepted on ``entry``: served whole
+        (``egress_fast.attempt``) or handed to the trio side with what was read. Runs in the
+        relay thread, its lock held."""
+        relay = self._relay_thread
+        out = attempt(conn, client, self._tokens, self._live, self.limits)
+        if out is None:
+            conn.close()
+            return
+        if isinstance(out, Handed) or relay is None:
+            self.handed += 1
+            self._hand(entry, conn, client, out)
+            return
+        self.served_fast += 1
+        request, counts, sidecar, rule = (
+            out.request,
+            out.counts,
+            out.request.client.sidecar,
+            out.rule,
+        )
+        self._live.add(sidecar, 1)
+
+        def finish() -> None:
+            self._record(request.record(True, rule, "", counts))
+
+        def release() -> None:
+            self._live.add(sidecar, -1)
+
+        tunnel = egress_relay.Tunnel(
+            conn,
+            out.upstream,
+            counts,
+            finish,
+            answer=out.answer,
+            key=entry.key,
+            release=release,
+            own=True,
+        )
+        relay.carry(tunnel, to_client=out.to_client, to_upstream=out.to_upstream)
+
+    def _hand(
+        self,
+        entry: egress_relay.Listener,
+        conn: stdsocket.socket,
+        client: Client | None,
+        out: Handed | Opened,
+    ) -> None:
+        """Have the trio loop take a connection from the relay thread (through its token)."""
+        try:
+            if self._token is None:
+                raise trio.RunFinishedError
+            self._token.run_sync_soon(self._adopt, entry, conn, client, out)
+        except trio.RunFinishedError:  # the proxy stops: nothing serves it any more
+            _close(conn, out)
+
+    def _adopt(
+        self,
+        entry: egress_relay.Listener,
+        conn: stdsocket.socket,
+        client: Client | None,
+        out: Handed | Opened,
+    ) -> None:
+        """In the trio thread: the connection's task, under a scope that ``forget`` of its key
+        cancels (as the listener's own tasks were), or the stop."""
+        nursery = self._nursery
+        if nursery is None or entry.closed or not isinstance(out, Handed):
+            _close(conn, out)
+            return
+        scope = trio.CancelScope()
+        scopes = self._scopes.setdefault(entry.key, [])
+        scopes.append(scope)
+
+        async def guarded() -> None:
+            try:
+                with scope:
+                    await self._serve(conn, client, entry.key, out)
+            finally:
+                if scope in scopes:
+                    scopes.remove(scope)
+
+        nursery.start_soon(guarded)
+
+    # connections (the trio side) ---------------------------------------------------------
 
     async def _accept_loop(
         self, sock: stdsocket.socket, client: Client | None, relay_to: int, key: str
@@ -317,14 +416,24 @@ class EgressProxy:
         if not record.allowed:
             log.info("egress refused for %s: %s", record.sidecar, record.reason)
 
-    async def _serve(self, stream: stdsocket.socket, client: Client | None, key: str) -> None:
-        limits = self.limits
+    async def _serve(
+        self,
+        stream: stdsocket.socket,
+        client: Client | None,
+        key: str,
+        handed: Handed | None = None,
+    ) -> None:
+        """A proxy connection, from its head (``handed``: what the relay thread read, and how
+        far it got) to its tunnel or refusal."""
         with egress_io.Closing(stream):
+            if handed is not None and handed.request is not None:  # checked: the connect
+                await self._reach(stream, handed.request, key, handed.rule, handed.address, handed)
+                return
             try:
-                head, rest = await self._read_head(stream)
+                head, rest = await self._read_head(stream, handed.prefix if handed else b"")
                 method, target, headers = parse_head(head)
                 if client is None:
-                    client = self._authenticate(headers)
+                    client = authenticate(self._tokens, headers)
                 host, port = target_of(method, target)
             except Refusal as refusal:
                 await reply(stream, refusal.status, refusal.reason, auth=refusal.status == 407)
@@ -334,63 +443,69 @@ class EgressProxy:
                 return
             except OSError:  # reset, or closed before the head ended
                 return
-            if self._relay_thread is not None:
-                self._relay_thread.flush()  # the tunnels it ended count no more
-            stats = self._stat(client.sidecar)
-            if stats.open >= limits.per_sidecar:
-                reason = f"sidecar {client.sidecar} has {stats.open} egress connections open"
+            request = Request(client, method, target, headers, rest, host, port)
+            self._flush()  # the tunnels it ended are recorded before this one's line
+            count = self._live.count(client.sidecar)
+            if count >= self.limits.per_sidecar:
+                reason = f"sidecar {client.sidecar} has {count} egress connections open"
                 # Recorded before the answer: the call that fails on it must find it.
-                self._record(
-                    _record(client, host, port, method, False, "too-many-connections", reason)
-                )
+                self._record(request.record(False, "too-many-connections", reason))
                 await reply(stream, 503, reason)
                 return
             decision = await self._decide(client, host, port)
             if not decision.allowed:
-                self._record(
-                    _record(client, host, port, method, False, decision.rule, decision.reason)
-                )
+                self._record(request.record(False, decision.rule, decision.reason))
                 await reply(stream, 403, decision.reason)
                 return
-            try:
-                upstream = await self._connect(decision.address, port)
-            except Refusal as refusal:  # allowed, but not reached: no connection was made
-                reason = f"{host}:{port} ({decision.address}) {refusal.reason}"
-                self._record(_record(client, host, port, method, False, refusal.rule, reason))
-                await reply(stream, refusal.status, reason)
-                return
-            stats.open += 1
-            counts = [0, 0]
-            rule = decision.rule
+            await self._reach(stream, request, key, decision.rule, decision.address)
 
-            def finish() -> None:
-                stats.open -= 1
-                self._record(_record(client, host, port, method, True, rule, "", counts))
+    async def _reach(
+        self,
+        stream: stdsocket.socket,
+        request: Request,
+        key: str,
+        rule: str,
+        address: str,
+        handed: Handed | None = None,
+    ) -> None:
+        """Connect to the checked ``address`` (or finish the relay thread's connect:
+        ``handed``), then the tunnel; a connection not made is answered and audited."""
+        try:
+            if handed is not None and handed.refusal is not None:
+                raise handed.refusal
+            started = handed.upstream if handed is not None else None
+            upstream = await self._connect(address, request.port, started)
+        except Refusal as refusal:  # allowed, but not reached: no connection was made
+            reason = f"{request.host}:{request.port} ({address}) {refusal.reason}"
+            self._record(request.record(False, refusal.rule, reason))
+            await reply(stream, refusal.status, reason)
+            return
+        sidecar = request.client.sidecar
+        self._live.add(sidecar, 1)
+        counts = [0, 0]
 
-            handed = False  # to the relay thread, with both sockets and `finish`
-            try:
-                with egress_io.Closing(upstream):
-                    handed = await self._forward(
-                        stream,
-                        upstream,
-                        method,
-                        target,
-                        host,
-                        port,
-                        headers,
-                        rest,
-                        counts,
-                        key,
-                        finish,
-                    )
-            finally:
-                if not handed:
-                    finish()
+        def finish() -> None:
+            self._record(request.record(True, rule, "", counts))
 
-    async def _read_head(self, stream: stdsocket.socket) -> tuple[bytes, bytes]:
-        """The request head (without the blank line) and what came after it: at once when the
-        first read holds it all (the listener woke on it), else within ``first_bytes_s`` for
-        the first byte and ``head_timeout_s`` for the whole head.
+        def release() -> None:
+            self._live.add(sidecar, -1)
+
+        handed_on = False  # to the relay thread, with both sockets, `finish` and `release`
+        try:
+            with egress_io.Closing(upstream):
+                handed_on = await self._forward(
+                    stream, upstream, request, counts, key, finish, release
+                )
+        finally:
+            if not handed_on:
+                release()
+                finish()
+
+    async def _read_head(self, stream: stdsocket.socket, prefix: bytes) -> tuple[bytes, bytes]:
+        """The request head (without the blank line) and what came after it, ``prefix`` the
+        bytes already read: at once when that or the first read holds it all (the listener woke
+        on it), else within ``first_bytes_s`` for the first byte and ``head_timeout_s`` for the
+        whole head.
 
         Raises:
             Refusal: 431, the head is over ``max_head``.
@@ -398,21 +513,23 @@ class EgressProxy:
             OSError: Reset, or closed before the head ended.
         """
         limits = self.limits
+        buf = bytearray(prefix)
         try:
-            buf = bytearray(stream.recv(4096))
-            if not buf:
+            data = stream.recv(4096)
+            if not data:
                 raise ConnectionError("closed before the head ended")
+            buf += data
         except BlockingIOError:
-            buf = bytearray()
+            pass
         end = buf.find(b"\r\n\r\n")
-        if end >= 0:  # the usual case: no deadline to set up
+        if 0 <= end <= limits.max_head:  # the usual case: no deadline to set up
             return bytes(buf[:end]), bytes(buf[end + 4 :])
         start = trio.current_time()
         first = min(limits.first_bytes_s, limits.head_timeout_s)
         with trio.CancelScope(deadline=start + (limits.head_timeout_s if buf else first)) as scope:
             while True:
                 end = buf.find(b"\r\n\r\n")
-                if end >= 0:
+                if 0 <= end <= limits.max_head:
                     return bytes(buf[:end]), bytes(buf[end + 4 :])
                 if len(buf) > limits.max_head:
                     raise Refusal(431, f"the request head is over {limits.max_head} bytes")
@@ -423,27 +540,6 @@ class EgressProxy:
                     scope.deadline = start + limits.head_timeout_s
                 buf += data
         raise trio.TooSlowError
-
-    def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> Client:
-        value = next((v for k, v in headers if k == b"proxy-authorization"), b"")
-        scheme, _, encoded = value.partition(b" ")
-        token = ""
-        if scheme.lower() == b"basic":
-            try:
-                _, _, token = (
-                    base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
-                )
-            except (binascii.Error, UnicodeDecodeError):
-                token = ""
-        found = None
-        for known, client in self._tokens.items():  # constant time per candidate
-            if hmac.compare_digest(known.encode(), token.encode()):
-                found = client
-        if found is None:
-            raise Refusal(
-                407, "proxy credentials missing or unknown: use the proxy URL in HTTP_PROXY"
-            )
-        return found
 
     async def _decide(self, client: Client, host: str, port: int) -> Decision:
         literal = literal_address(host)
@@ -456,15 +552,20 @@ class EgressProxy:
             addresses = []
         return decide(client.rules, host, port, addresses)
 
-    async def _connect(self, address: str, port: int) -> stdsocket.socket:
-        """A connection to the checked address.
+    async def _connect(
+        self, address: str, port: int, started: stdsocket.socket | None = None
+    ) -> stdsocket.socket:
+        """A connection to the checked address (``started``: one the relay thread began).
 
         Raises:
             Refusal: 502 (refused, unreachable) or 504 (no answer in ``connect_timeout_s``),
                 rule ``unreachable``.
         """
         try:
-            sock, done = egress_io.start_connect(address, port)
+            if started is not None:
+                sock, done = started, False
+            else:
+                sock, done = egress_io.start_connect(address, port)
             if done:  # no deadline to set up (loopback, or refused at once)
                 await egress_io.finish_connect(sock, done)
                 return sock
@@ -475,66 +576,65 @@ class EgressProxy:
             why = f"did not answer in {self.limits.connect_timeout_s:g} s"
             raise Refusal(504, f"cannot be reached: {why}", "unreachable") from None
         except OSError as exc:
-            raise Refusal(502, f"cannot be reached: {exc}", "unreachable") from None
+            raise unreachable(exc) from None
 
     async def _forward(
         self,
         stream: stdsocket.socket,
         upstream: stdsocket.socket,
-        method: str,
-        target: str,
-        host: str,
-        port: int,
-        headers: list[tuple[bytes, bytes]],
-        rest: bytes,
+        request: Request,
         counts: list[int],
         key: str,
         finish: Callable[[], None],
+        release: Callable[[], None],
     ) -> bool:
         """Send what goes first, then carry the tunnel; True when the relay thread took it."""
-        answer = b""
+        answer, rest = b"", request.rest
         try:
-            if method == "CONNECT" and rest:
+            if request.method == "CONNECT" and rest:
                 # The client sent its request without waiting for the 200 (the web sidecar
                 # does): the 200 goes out with the first bytes of the answer.
                 answer = ESTABLISHED
                 await egress_io.send_all(upstream, rest)
                 counts[1] += len(rest)
-            elif method == "CONNECT":
+            elif request.method == "CONNECT":
                 await egress_io.send_all(stream, ESTABLISHED)
             else:
-                out = origin_request(method, target, host, port, headers) + rest
-                await egress_io.send_all(upstream, out)
-                counts[1] += len(out)
+                out = origin_request(
+                    request.method, request.target, request.host, request.port, request.headers
+                )
+                await egress_io.send_all(upstream, out + rest)
+                counts[1] += len(out) + len(rest)
         except OSError:
             return False
-        return await self._carry(stream, upstream, counts, answer, key, finish)
+        return await self._carry(stream, upstream, counts, answer, key, finish, release)
 
     async def _relay(self, stream: stdsocket.socket, client: Client, port: int, key: str) -> None:
         rule = "confine.network.loopback"
         counts = [0, 0]
-        if self._relay_thread is not None:
-            self._relay_thread.flush()
+        self._flush()
         with egress_io.Closing(stream):
             try:
                 upstream = await self._connect("127.0.0.1", port)
             except Refusal as refusal:
                 why = f"127.0.0.1:{port} {refusal.reason}"
-                self._record(_record(client, "127.0.0.1", port, "TCP", False, refusal.rule, why))
+                self._record(record_of(client, "127.0.0.1", port, "TCP", False, refusal.rule, why))
                 return
-            stats = self._stat(client.sidecar)
-            stats.open += 1
+            self._live.add(client.sidecar, 1)
 
             def finish() -> None:
-                stats.open -= 1
-                self._record(_record(client, "127.0.0.1", port, "TCP", True, rule, "", counts))
+                self._record(record_of(client, "127.0.0.1", port, "TCP", True, rule, "", counts))
+
+            def release() -> None:
+                self._live.add(client.sidecar, -1)
 
             handed = False
             try:
                 with egress_io.Closing(upstream):
-                    handed = await self._carry(stream, upstream, counts, b"", key, finish)
+                    handed = await self._carry(stream, upstream, counts, b"", key, finish, release)
             finally:
                 if not handed:
+                    release()
                     finish()
 
     async def _carry(
@@ -545,15 +645,20 @@ class EgressProxy:
         answer: bytes,
         key: str,
         finish: Callable[[], None],
+        release: Callable[[], None],
     ) -> bool:
         """Move bytes both ways until both sides are done (half-closes passed on), an error,
         or ``idle_timeout_s`` without a byte; ``answer`` (not counted) goes to the client
         before the first bytes from upstream. True: the relay thread took the tunnel (both
-        sockets are its own now, and it has ``finish`` run when the tunnel is over); False:
-        carried here in trio tasks (no relay thread), over when this returns."""
+        sockets are its own now, and it runs ``release`` when it closed them and has
+        ``finish`` run in this thread); False: carried here in trio tasks (no relay thread),
+        over when this returns."""
         relay = self._relay_thread
         if relay is not None and relay.running:
-            relay.add(egress_relay.Tunnel(client, upstream, counts, finish, answer=answer, key=key))
+            tunnel = egress_relay.Tunnel(
+                client, upstream, counts, finish, answer=answer, key=key, release=release
+            )
+            relay.add(tunnel)
             return True
         limits = self.limits
         await egress_io.splice_both(
@@ -562,32 +667,14 @@ class EgressProxy:
         return False
 
 
+def _close(conn: stdsocket.socket, out: Handed | Opened) -> None:
+    egress_io.close(conn)
+    if out.upstream is not None:
+        egress_io.close(out.upstream)
+
+
 def _listening(listener: stdsocket.socket) -> None:
     """Non-blocking, and ``TCP_NODELAY`` for every connection it takes (Linux copies it to an
     accepted socket: a tunnel's last short segment must not wait for an ACK)."""
     listener.setblocking(False)
     listener.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
-
-
-def _record(
-    client: Client,
-    host: str,
-    port: int,
-    method: str,
-    allowed: bool,
-    rule: str,
-    reason: str,
-    counts: list[int] | None = None,
-) -> EgressRecord:
-    return EgressRecord(
-        sidecar=client.sidecar,
-        worker=client.worker,
-        host=host,
-        port=port,
-        method=method,
-        allowed=allowed,
-        rule=rule,
-        reason=reason,
-        bytes_in=counts[0] if counts else 0,
-        bytes_out=counts[1] if counts else 0,
-    )

@@ -20,10 +20,13 @@ import trio
 
 def close(sock: stdsocket.socket) -> None:
     """Close ``sock``, waking (with ``ClosedResourceError``) a task that waits on it (nothing
-    when its descriptor was handed on: ``detach``)."""
+    when its descriptor was handed on: ``detach``); in any thread."""
     if sock.fileno() < 0:
         return
-    trio.lowlevel.notify_closing(sock)
+    try:
+        trio.lowlevel.notify_closing(sock)
+    except RuntimeError:  # not in the trio thread (the relay's): no task of trio waits on it
+        pass
     sock.close()
 
 
@@ -90,13 +93,22 @@ async def finish_connect(sock: stdsocket.socket, done: bool) -> None:
     try:
         if not done:
             await trio.lowlevel.wait_writable(sock)
-        err = sock.getsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_ERROR)
-        if err:
-            raise OSError(err, os.strerror(err))
-        sock.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
+        connected(sock)
     except BaseException:
         close(sock)
         raise
+
+
+def connected(sock: stdsocket.socket) -> None:
+    """Check a connect that is done (``TCP_NODELAY`` set when it was made).
+
+    Raises:
+        OSError: It failed (``sock`` is left open).
+    """
+    err = sock.getsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+    sock.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
 
 
 def _ready(sock: stdsocket.socket) -> bool:

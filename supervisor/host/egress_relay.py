@@ -1,18 +1,24 @@
 """The egress proxy's relay thread (``host.egress``): checked, connected tunnels move their bytes
-here, off the trio loop.
+here, off the trio loop, and the proxy's listeners are accepted on here.
 
 # Strategy: one thread per :class:`~supervisor.host.egress.EgressProxy`, its own ``epoll``
-# (edge-triggered; each socket registered once, by the trio thread when it hands a tunnel over:
-# ``epoll_ctl`` is thread-safe and the registration reports a socket that is already readable,
-# so a hand-over wakes nobody) and ``splice(2)`` socket -> pipe -> socket both ways. The trio
-# loop keeps the connection's head, check and connect; then the tunnel and both its sockets
-# belong to the relay (:meth:`Relay.add`), which closes them when the tunnel is over (both ways
-# ended, an error, idle, or cut). What is left to do in the trio thread (the sidecar's counts,
-# the audit line: the tunnel's ``finish``) waits in a queue that the trio loop empties when it
-# passes anyway (:meth:`Relay.flush`: the next connection, ``statistics()``, the stop), or that
-# the relay asks it to empty ``FLUSH_S`` later: no wake-up of the trio loop per tunnel, no
-# trio task, cancel scope or scheduler pass per byte wake-up. A cut (``forget``, the host's
-# stop) goes to the relay by a command and an ``eventfd`` wake.
+# (edge-triggered; each socket registered once, when its tunnel is handed over: ``epoll_ctl``
+# is thread-safe and the registration reports a socket that is already readable, so a
+# hand-over wakes nobody) and ``splice(2)`` socket -> pipe -> socket both ways. The proxy's
+# listeners are in the same ``epoll`` (level-triggered, one accept per event; paused for
+# ``ACCEPT_PAUSE_S`` when an accept fails for want of descriptors): each connection goes to its
+# :class:`Listener`'s ``take`` in this thread (the proxy's fast path, which ends in
+# :meth:`Relay.carry` or hands the connection to the trio loop). The trio loop hands over the
+# tunnels it checked and connected itself (:meth:`Relay.add`). A tunnel and both its sockets
+# belong to the relay, which closes them when the tunnel is over (both ways ended, an error,
+# idle, or cut) and then runs its ``release`` (the open count). What is left to do in the trio
+# thread (the sidecar's counts, the audit line: the tunnel's ``finish``) waits in a queue that
+# the trio loop empties when it passes anyway (:meth:`Relay.flush`: the next connection it
+# serves, ``statistics()``, the stop), or that the relay asks it to empty ``FLUSH_S`` later: no
+# wake-up of the trio loop per tunnel, no trio task, cancel scope or scheduler pass per byte
+# wake-up. A cut (``forget``, the host's stop) goes to the relay by a command and an
+# ``eventfd`` wake; ``forget`` closes a worker's listeners at once (:meth:`Relay.unlisten`,
+# under the lock).
 """
 
 from __future__ import annotations
@@ -90,7 +96,18 @@ class Tunnel:
     ``key`` names whom it belongs to for :meth:`Relay.cut`.
     """
 
-    __slots__ = ("client", "counts", "error", "finish", "key", "last", "over", "upstream", "ways")
+    __slots__ = (
+        "client",
+        "counts",
+        "error",
+        "finish",
+        "key",
+        "last",
+        "over",
+        "release",
+        "upstream",
+        "ways",
+    )
 
     def __init__(
         self,
@@ -101,9 +118,15 @@ class Tunnel:
         *,
         answer: bytes = b"",
         key: str = "",
+        release: Callable[[], None] | None = None,
+        own: bool = False,
     ) -> None:
-        self.client, self.upstream = _take_over(client), _take_over(upstream)
+        if not own:  # sockets a trio task may still hold: the relay's own objects for them
+            client, upstream = _take_over(client), _take_over(upstream)
+        self.client, self.upstream = client, upstream
         self.counts, self.finish, self.key = counts, finish, key
+        self.release = release
+        """Runs in the relay thread once both sockets are closed (the open count)."""
         self.ways = (
             _Way(self.upstream, self.client, 0, answer),
             _Way(self.client, self.upstream, 1, b""),
@@ -111,6 +134,29 @@ class Tunnel:
         self.last = time.monotonic()
         self.over = False
         self.error: OSError | None = None
+
+
+class Listener:
+    """A listening socket the relay accepts on (level-triggered: one connection per event);
+    ``take(listener, conn)`` runs in the relay thread, its lock held, for each connection
+    (non-blocking, now ``take``'s own). ``key`` names whom it belongs to for
+    :meth:`Relay.unlisten`; ``closed`` is set when it is closed."""
+
+    __slots__ = ("closed", "key", "resume_at", "sock", "take")
+
+    def __init__(
+        self,
+        sock: stdsocket.socket,
+        key: str,
+        take: Callable[[Listener, stdsocket.socket], None],
+    ) -> None:
+        self.sock, self.key, self.take = sock, key, take
+        self.closed = False
+        self.resume_at = 0.0  # paused after an accept failed (out of descriptors) until then
+
+
+ACCEPT_PAUSE_S = 0.1
+"""A listener whose accept failed (``EMFILE`` and friends) waits this long before the next."""
 
 
 def _take_over(sock: stdsocket.socket) -> stdsocket.socket:
@@ -125,8 +171,9 @@ takes them sooner when it passes anyway)."""
 
 
 class Relay:
-    """The relay thread of one proxy: :meth:`start` (in the trio thread), :meth:`add` per
-    tunnel, :meth:`flush` whenever convenient, :meth:`stop` at the end (it cuts what is left,
+    """The relay thread of one proxy: :meth:`start` (in the trio thread), :meth:`listen` per
+    listener it accepts on, :meth:`add` per tunnel (:meth:`carry` in this thread), :meth:`flush`
+    whenever convenient, :meth:`stop` at the end (it cuts what is left, closes the listeners,
     joins the thread and flushes)."""
 
     def __init__(self, *, chunk: int = 64 * 1024, idle_timeout_s: float = 300.0) -> None:
@@ -139,6 +186,8 @@ class Relay:
         # while it handles what one `epoll_wait` returned (not while it waits).
         self._lock = threading.Lock()
         self._fds: dict[int, Tunnel] = {}
+        self._listeners: dict[int, Listener] = {}
+        self._paused: list[Listener] = []
         self._tunnels: set[Tunnel] = set()
         self._commands: collections.deque[str | Tunnel | None] = collections.deque()
         self._finished: collections.deque[Tunnel] = collections.deque()
@@ -176,17 +225,47 @@ class Relay:
     def add(self, tunnel: Tunnel) -> None:
         """Hand ``tunnel`` (and its sockets) to the relay; its ``finish`` runs at a later
         :meth:`flush`."""
-        assert self._epoll is not None
         with self._lock:  # the relay cannot end it (and close a socket) half-registered
-            self._tunnels.add(tunnel)
+            self.carry(tunnel)
+
+    def carry(self, tunnel: Tunnel, *, to_client: bytes = b"", to_upstream: bytes = b"") -> None:
+        """:meth:`add`, the lock held (the relay thread's own ``Listener.take``): ``to_client``
+        (not counted) and ``to_upstream`` (counted) go out first."""
+        assert self._epoll is not None
+        self._tunnels.add(tunnel)
+        for sock in (tunnel.client, tunnel.upstream):
+            self._fds[sock.fileno()] = tunnel  # before the registration: its first event
+        try:
             for sock in (tunnel.client, tunnel.upstream):
-                self._fds[sock.fileno()] = tunnel  # before the registration: its first event
-            try:
-                for sock in (tunnel.client, tunnel.upstream):
-                    self._epoll.register(sock.fileno(), _READ)
-            except OSError as exc:  # out of memory for epoll: the relay ends it at once
-                tunnel.error = exc
-                self._command(tunnel)
+                self._epoll.register(sock.fileno(), _READ)
+        except OSError as exc:  # out of memory for epoll: the relay ends it at once
+            tunnel.error = exc
+            self._command(tunnel)
+            return
+        down, up = tunnel.ways
+        down.pending, up.buf = to_client, to_upstream
+        self._ready.extend(way for way in tunnel.ways if way.pending or way.buf)
+
+    def listen(self, listener: Listener) -> None:
+        """Accept on ``listener`` in the relay thread from now on (it owns the socket)."""
+        assert self._epoll is not None
+        with self._lock:
+            fd = listener.sock.fileno()
+            self._epoll.register(fd, select.EPOLLIN)
+            self._listeners[fd] = listener
+
+    def unlisten(self, key: str) -> None:
+        """Close every listener of ``key`` now (a connection to it is refused on return)."""
+        with self._lock:
+            for listener in [x for x in self._listeners.values() if x.key == key]:
+                self._drop(listener)
+
+    def _drop(self, listener: Listener) -> None:
+        listener.closed = True
+        self._listeners.pop(listener.sock.fileno(), None)
+        if listener in self._paused:
+            self._paused.remove(listener)
+        listener.sock.close()  # leaves the epoll set with it
 
     def flush(self) -> None:
         """Run the ``finish`` of every tunnel the relay is done with (in the trio thread)."""
@@ -240,6 +319,8 @@ class Relay:
             with self._lock:
                 for tunnel in self._tunnels.copy():
                     self._end(tunnel)
+                for listener in list(self._listeners.values()):
+                    self._drop(listener)
             while self._pipes:
                 os.close(self._pipes[-1][0])
                 os.close(self._pipes.pop()[1])
@@ -250,6 +331,8 @@ class Relay:
         self._sweep_at = time.monotonic() + self.sweep_s
         while True:
             at = min(self._sweep_at, self._flush_at) if self._flush_at else self._sweep_at
+            if self._paused:
+                at = min(at, *(x.resume_at for x in self._paused))
             events = poll(0.0 if self._ready else max(0.0, at - time.monotonic()))
             with lock:
                 if not self._round(events):
@@ -266,6 +349,9 @@ class Relay:
                 continue
             tunnel = fds.get(fd)
             if tunnel is None or tunnel.over:
+                listener = self._listeners.get(fd)
+                if listener is not None:
+                    self._accept(listener)
                 continue
             for way in tunnel.ways:
                 # a way waits on its source (empty) or its destination (full)
@@ -283,11 +369,35 @@ class Relay:
             self._sweep_at = now + self.sweep_s
             for tunnel in [t for t in self._tunnels.copy() if now - t.last > self.idle_timeout_s]:
                 self._end(tunnel)
+        for listener in [x for x in self._paused if x.resume_at <= now]:
+            self._paused.remove(listener)
+            assert self._epoll is not None
+            self._epoll.modify(listener.sock.fileno(), select.EPOLLIN)
         if self._flush_at and now >= self._flush_at:
             self._flush_at = 0.0
             if self._finished:  # the trio loop did not pass by since: wake it
                 self._ask_flush()
         return True
+
+    def _accept(self, listener: Listener) -> None:
+        """Take one connection (level-triggered: the next ``epoll_wait`` reports another)."""
+        try:
+            conn, _ = listener.sock.accept()
+        except (BlockingIOError, ConnectionError):  # none, or gone before it was taken
+            return
+        except OSError as exc:  # EMFILE and friends: back off, keep serving
+            log.warning("egress: accept failed: %s", exc)
+            assert self._epoll is not None
+            self._epoll.modify(listener.sock.fileno(), 0)
+            listener.resume_at = time.monotonic() + ACCEPT_PAUSE_S
+            self._paused.append(listener)
+            return
+        try:
+            conn.setblocking(False)  # TCP_NODELAY: the listener's, inherited
+            listener.take(listener, conn)
+        except Exception:  # a bug: that connection is lost, the relay keeps serving
+            log.exception("egress: a connection failed in the relay thread")
+            conn.close()
 
     def _commands_in(self) -> bool:
         """Take the commands (cuts); False to stop."""
@@ -411,6 +521,8 @@ class Relay:
         self._forget_fds(tunnel)
         for sock in (tunnel.client, tunnel.upstream):
             sock.close()  # leaves the epoll set with it
+        if tunnel.release is not None:
+            tunnel.release()
         for way in tunnel.ways:
             self._drop_pipe(way)
         self._finished.append(tunnel)
