@@ -172,6 +172,8 @@ def logs(args: argparse.Namespace) -> int:
             "sidecar.logs", {"sidecar": args.sidecar, "bytes": args.bytes}
         )
         sys.stdout.write(result["stderr"])
+        if not result["stderr"]:  # say so: an empty screen reads like a hang or a failure
+            sys.stderr.write(f"toolhost: {args.sidecar} has written nothing to its stderr yet\n")
         for hint in (result.get("confinement") or {}).get("hints", []):
             sys.stderr.write(f"toolhost: its walls refused it: {hint}\n")
         return EXIT_OK

@@ -39,7 +39,8 @@ def status_text(cat: Catalog) -> str:
     """The ``toolhost status`` screen."""
     side_rows = []
     for s in cat.sidecars:
-        workers = ",".join(str(w.pid) for w in s.workers) or "-"
+        # A worker with no process now (a oneshot or per-call sidecar between calls): "-".
+        workers = ",".join(str(w.pid) if w.pid else "-" for w in s.workers) or "-"
         starts = ",".join(_start_text(w) for w in s.workers) or "-"
         side_rows.append(
             [

@@ -7,7 +7,7 @@ import re
 import subprocess
 import time
 
-from tests.conftest import echo, write_registry
+from tests.conftest import echo, script, write_registry
 from tests.e2e.conftest import TOOLHOST, cli, serve
 
 
@@ -71,3 +71,27 @@ def test_restart_names_the_workers_and_fails_for_an_unknown_sidecar(tmp_path):
         assert re.search(r"restarted echo: replaced pid \d+", r.stdout)
         r = cli(root, "restart", "no-such-sidecar")
         assert r.returncode != 0 and "no running sidecar named 'no-such-sidecar'" in r.stderr
+
+
+def test_status_and_logs_of_a_sidecar_that_has_no_process_or_output(tmp_path):
+    """A first-time user's view: a oneshot sidecar between calls has no worker process, so its
+    PIDS column says ``-`` (it said ``0``, a pid that does not exist); ``toolhost logs`` of a
+    sidecar that has written nothing says so on stderr instead of printing an empty screen."""
+    root = tmp_path / "app"
+    root.mkdir()
+    fly = script("flyflor", ["fly.echo"], protocol="process-json", mode="oneshot")
+    write_registry(root, {"echo": echo(tools=["echo.say"]), "fly": fly})
+    with serve(root):
+        deadline = time.monotonic() + 30
+        while True:
+            out = cli(root, "status")
+            rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line}
+            if rows.get("fly", [""])[1:2] == ["ready"] and rows.get("echo", [""])[1:2] == ["ready"]:
+                break
+            assert time.monotonic() < deadline, out.stdout
+            time.sleep(0.1)
+        assert rows["fly"][3] == "-", out.stdout  # WORKERS 1, PIDS -
+        assert re.fullmatch(r"\d+", rows["echo"][3]) and rows["echo"][3] != "0", out.stdout
+        r = cli(root, "logs", "echo")
+        assert r.returncode == 0 and r.stdout == "", (r.stdout, r.stderr)
+        assert "echo has written nothing to its stderr yet" in r.stderr
