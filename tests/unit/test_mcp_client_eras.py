@@ -109,6 +109,26 @@ def test_stateless_requests_carry_the_envelope_and_their_routing_headers():
     assert conn.http_headers(rid) == []
 
 
+def test_a_plain_stateless_call_is_the_sdk_clients_line_byte_for_byte():
+    """What a hosted SDK server reads per call (bench/README.md, branch ``s7-mcp``): the
+    official client's ``tools/call`` line with only ``clientInfo`` differing - the envelope and
+    nothing else in ``_meta`` (no progress token, no traceparent), one line."""
+    conn = modern()
+    rid, data = conn.call_tool("gw_echo", msgspec.Raw(b'{"payload":"xx"}'))
+    sdk = (
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"gw_echo",'
+        b'"arguments":{"payload":"xx"},"_meta":{"io.modelcontextprotocol/protocolVersion":'
+        b'"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcp","version":"0.1.0"},'
+        b'"io.modelcontextprotocol/clientCapabilities":{}}}}\n'
+    ) % rid  # as the official SDK client wrote it (mcp 0.1.0), captured on the server's stdin
+    ours = sdk.replace(b'{"name":"mcp","version":"0.1.0"}', b'{"name":"toolhost","version":"9"}')
+    assert data == ours
+    assert data.count(b"\n") == 1
+    # The envelope is built once per session: the next call's line differs only in its id.
+    rid2, data2 = conn.call_tool("gw_echo", msgspec.Raw(b'{"payload":"xx"}'))
+    assert data2 == ours.replace(b'"id":%d,' % rid, b'"id":%d,' % rid2)
+
+
 def test_the_probe_and_list_changes_of_the_stateless_era():
     conn = modern()
     rid, data = conn.probe()
