@@ -151,23 +151,30 @@ class McpFace:
             return self.conn.error(rid, mcp.INVALID_PARAMS, str(exc))
         return self.conn.tools_page(rid, page, following)
 
-    def call_now(self, ev: CallTool, write: Notify) -> bool:
+    def call_now(
+        self, ev: CallTool, write: Notify, on_end: Callable[[], None] | None = None
+    ) -> bool:
         """Start ``tools/call`` with no task of its own (stdio): the ``tools.invoke`` goes out
         now and the answer is written from the kernel connection's reader, what
-        :meth:`call_tool` would answer (nothing when the client cancelled it). False, with
-        nothing done, when the call needs :meth:`call_tool`'s task: progress asked for, or MCP
-        server spans on."""
+        :meth:`call_tool` would answer (nothing when the client cancelled it); ``on_end`` is
+        called once the call is over (answered, failed or cancelled; at once when refused
+        here). False, with nothing done, when the call needs :meth:`call_tool`'s task: progress
+        asked for, or MCP server spans on."""
         if ev.progress_token is not None or self.tracing is not None:
             return False
         conn = self.conn
         profile = self.profile
+        rid = ev.id
+        refusal = None
         if profile is not None and not profile.allows("tool", ev.name):
             message = profile.refusal("tool", ev.name)
-            write(conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name}))
-            return True
-        rid = ev.id
-        if rid in self._calls:
-            write(conn.error(rid, mcp.INVALID_REQUEST, f"request id {rid!r} is in flight"))
+            refusal = conn.error(rid, mcp.INVALID_PARAMS, message, {"profile": profile.name})
+        elif rid in self._calls:
+            refusal = conn.error(rid, mcp.INVALID_REQUEST, f"request id {rid!r} is in flight")
+        if refusal is not None:
+            write(refusal)
+            if on_end is not None:
+                on_end()
             return True
         krid = self.kernel.new_id()
         self._calls[rid] = krid
@@ -179,6 +186,13 @@ class McpFace:
 
         def answered(envelope: Any, error: BaseException | None) -> None:
             self._calls.pop(rid, None)
+            try:
+                _answer(envelope, error)
+            finally:
+                if on_end is not None:
+                    on_end()
+
+        def _answer(envelope: Any, error: BaseException | None) -> None:
             if isinstance(error, RpcError):
                 self._cancelled.discard(rid)
                 code = _RPC_TO_MCP.get(error.code, mcp.INTERNAL_ERROR)

@@ -12,8 +12,11 @@
 # ``notifications/resources/updated``; after ``server/discover`` each goes, tagged, to the open
 # ``subscriptions/listen`` streams that asked for it (acknowledged when it opens, its resources
 # subscribed first; ended by a cancel).
-# stdin EOF ends the session: the kernel connection closes, which cancels what is still running.
-# Past ``PAUSE_BYTES`` of answers the client has not read, stdin is not read until they are out,
+# stdin EOF ends the session once every request read is answered (a half-close, as on the kernel
+# socket; a client whose stdout is closed too is gone: the kernel connection then closes, which
+# cancels what still runs).
+# Past ``MAX_ASKED`` requests not answered yet, or ``PAUSE_BYTES`` of answers the client has not
+# read, stdin is not read until they are out,
 # and the face's own notifications are coalesced by key until the client reads (``notices.py``).
 """
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -35,7 +38,12 @@ from supervisor.contracts.mcp import INVALID_REQUEST, RequestId, SubscriptionFil
 from supervisor.mcp_face.face import Connect, McpFace
 from supervisor.mcp_face.notices import PAUSE_BYTES, Notices
 from supervisor.mcp_face.profiles import Profile
-from supervisor.processes.direct_write import DirectWriter, grow_pipe, read_ready
+from supervisor.processes.direct_write import (
+    DirectWriter,
+    grow_pipe,
+    read_ready,
+    wait_hung_up,
+)
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     CallTool,
@@ -50,6 +58,12 @@ from supervisor.protocols.mcp_server import (
 )
 
 log = logging.getLogger("toolhost.mcp")
+
+
+MAX_ASKED = 64
+"""Requests of one stdio client read and not answered yet: past this, stdin is not read until
+one is answered (a client that pipelines thousands waits in its pipe; twice the host's default
+``maxCallsPerClient``, so the host always has the next ones)."""
 
 
 async def serve_mcp_stdio(
@@ -111,11 +125,81 @@ async def serve_mcp_stdio(
                             notify(key, conn.resource_updated(uri, subscription))
 
                 nursery.start_soon(partial(face.watch_catalog, changed, on_updated=updated))
-                await _read(stdin, conn, face, nursery, write, listeners, out, notices)
-                nursery.cancel_scope.cancel()  # stdin closed: the session is over
+                asked = InFlight()
+                await _read(stdin, conn, face, nursery, write, listeners, out, notices, asked)
+                # stdin closed: every request read is still answered (a half-close, as on the
+                # kernel socket), unless the client is gone too (stdout's reader closed).
+                await _answered(asked, stdout_fd)
+                nursery.cancel_scope.cancel()  # the session is over
             out.close_when_drained()
     finally:
         os.close(stdout_fd)
+
+
+class InFlight:
+    """Requests read from the client and not answered yet (counted from the moment they are
+    read: a stdin EOF right after still finds them); at ``limit`` stdin is not read until one
+    is answered."""
+
+    def __init__(self, limit: int = MAX_ASKED) -> None:
+        self.limit = limit
+        self.count = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self._room = trio.Event()
+        self._room.set()
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.limit
+
+    def enter(self) -> None:
+        self.count += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        if self.count >= self.limit and self._room.is_set():
+            self._room = trio.Event()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count < self.limit:
+            self._room.set()
+        if not self.count:
+            self._idle.set()
+
+    async def wait_room(self) -> None:
+        await self._room.wait()
+
+    def handed(self, fn: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+        """``fn`` as a task that leaves when it ends (answered, failed or cancelled)."""
+
+        async def run(ev: Any) -> None:
+            try:
+                await fn(ev)
+            finally:
+                self.leave()
+
+        return run
+
+    async def wait(self) -> None:
+        await self._idle.wait()
+
+
+async def _answered(asked: InFlight, stdout_fd: int) -> None:
+    """Return once every request read has its answer written or dropped (the kernel answers
+    each within its deadline), or at once when the client closed stdout too: it is gone, and
+    closing the kernel connection then cancels what still runs."""
+    if not asked.count:
+        return
+    async with trio.open_nursery() as nursery:
+
+        async def gone() -> None:
+            await wait_hung_up(stdout_fd)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(gone)
+        await asked.wait()
+        nursery.cancel_scope.cancel()
 
 
 async def _read(
@@ -127,6 +211,7 @@ async def _read(
     listeners: dict[RequestId, SubscriptionFilter],
     out: DirectWriter,
     notices: Notices,
+    asked: InFlight,
 ) -> None:
     async def list_tools(ev: ListTools) -> None:
         write(await face.list_tools(ev.id, ev.cursor))
@@ -160,6 +245,8 @@ async def _read(
     # reading first would fail once per request). A file cannot be waited for: read on.
     waits = not stat.S_ISREG(os.fstat(fd).st_mode)
     while True:
+        if asked.full:  # its requests wait in the pipe, not in the host's memory
+            await asked.wait_room()
         if out.pending_bytes > PAUSE_BYTES:  # the client is not reading: neither do we
             while out.pending_bytes and not out.broken:
                 await out.drain(timeout_s=60.0)
@@ -178,12 +265,15 @@ async def _read(
             if isinstance(ev, Reply):
                 write(ev.data)
             elif isinstance(ev, ListTools):
-                nursery.start_soon(list_tools, ev)
+                asked.enter()  # counted from here: EOF may come before the task runs
+                nursery.start_soon(asked.handed(list_tools), ev)
             elif isinstance(ev, CallTool):
-                if not face.call_now(ev, write):  # progress or spans: a task of its own
-                    nursery.start_soon(call_tool, ev)
+                asked.enter()
+                if not face.call_now(ev, write, asked.leave):  # progress or spans: a task
+                    nursery.start_soon(asked.handed(call_tool), ev)
             elif isinstance(ev, Forward):
-                nursery.start_soon(forward, ev)
+                asked.enter()
+                nursery.start_soon(asked.handed(forward), ev)
             elif isinstance(ev, Listen):
                 nursery.start_soon(listen, ev)
             elif isinstance(ev, Cancelled):

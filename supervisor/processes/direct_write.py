@@ -20,10 +20,35 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 from collections import deque
 from collections.abc import Awaitable, Callable
 
 import trio
+
+
+def hung_up(fd: int) -> bool:
+    """The peer of socket ``fd`` is gone: it hung up entirely (closed, not just shut down its
+    sending side) or the connection broke (a reset). A half-close is not a hang-up. For the
+    write end of a pipe: its reader closed it."""
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLHUP and POLLERR are reported whatever the mask
+    return bool(poller.poll(0))
+
+
+async def wait_hung_up(fd: int) -> None:
+    """Return once :func:`hung_up` is true for ``fd``, woken by the kernel (an epoll set that
+    watches only for that); never returns where there is no epoll."""
+    if not hasattr(select, "epoll"):  # pragma: no cover - Linux has it
+        await trio.sleep_forever()
+    ep = select.epoll()
+    try:
+        ep.register(fd, 0)  # EPOLLHUP and EPOLLERR only
+        while not ep.poll(0):
+            await trio.lowlevel.wait_readable(ep.fileno())
+    finally:
+        ep.close()
+
 
 F_SETPIPE_SZ = 1031  # Linux: grow a pipe's buffer (up to /proc/sys/fs/pipe-max-size)
 

@@ -455,3 +455,74 @@ def test_notifications_to_a_client_that_does_not_read_are_coalesced(app, tmp_pat
             assert 1 <= updates <= 400, updates
         finally:
             mcp.finish()
+
+
+@pytest.mark.parametrize("how", ["adopted", "relay"])
+def test_stdin_closed_right_after_requests_still_gets_every_answer(app, how):
+    """A client that writes its requests and closes stdin (``printf ... | toolhost mcp``, a
+    half-close) gets an answer to each before the session ends, adopted or relayed: the
+    requests still running at the EOF were cancelled and their answers lost."""
+    _registry(app)
+    with serve(app):
+        mcp = Mcp(app, *(["--relay"] if how == "relay" else []))
+        try:
+            mcp.initialize()
+            mcp.wait_tool("echo.say")
+            asked = {
+                10: {"name": "echo.say", "arguments": {"text": "a"}},
+                11: {"name": "echo.sleep", "arguments": {"seconds": 0.3}},
+            }
+            for rid, params in asked.items():
+                mcp.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+            mcp.send({"jsonrpc": "2.0", "id": 12, "method": "tools/list"})
+            mcp.close_stdin()
+            got = {}
+            while (msg := mcp.line(timeout=30)) is not None:
+                got[msg.get("id")] = msg
+            assert set(got) == {10, 11, 12}, got
+            assert got[10]["result"]["structuredContent"]["text"] == "a"
+            assert got[11]["result"]["isError"] is False
+            assert "echo.say" in {t["name"] for t in got[12]["result"]["tools"]}
+            assert mcp.proc.wait(timeout=30) == 0
+        finally:
+            mcp.finish()
+
+
+def test_requests_past_the_in_flight_cap_wait_in_the_pipe(app):
+    """A client that pipelines 120 slow calls (~8 KB each) faster than the host answers them:
+    the face reads 64 (``MAX_ASKED``) and leaves the rest in the client's pipe, so the host's
+    memory holds at most that many of this session's requests (it read all 120, ~1 MB, and
+    queued them)."""
+    write_registry(app, {"echo": echo(pool={"min": 1, "max": 1})})
+    with serve(app):
+        mcp = Mcp(app)
+        try:
+            mcp.initialize()
+            mcp.wait_tool("echo.sleep")
+            count = 120
+            written: list[int] = []
+
+            def writer() -> None:
+                for i in range(count):
+                    params = {
+                        "name": "echo.sleep",
+                        "arguments": {"seconds": 30},
+                        "_meta": {"pad": "p" * 8000},
+                    }
+                    msg = {"jsonrpc": "2.0", "id": 2000 + i, "method": "tools/call"}
+                    try:
+                        mcp.send({**msg, "params": params})
+                    except OSError:  # the test is over: its end of the pipe is closed
+                        return
+                    written.append(i)
+
+            thread = threading.Thread(target=writer, daemon=True)
+            thread.start()
+            # The absence of progress needs a time: without the cap the face reads all 120
+            # (~1 MB) in well under this.
+            thread.join(timeout=5)
+            assert thread.is_alive(), "the face read every request although none was answered"
+            # 64 read, the pipe (64 KiB) holds 8 more, one may be half written.
+            assert 64 <= len(written) <= 74, len(written)
+        finally:
+            mcp.finish()
