@@ -3,8 +3,9 @@
 SSRF policy: a destination is checked on every address its host resolves to (and again on every
 redirect hop, and for every new connection), and the connection is then made to the checked
 address. By default loopback, private, link-local, multicast, unspecified, reserved and other
-non-global addresses are refused; an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) is judged
-as the IPv4 address it maps. ``config.allowPrivate: true`` opens every address;
+non-global addresses are refused; an IPv6 address that embeds an IPv4 one (mapped
+``::ffff:127.0.0.1``, 6to4 ``2002:7f00:1::``, NAT64 ``64:ff9b::7f00:1``) is judged as that one.
+``config.allowPrivate: true`` opens every address;
 ``config.allowHosts`` opens listed host names (``example.org``, ``*.corp.example``) and networks
 (``10.0.0.0/8``, ``::1/128``). Search providers' hosts are allowed implicitly: the operator
 configured them.
@@ -16,6 +17,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from supervisor.policy.egress import embedded_ipv4
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -26,8 +29,10 @@ class ConfigError(ValueError):
 
 def classify(address: IPAddress) -> str | None:
     """Why ``address`` is refused by default (``loopback``, ``private``...), or ``None``."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = embedded_ipv4(address)  # mapped, 6to4, NAT64, IPv4-compatible
+        if embedded is not None:
+            address = embedded
     if address.is_unspecified:
         return "unspecified"
     if address.is_loopback:

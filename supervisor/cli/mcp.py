@@ -233,7 +233,12 @@ async def _serve(
         except ListenError as exc:
             return die(str(exc), EXIT_FAILED)
         bind, _ = parse_listen(args.http)
-        print(f"toolhost mcp: Streamable HTTP on http://{bind}:{port}/mcp", file=sys.stderr)
+        # Where the bearer token is: a first client needs it (the file is made at first start).
+        print(
+            f"toolhost mcp: Streamable HTTP on http://{bind}:{port}/mcp"
+            f" (clients send Authorization: Bearer <the token in {default_file}>)",
+            file=sys.stderr,
+        )
         sys.stderr.flush()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async for signum in signals:

@@ -118,7 +118,11 @@ async def _serve(args: argparse.Namespace) -> int:
                 bind, _ = parse_listen(ws.listen)
                 host.endpoints["ws"] = f"ws://{bind}:{port}/ws"
                 log.info(
-                    "WebSocket gateway on %s (token in %s)", host.endpoints["ws"], ws.token_file
+                    "WebSocket gateway on %s, web console on http://%s:%s/ (token in %s)",
+                    host.endpoints["ws"],
+                    bind,
+                    port,
+                    ws.token_file,
                 )
         if "ws" not in host.endpoints:  # the gateway stayed off: free its port
             for listener in ws_listeners or []:

@@ -100,14 +100,35 @@ def parse_rules(texts: Iterable[str]) -> tuple[list[Rule], list[str]]:
     return rules, problems
 
 
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): a translator sends ``64:ff9b::7f00:1`` to 127.0.0.1."""
+NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+"""The local-use NAT64 prefix (RFC 8215)."""
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one leads to, where it embeds one: IPv4-mapped, 6to4, the
+    well-known NAT64 prefix, or the deprecated IPv4-compatible ``::a.b.c.d``."""
+    mapped = address.ipv4_mapped or address.sixtofour
+    if mapped is not None:
+        return mapped
+    value = int(address)
+    if address in NAT64 or (value >> 32 == 0 and value > 1):  # not :: or ::1 themselves
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    return None
+
+
 def address_class(address: IPAddress) -> AddressClass:
     """``public`` or why not: loopback (also the unspecified address, which reaches this
     machine), link-local, metadata, or private (every other non-global range: RFC 1918, CGNAT,
-    ULA, multicast, reserved, documentation)."""
+    ULA, multicast, reserved, documentation). An IPv6 address that embeds an IPv4 one (mapped,
+    6to4, NAT64, IPv4-compatible) is judged by that one."""
     if isinstance(address, ipaddress.IPv6Address):
-        mapped = address.ipv4_mapped or address.sixtofour
-        if mapped is not None:
-            return address_class(mapped)
+        embedded = embedded_ipv4(address)
+        if embedded is not None:
+            return address_class(embedded)
+        if address in NAT64_LOCAL:  # a site's own translator: where it leads is not known here
+            return "private"
     if address in METADATA:
         return "metadata"
     if address.is_loopback or address.is_unspecified:

@@ -76,6 +76,8 @@ def mcp_http(root: Path, *extra: str) -> Iterator[McpHttp]:
     if port is None:
         stop(proc)
         pytest.fail("toolhost mcp --http did not start:\n" + "".join(lines))
+    # The start line says where a first client finds the token.
+    assert str(root / ".toolhost" / "mcp.token") in lines[-1], lines[-1]
     server = McpHttp(proc, port, (root / ".toolhost" / "mcp.token").read_text().strip())
     server.stderr = lines
     pipe = proc.stderr

@@ -198,6 +198,10 @@ def test_policy_classifies_mapped_and_global_addresses() -> None:
     assert classify(ipaddress.ip_address("100.64.0.1")) == "non-global"
     assert classify(ipaddress.ip_address("93.184.215.14")) is None
     assert classify(ipaddress.ip_address("2606:4700::1111")) is None
+    # 6to4 of 127.0.0.1 was "global" here: judged by the IPv4 address inside, as NAT64 is.
+    assert classify(ipaddress.ip_address("2002:7f00:1::")) == "loopback"
+    assert classify(ipaddress.ip_address("64:ff9b::a9fe:a9fe")) == "link-local"
+    assert classify(ipaddress.ip_address("64:ff9b::5db8:d70e")) is None
     policy = policy_from_config({"allowHosts": ["*.corp.example", "192.168.0.0/16"]})
     assert policy.refusal("git.corp.example", ["10.0.0.5"]) is None
     assert policy.refusal("x.example", ["192.168.3.4"]) is None

@@ -76,6 +76,16 @@ def test_parse_rules_keeps_good_ones_and_reports_each_bad_one() -> None:
         ("::ffff:127.0.0.1", "loopback"),
         ("::ffff:10.1.2.3", "private"),
         ("2002:0a00:0001::1", "private"),  # 6to4 of 10.0.0.1
+        # NAT64 (RFC 6052) and the IPv4-compatible form: judged by the IPv4 address inside
+        # (they were "public", so a name resolving to them passed an allow rule).
+        ("64:ff9b::7f00:1", "loopback"),
+        ("64:ff9b::a9fe:a9fe", "metadata"),
+        ("64:ff9b::a00:1", "private"),
+        ("64:ff9b::5db8:d822", "public"),
+        ("64:ff9b:1::5db8:d822", "private"),  # a site's own translator (RFC 8215)
+        ("::7f00:1", "loopback"),
+        ("::a9fe:a9fe", "metadata"),
+        ("::5db8:d822", "public"),
         ("10.1.2.3", "private"),
         ("172.16.0.1", "private"),
         ("192.168.1.1", "private"),
