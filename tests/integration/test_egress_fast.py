@@ -23,6 +23,7 @@ from supervisor.contracts.confine import EgressRecord
 from supervisor.host import egress_relay
 from supervisor.host.egress import EgressLimits, EgressProxy, client_for
 from supervisor.policy.egress import IPAddress, literal_address
+from tests.integration.test_egress_relay import hold, listen, open_tunnel, start
 
 pytestmark = pytest.mark.skipif(
     not egress_relay.available() and os.environ.get("CI") != "true",
@@ -61,24 +62,6 @@ def names(table: dict[str, str]):  # type: ignore[no-untyped-def]
         return [found] if found is not None else []
 
     return resolve
-
-
-async def start(
-    nursery: trio.Nursery, allow: list[str], worker: str = "s#1", **kw: object
-) -> tuple[EgressProxy, list[EgressRecord], int]:
-    """A running proxy, its audit list, and the port of a listener served for ``worker``."""
-    audit: list[EgressRecord] = []
-    proxy = EgressProxy(audit=audit.append, **kw)  # type: ignore[arg-type]
-    await nursery.start(proxy.run)
-    return proxy, audit, listen(proxy, allow, worker)
-
-
-def listen(proxy: EgressProxy, allow: list[str], worker: str) -> int:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    proxy.serve_listener(listener, client_for("s", allow, worker=worker))
-    return int(listener.getsockname()[1])
 
 
 async def exchange(port: int, data: bytes) -> bytes:
@@ -253,23 +236,6 @@ async def test_a_connect_not_done_at_once_is_finished_on_the_trio_side() -> None
     assert [(r.allowed, r.rule) for r in audit] == [(False, "unreachable")]
     assert "did not answer in 0.5 s" in audit[0].reason
     assert (stats.connections, stats.refused, stats.open) == (0, 1, 0)
-
-
-async def hold(stream: trio.SocketStream) -> None:
-    """Greets, then holds the connection until the peer ends it."""
-    async with stream:
-        await stream.send_all(b"hello")
-        while await stream.receive_some(4096):
-            pass
-
-
-async def open_tunnel(port: int, server: int) -> trio.SocketStream:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    await stream.send_all(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\nping" % server)
-    got = b""
-    while not got.endswith(b"hello"):
-        got += await stream.receive_some(4096)
-    return stream
 
 
 async def read_all(stream: trio.SocketStream) -> bytes:

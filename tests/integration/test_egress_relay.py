@@ -36,11 +36,16 @@ async def start(
     audit: list[EgressRecord] = []
     proxy = EgressProxy(audit=audit.append, **kw)  # type: ignore[arg-type]
     await nursery.start(proxy.run)
+    return proxy, audit, listen(proxy, allow, worker)
+
+
+def listen(proxy: EgressProxy, allow: list[str], worker: str) -> int:
+    """A loopback listener served for ``worker`` with the rules ``allow``; its port."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
     proxy.serve_listener(listener, client_for("s", allow, worker=worker))
-    return proxy, audit, int(listener.getsockname()[1])
+    return int(listener.getsockname()[1])
 
 
 async def read_all(stream: trio.SocketStream) -> bytes:
