@@ -173,6 +173,18 @@ page's ``allow`` grant). ``confined`` has every wall but reaches the page on the
 (``network: "host"``): proxy / confined is the proxy's own cost, confined / direct the walls'."""
 
 
+def web_entry(port: int) -> dict[str, Any]:
+    """The web sidecar's registry entry for fetching the loopback page on ``port`` through the
+    egress proxy (``confine.network.allow`` names it)."""
+    return {
+        "command": "python",
+        "args": ["-m", "sidecars.web"],
+        "tools": ["web.fetch"],
+        "config": {"allowPrivate": True},
+        "confine": {"network": {"allow": [f"127.0.0.1:{port}"]}},
+    }
+
+
 def web_fetch(rounds: int, calls: int, log: Log) -> dict[str, list[float]]:
     """Latencies (s) of ``web.fetch`` of a 100 KB loopback page, through the proxy (confined),
     confined on the host's network, and directly, ``calls`` per host per round, one call of
@@ -181,13 +193,7 @@ def web_fetch(rounds: int, calls: int, log: Log) -> dict[str, list[float]]:
     with ExitStack() as stack:
         port = stack.enter_context(page_server())
         url = f"http://127.0.0.1:{port}/page"
-        entry: dict[str, Any] = {
-            "command": "python",
-            "args": ["-m", "sidecars.web"],
-            "tools": ["web.fetch"],
-            "config": {"allowPrivate": True},
-            "confine": {"network": {"allow": [f"127.0.0.1:{port}"]}},
-        }
+        entry = web_entry(port)
         hosts = {
             k: stack.enter_context(
                 BenchHost(

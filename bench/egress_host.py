@@ -15,27 +15,14 @@ alternating runs in the same minutes.
 from __future__ import annotations
 
 import argparse
-import glob
 import statistics
 import time
 from contextlib import ExitStack, closing
-from typing import Any
 
 from bench.clients import LineClient, check_envelope, ndjson
-from bench.confine_paths import PAGE_BYTES, page_server
+from bench.confine_paths import PAGE_BYTES, page_server, web_entry
 from bench.host import BenchHost
-
-
-def cpu_ns(pid: int) -> int:
-    """Run time (ns) of every thread of process ``pid`` so far."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError):  # a thread that ended meanwhile
-            pass
-    return total
+from bench.mcp_gateway_ab import cpu_ns
 
 
 def measure(fetches: int, warmup: int = 20) -> dict[str, float]:
@@ -43,13 +30,7 @@ def measure(fetches: int, warmup: int = 20) -> dict[str, float]:
     with ExitStack() as stack:
         port = stack.enter_context(page_server())
         url = f"http://127.0.0.1:{port}/page"
-        entry: dict[str, Any] = {
-            "command": "python",
-            "args": ["-m", "sidecars.web"],
-            "tools": ["web.fetch"],
-            "config": {"allowPrivate": True},
-            "confine": {"network": {"allow": [f"127.0.0.1:{port}"]}},
-        }
+        entry = web_entry(port)
         confined = {**entry, "confine": {"network": "host"}}
         host = {"confinement": "best-effort"}
         hosts = {

@@ -19,6 +19,8 @@ import subprocess
 import threading
 import time
 import tty
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +140,24 @@ class Mcp:
                     pass
 
 
+@contextmanager
+def _session(
+    root: Path,
+    *extra: str,
+    tool: str = "echo.say",
+    env: dict[str, str] | None = None,
+    tty_pair: bool = False,
+) -> Iterator[Mcp]:
+    """``toolhost mcp`` (``Mcp``), initialized and listing ``tool``; finished when left."""
+    mcp = Mcp(root, *extra, env=env, tty_pair=tty_pair)
+    try:
+        mcp.initialize()
+        mcp.wait_tool(tool)
+        yield mcp
+    finally:
+        mcp.finish()
+
+
 def _inode(pid: int, fd: int) -> str:
     return os.readlink(f"/proc/{pid}/fd/{fd}")
 
@@ -167,26 +187,20 @@ def _wait(pred: Any, what: str, timeout: float = 15) -> None:
 
 def test_the_host_serves_the_session_and_stdin_eof_ends_it(app):
     _registry(app)
-    with serve(app) as host:
-        mcp = Mcp(app)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.say")
-            stdin = _inode(mcp.proc.pid, 0)
-            assert _holds(host.pid, stdin), "the host does not hold the session's stdin"
-            assert _holds(host.pid, _inode(mcp.proc.pid, 1))
-            before = _cpu_ticks(mcp.proc.pid)
-            for i in range(1000):
-                assert mcp.say(f"n{i}") == f"n{i}"
-            # The relay spends CPU on every call (~17 ticks of 10 ms over these 1000 calls on
-            # the 2-core CI machine); adopted, it only waits.
-            assert _cpu_ticks(mcp.proc.pid) - before <= 3
-            mcp.close_stdin()
-            assert mcp.line() is None  # stdout closed by both
-            assert mcp.proc.wait(timeout=15) == 0
-            _wait(lambda: not _holds(host.pid, stdin), "the host kept the pipe")
-        finally:
-            mcp.finish()
+    with serve(app) as host, _session(app) as mcp:
+        stdin = _inode(mcp.proc.pid, 0)
+        assert _holds(host.pid, stdin), "the host does not hold the session's stdin"
+        assert _holds(host.pid, _inode(mcp.proc.pid, 1))
+        before = _cpu_ticks(mcp.proc.pid)
+        for i in range(1000):
+            assert mcp.say(f"n{i}") == f"n{i}"
+        # The relay spends CPU on every call (~17 ticks of 10 ms over these 1000 calls on
+        # the 2-core CI machine); adopted, it only waits.
+        assert _cpu_ticks(mcp.proc.pid) - before <= 3
+        mcp.close_stdin()
+        assert mcp.line() is None  # stdout closed by both
+        assert mcp.proc.wait(timeout=15) == 0
+        _wait(lambda: not _holds(host.pid, stdin), "the host kept the pipe")
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -195,68 +209,45 @@ def test_relay_forced(app, how):
     with serve(app) as host:
         extra = ("--relay",) if how == "flag" else ()
         env = _env(app, TOOLHOST_MCP_RELAY="1") if how == "env" else None
-        mcp = Mcp(app, *extra, env=env)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.say")
+        with _session(app, *extra, env=env) as mcp:
             assert mcp.say("relayed") == "relayed"
             assert not _holds(host.pid, _inode(mcp.proc.pid, 0))
             mcp.close_stdin()
             assert mcp.proc.wait(timeout=15) == 0
-        finally:
-            mcp.finish()
 
 
 def test_a_terminal_keeps_the_relay(app):
     _registry(app)
-    with serve(app) as host:
-        mcp = Mcp(app, tty_pair=True)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.say")
-            assert mcp.say("on a tty") == "on a tty"
-            terminal = _inode(mcp.proc.pid, 0)
-            assert terminal.startswith("/dev/pts/")
-            assert not _holds(host.pid, terminal)
-        finally:
-            mcp.finish()
+    with serve(app) as host, _session(app, tty_pair=True) as mcp:
+        assert mcp.say("on a tty") == "on a tty"
+        terminal = _inode(mcp.proc.pid, 0)
+        assert terminal.startswith("/dev/pts/")
+        assert not _holds(host.pid, terminal)
 
 
 def test_killed_client_ends_the_session(app):
     _registry(app)
-    with serve(app) as host:
-        mcp = Mcp(app)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.say")
-            stdin = _inode(mcp.proc.pid, 0)
-            assert _holds(host.pid, stdin)
-            mcp.proc.send_signal(signal.SIGKILL)
-            mcp.proc.wait(timeout=15)
-            assert mcp.line() is None  # the host closed its copy of stdout: EOF
-            _wait(lambda: not _holds(host.pid, stdin), "the host kept the pipe")
-            assert host.poll() is None
-        finally:
-            mcp.finish()
+    with serve(app) as host, _session(app) as mcp:
+        stdin = _inode(mcp.proc.pid, 0)
+        assert _holds(host.pid, stdin)
+        mcp.proc.send_signal(signal.SIGKILL)
+        mcp.proc.wait(timeout=15)
+        assert mcp.line() is None  # the host closed its copy of stdout: EOF
+        _wait(lambda: not _holds(host.pid, stdin), "the host kept the pipe")
+        assert host.poll() is None
 
 
 def test_host_stopping_ends_the_session(app):
     _registry(app)
-    with serve(app) as host:
-        mcp = Mcp(app)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.say")
-            assert mcp.say("before") == "before"
-            host.send_signal(signal.SIGTERM)
-            assert mcp.line(timeout=30) is None
-            assert mcp.proc.wait(timeout=15) == 0
-            assert mcp.proc.stderr is not None
-            err = mcp.proc.stderr.read().decode()
-            assert "the host stopped" in err
-            assert "Traceback" not in err
-        finally:
-            mcp.finish()
+    with serve(app) as host, _session(app) as mcp:
+        assert mcp.say("before") == "before"
+        host.send_signal(signal.SIGTERM)
+        assert mcp.line(timeout=30) is None
+        assert mcp.proc.wait(timeout=15) == 0
+        assert mcp.proc.stderr is not None
+        err = mcp.proc.stderr.read().decode()
+        assert "the host stopped" in err
+        assert "Traceback" not in err
 
 
 def test_adopted_session_cap(app):
@@ -344,42 +335,34 @@ def test_a_client_that_does_not_read_is_not_buffered_without_bound(app):
     (so our writes block) instead of reading on and buffering; reading resumes it, and every
     request gets its answer."""
     _registry(app)
-    with serve(app) as host:
-        mcp = Mcp(app)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.say")
-            assert _holds(host.pid, _inode(mcp.proc.pid, 0))
-            text = "y" * 60_000  # ~120 KB an answer (text and structuredContent)
-            count = 300  # ~36 MB of answers, ~18 MB of requests
-            written: list[int] = []
+    with serve(app) as host, _session(app) as mcp:
+        assert _holds(host.pid, _inode(mcp.proc.pid, 0))
+        text = "y" * 60_000  # ~120 KB an answer (text and structuredContent)
+        count = 300  # ~36 MB of answers, ~18 MB of requests
+        written: list[int] = []
 
-            def writer() -> None:
-                for i in range(count):
-                    msg = {"name": "echo.say", "arguments": {"text": f"{i}:{text}"}}
-                    mcp.send(
-                        {"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call", "params": msg}
-                    )
-                    written.append(i)
+        def writer() -> None:
+            for i in range(count):
+                msg = {"name": "echo.say", "arguments": {"text": f"{i}:{text}"}}
+                mcp.send({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call", "params": msg})
+                written.append(i)
 
-            thread = threading.Thread(target=writer, daemon=True)
-            thread.start()
-            # The absence of progress needs a time: without the bound the face reads all 18 MB
-            # of requests in well under this.
-            thread.join(timeout=5)
-            assert thread.is_alive(), "the host read every request although none was answered"
-            assert len(written) < count // 2
-            seen = set()
-            while len(seen) < count:
-                msg = mcp.line(timeout=60)
-                assert msg is not None
-                if isinstance(msg.get("id"), int) and msg["id"] >= 1000:
-                    assert msg["result"]["isError"] is False
-                    seen.add(msg["id"])
-            thread.join(timeout=30)
-            assert not thread.is_alive() and len(written) == count
-        finally:
-            mcp.finish()
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        # The absence of progress needs a time: without the bound the face reads all 18 MB
+        # of requests in well under this.
+        thread.join(timeout=5)
+        assert thread.is_alive(), "the host read every request although none was answered"
+        assert len(written) < count // 2
+        seen = set()
+        while len(seen) < count:
+            msg = mcp.line(timeout=60)
+            assert msg is not None
+            if isinstance(msg.get("id"), int) and msg["id"] >= 1000:
+                assert msg["result"]["isError"] is False
+                seen.add(msg["id"])
+        thread.join(timeout=30)
+        assert not thread.is_alive() and len(written) == count
 
 
 LIVE = Path(__file__).parent.parent / "fixtures" / "mcp" / "live.py"
@@ -415,46 +398,40 @@ def test_notifications_to_a_client_that_does_not_read_are_coalesced(app, tmp_pat
     write_registry(app, {"live": entry})
     long_uri = "live://long/" + "x" * 16000
     flood = 1200
-    with serve(app) as host:
-        mcp = Mcp(app)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("bump")
-            assert _holds(host.pid, _inode(mcp.proc.pid, 0))  # the host serves the session
-            assert "result" in mcp.call("resources/subscribe", {"uri": long_uri})
-            arguments = {"uri": long_uri, "times": flood}
-            mcp.send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 900,
-                    "method": "tools/call",
-                    "params": {"name": "bump", "arguments": arguments},
-                }
-            )
-            _wait(lambda: f"bumped {flood}" in log.read_text(), "the server never flooded", 60)
-            _idle(host.pid)  # every update reached the face (held or written)
-            updates = 0
-            answered = False
-            while not answered:
-                msg = mcp.line(timeout=30)
-                assert msg is not None
-                if msg.get("method") == "notifications/resources/updated":
-                    assert msg["params"]["uri"] == long_uri
-                    updates += 1
-                elif msg.get("id") == 900:
-                    assert msg["result"]["isError"] is False
-                    answered = True
-            # What was held comes once the backlog is read; a request after it is answered.
-            mcp.next_id = 1000
-            mcp.send({"jsonrpc": "2.0", "id": 1001, "method": "ping"})
-            while (msg := mcp.line(timeout=30)) is not None and msg.get("id") != 1001:
-                if msg.get("method") == "notifications/resources/updated":
-                    updates += 1
-            assert msg is not None and msg["result"] == {}
-            # ~5 MiB (the pipe and the face's bound) of 16 KB updates, then the held one.
-            assert 1 <= updates <= 400, updates
-        finally:
-            mcp.finish()
+    with serve(app) as host, _session(app, tool="bump") as mcp:
+        assert _holds(host.pid, _inode(mcp.proc.pid, 0))  # the host serves the session
+        assert "result" in mcp.call("resources/subscribe", {"uri": long_uri})
+        arguments = {"uri": long_uri, "times": flood}
+        mcp.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 900,
+                "method": "tools/call",
+                "params": {"name": "bump", "arguments": arguments},
+            }
+        )
+        _wait(lambda: f"bumped {flood}" in log.read_text(), "the server never flooded", 60)
+        _idle(host.pid)  # every update reached the face (held or written)
+        updates = 0
+        answered = False
+        while not answered:
+            msg = mcp.line(timeout=30)
+            assert msg is not None
+            if msg.get("method") == "notifications/resources/updated":
+                assert msg["params"]["uri"] == long_uri
+                updates += 1
+            elif msg.get("id") == 900:
+                assert msg["result"]["isError"] is False
+                answered = True
+        # What was held comes once the backlog is read; a request after it is answered.
+        mcp.next_id = 1000
+        mcp.send({"jsonrpc": "2.0", "id": 1001, "method": "ping"})
+        while (msg := mcp.line(timeout=30)) is not None and msg.get("id") != 1001:
+            if msg.get("method") == "notifications/resources/updated":
+                updates += 1
+        assert msg is not None and msg["result"] == {}
+        # ~5 MiB (the pipe and the face's bound) of 16 KB updates, then the held one.
+        assert 1 <= updates <= 400, updates
 
 
 @pytest.mark.parametrize("how", ["adopted", "relay"])
@@ -463,29 +440,23 @@ def test_stdin_closed_right_after_requests_still_gets_every_answer(app, how):
     half-close) gets an answer to each before the session ends, adopted or relayed: the
     requests still running at the EOF were cancelled and their answers lost."""
     _registry(app)
-    with serve(app):
-        mcp = Mcp(app, *(["--relay"] if how == "relay" else []))
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.say")
-            asked = {
-                10: {"name": "echo.say", "arguments": {"text": "a"}},
-                11: {"name": "echo.sleep", "arguments": {"seconds": 0.3}},
-            }
-            for rid, params in asked.items():
-                mcp.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
-            mcp.send({"jsonrpc": "2.0", "id": 12, "method": "tools/list"})
-            mcp.close_stdin()
-            got = {}
-            while (msg := mcp.line(timeout=30)) is not None:
-                got[msg.get("id")] = msg
-            assert set(got) == {10, 11, 12}, got
-            assert got[10]["result"]["structuredContent"]["text"] == "a"
-            assert got[11]["result"]["isError"] is False
-            assert "echo.say" in {t["name"] for t in got[12]["result"]["tools"]}
-            assert mcp.proc.wait(timeout=30) == 0
-        finally:
-            mcp.finish()
+    with serve(app), _session(app, *(["--relay"] if how == "relay" else [])) as mcp:
+        asked = {
+            10: {"name": "echo.say", "arguments": {"text": "a"}},
+            11: {"name": "echo.sleep", "arguments": {"seconds": 0.3}},
+        }
+        for rid, params in asked.items():
+            mcp.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+        mcp.send({"jsonrpc": "2.0", "id": 12, "method": "tools/list"})
+        mcp.close_stdin()
+        got = {}
+        while (msg := mcp.line(timeout=30)) is not None:
+            got[msg.get("id")] = msg
+        assert set(got) == {10, 11, 12}, got
+        assert got[10]["result"]["structuredContent"]["text"] == "a"
+        assert got[11]["result"]["isError"] is False
+        assert "echo.say" in {t["name"] for t in got[12]["result"]["tools"]}
+        assert mcp.proc.wait(timeout=30) == 0
 
 
 def test_requests_past_the_in_flight_cap_wait_in_the_pipe(app):
@@ -494,35 +465,29 @@ def test_requests_past_the_in_flight_cap_wait_in_the_pipe(app):
     memory holds at most that many of this session's requests (it read all 120, ~1 MB, and
     queued them)."""
     write_registry(app, {"echo": echo(pool={"min": 1, "max": 1})})
-    with serve(app):
-        mcp = Mcp(app)
-        try:
-            mcp.initialize()
-            mcp.wait_tool("echo.sleep")
-            count = 120
-            written: list[int] = []
+    with serve(app), _session(app, tool="echo.sleep") as mcp:
+        count = 120
+        written: list[int] = []
 
-            def writer() -> None:
-                for i in range(count):
-                    params = {
-                        "name": "echo.sleep",
-                        "arguments": {"seconds": 30},
-                        "_meta": {"pad": "p" * 8000},
-                    }
-                    msg = {"jsonrpc": "2.0", "id": 2000 + i, "method": "tools/call"}
-                    try:
-                        mcp.send({**msg, "params": params})
-                    except OSError:  # the test is over: its end of the pipe is closed
-                        return
-                    written.append(i)
+        def writer() -> None:
+            for i in range(count):
+                params = {
+                    "name": "echo.sleep",
+                    "arguments": {"seconds": 30},
+                    "_meta": {"pad": "p" * 8000},
+                }
+                msg = {"jsonrpc": "2.0", "id": 2000 + i, "method": "tools/call"}
+                try:
+                    mcp.send({**msg, "params": params})
+                except OSError:  # the test is over: its end of the pipe is closed
+                    return
+                written.append(i)
 
-            thread = threading.Thread(target=writer, daemon=True)
-            thread.start()
-            # The absence of progress needs a time: without the cap the face reads all 120
-            # (~1 MB) in well under this.
-            thread.join(timeout=5)
-            assert thread.is_alive(), "the face read every request although none was answered"
-            # 64 read, the pipe (64 KiB) holds 8 more, one may be half written.
-            assert 64 <= len(written) <= 74, len(written)
-        finally:
-            mcp.finish()
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        # The absence of progress needs a time: without the cap the face reads all 120
+        # (~1 MB) in well under this.
+        thread.join(timeout=5)
+        assert thread.is_alive(), "the face read every request although none was answered"
+        # 64 read, the pipe (64 KiB) holds 8 more, one may be half written.
+        assert 64 <= len(written) <= 74, len(written)

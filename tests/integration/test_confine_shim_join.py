@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -24,7 +24,7 @@ import trio
 from supervisor.contracts.confine import Profile
 from supervisor.processes.child import Child
 from supervisor.processes.confine import SHIM_FAILED, SidecarWalls
-from supervisor.processes.confine_spawn import SidecarConfinement
+from supervisor.processes.confine_spawn import Prepared, SidecarConfinement
 from supervisor.processes.pids_cgroup import PidsCgroups
 from supervisor.processes.spawn import Spawner, allowed_env, exec_child
 from supervisor.processes.warden import process_warden
@@ -127,15 +127,7 @@ async def test_the_shim_runs_nothing_of_the_worker_before_the_hosts_word(world: 
         prepared = confine.prepare(argv(world), cwd=str(world.app), env=ENV, host_join=True)
         assert prepared.by_host and prepared.why_exec == ""
         channel = prepared.inherited[-1]  # the walls' channel: the last descriptor they name
-        child = exec_child(
-            prepared.argv,
-            cwd=str(world.app),
-            env={**ENV, **prepared.env},
-            warden=process_warden(),
-            pass_fds=prepared.pass_fds,
-        )
-        join = prepared.host_join(child.pid)
-        assert join is not None
+        child, join = _shim_child(world, prepared)
         prepared.via = "shim"
         prepared.started()
         child.confinement = prepared
@@ -173,6 +165,20 @@ def _confinement(world: World, fake: PidsCgroups, mode: str) -> SidecarConfineme
     plan = world.plan(Profile(processes=7), kernel=kernel, mode=mode)
     assert plan.pids == "cgroup" and plan.active
     return SidecarConfinement(plan, SidecarWalls(plan), fake)
+
+
+def _shim_child(world: World, prepared: Prepared) -> tuple[Child, Callable[[], None]]:
+    """The exec shim's child of ``prepared`` started, and the host's join of it (not run yet)."""
+    child = exec_child(
+        prepared.argv,
+        cwd=str(world.app),
+        env={**ENV, **prepared.env},
+        warden=process_warden(),
+        pass_fds=prepared.pass_fds,
+    )
+    join = prepared.host_join(child.pid)
+    assert join is not None
+    return child, join
 
 
 async def _ended(child: Child) -> tuple[int, bytes, bytes]:
@@ -241,15 +247,7 @@ async def test_the_shim_checks_its_group_rather_than_trusting_the_host(world: Wo
         try:
             prepared = confine.prepare(argv(world), cwd=str(world.app), env=ENV, host_join=True)
             Path(prepared.cgroup, "cgroup.procs").write_text("")
-            child = exec_child(
-                prepared.argv,
-                cwd=str(world.app),
-                env={**ENV, **prepared.env},
-                warden=process_warden(),
-                pass_fds=prepared.pass_fds,
-            )
-            join = prepared.host_join(child.pid)
-            assert join is not None
+            child, join = _shim_child(world, prepared)
             prepared.started()
             await trio.to_thread.run_sync(join)
             rc, out, err = await _ended(child)
