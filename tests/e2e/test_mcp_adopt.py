@@ -489,5 +489,6 @@ def test_requests_past_the_in_flight_cap_wait_in_the_pipe(app):
         # (~1 MB) in well under this.
         thread.join(timeout=5)
         assert thread.is_alive(), "the face read every request although none was answered"
-        # 64 read, the pipe (64 KiB) holds 8 more, one may be half written.
-        assert 64 <= len(written) <= 74, len(written)
+        # 64 dispatched, plus the rest of the 64 KiB read that reached the cap (up to 8), the
+        # pipe (64 KiB) holds 8 more, one may be half written: 81 at most, never all 120.
+        assert 64 <= len(written) <= 81, len(written)
