@@ -41,6 +41,10 @@ DEADLINE_S = 20.0
 SETTLE_S = 4.0
 """After the kill: long enough for HAProxy's checks (every 0.5 s, 0.25 s once one failed; down
 after 2 failures) and for the calls that were in flight on the killed replica to be answered."""
+AFTER_MIN = 300
+"""Calls started past the settle window that the drive waits for, however fast the machine: at
+least ``CALLS`` calls are made, more when the ones after the kill all fit inside ``SETTLE_S``
+(CI once ran its last 1,500 in under 4 s, and the test had nothing after the kill to judge)."""
 MODERN = "2026-07-28"
 
 
@@ -176,6 +180,10 @@ async def _drive(url: str, token: str, victim: Replica) -> tuple[list[Outcome], 
     issued = 0
     done = 0
     killed = anyio.Event()
+    late = 0  # calls started past the settle window
+
+    def more() -> bool:
+        return issued < CALLS or not killed.is_set() or late < AFTER_MIN
 
     def answered(n: int, outcome: Outcome) -> None:
         nonlocal done, killed_at
@@ -192,11 +200,13 @@ async def _drive(url: str, token: str, victim: Replica) -> tuple[list[Outcome], 
             assert client.protocol_version == MODERN  # the stateless era, through the balancer
 
             async def caller() -> None:
-                nonlocal issued
-                while issued < CALLS:
+                nonlocal issued, late
+                while more():
                     issued += 1
                     n = issued
                     outcome = Outcome(started=time.monotonic(), ended=0.0)
+                    if killed.is_set() and outcome.started > killed_at + SETTLE_S:
+                        late += 1
                     inflight[n] = outcome
                     try:
                         with anyio.fail_after(DEADLINE_S + 5):  # a hang fails the test
@@ -217,7 +227,7 @@ async def _drive(url: str, token: str, victim: Replica) -> tuple[list[Outcome], 
                 for _ in range(CONCURRENCY):
                     tg.start_soon(caller)
 
-    while issued < CALLS:
+    while more():
         try:
             await session()
         except* httpx2.TransportError as group:
@@ -229,6 +239,7 @@ async def _drive(url: str, token: str, victim: Replica) -> tuple[list[Outcome], 
                 outcome.error = f"transport: {group.exceptions[0]!r}"
                 outcome.ended = now
                 answered(n, outcome)
+    assert len(outcomes) == issued  # every call answered
     return outcomes, killed_at
 
 
@@ -252,11 +263,12 @@ def test_three_replicas_behind_haproxy_one_killed(tmp_path):
 
         outcomes, killed_at = anyio.run(main)
 
+    failures = sum(o.error is not None for o in outcomes)
     print(
-        f"{CALLS} calls, {sum(o.error is not None for o in outcomes)} failed around the kill, "
+        f"{len(outcomes)} calls, {failures} failed around the kill, "
         f"slowest {max(o.ended - o.started for o in outcomes):.2f} s"
     )
-    assert len(outcomes) == CALLS  # every call answered
+    assert len(outcomes) >= CALLS
     slowest = max(o.ended - o.started for o in outcomes)
     assert slowest < DEADLINE_S, f"a call took {slowest:.1f} s"
     by_pid = {r.pid: r.name for r in replicas}
@@ -272,6 +284,6 @@ def test_three_replicas_behind_haproxy_one_killed(tmp_path):
     assert all(killed_at - 1 < o.ended and o.started < killed_at + SETTLE_S for o in failed)
     assert len(failed) <= CONCURRENCY, [o.error for o in failed]
     # After it: every call succeeds, on the two replicas left.
-    assert len(after) > 300
+    assert len(after) >= AFTER_MIN
     assert [o.error for o in after if o.error] == []
     assert {by_pid[o.pid] for o in after if o.pid is not None} == {"r0", "r2"}
