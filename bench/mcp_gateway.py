@@ -8,6 +8,8 @@ era, response cache off) holds a session on the same server spawned directly and
 in-process on the same registry), and alternates blocks of requests between them:
 
 - ``tools/call`` of ``gw_echo`` (64-byte payload) through the gateway vs directly: p50 <= 1.3x;
+  next to it, the same call through :mod:`bench.relay` (a process that only copies bytes): the
+  floor any gateway in the middle starts from on this machine;
 - ``resources/read`` of the 1 MiB ``blob://gw/1mb`` through the gateway vs directly: <= 1.3x;
 - ``tools/call`` of ``bench.echo`` (toolhost's SDK) through the gateway vs the direct SDK
   ``tools/call``: <= 0.7x;
@@ -26,6 +28,7 @@ from bench.run import Bench
 from bench.stats import Figure, Target, latency_row
 
 DIRECT = "gateway: SDK client -> SDK server (direct), tools/call"
+RELAY = "gateway: SDK client -> plain relay -> SDK server, tools/call (the floor of one hop)"
 CALL = "gateway: SDK client -> toolhost mcp -> SDK server, tools/call"
 CALL_SDK = "gateway: SDK client -> toolhost mcp -> toolhost SDK echo, tools/call"
 CALL_EMB = "gateway: SDK client -> toolhost mcp --embedded -> SDK server, tools/call"
@@ -79,6 +82,7 @@ def mcp_gateway(b: Bench) -> None:
     add = b.results.add
     cc, rc = got["callsCpuUs"], got["readsCpuUs"]
     add(latency_row("mcp_gateway", DIRECT, c["direct"], eras=got["eras"], cpuUs=cc["direct"]))
+    add(latency_row("mcp_gateway", RELAY, c["relay"], baseline=DIRECT, cpuUs=cc["relay"]))
     row = add(latency_row("mcp_gateway", CALL, c["gateway"], baseline=DIRECT, cpuUs=cc["gateway"]))
     row.target = Target("gateway tools/call p50 <= 1.3x direct", 1.3, "le")
     row = add(

@@ -110,6 +110,9 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
     from mcp.client.client import Client
 
     direct_params = _params([str(SIDECARS / "gateway_mcp.py")], {"GW_NAME": "gw"})
+    # The floor of any gateway: the same server behind a process that only copies bytes.
+    relay_argv = ["-m", "bench.relay", "-", sys.executable, str(SIDECARS / "gateway_mcp.py")]
+    relay_params = _params(relay_argv, {"GW_NAME": "gw"})
     gateway_params = _params(
         ["-m", "supervisor", "mcp", "--app-root", a.app_root, "--no-global"],
         {"XDG_CONFIG_HOME": os.path.join(a.app_root, ".xdg")},
@@ -122,19 +125,21 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with (
         Client(direct_params, mode="auto", cache=None) as direct,
+        Client(relay_params, mode="auto", cache=None) as relay,
         Client(gateway_params, mode="auto", cache=None) as gateway,
         Client(embedded_params, mode="auto", cache=None) as embedded,
     ):
         out["eras"] = {
             "direct": direct.protocol_version,
+            "relay": relay.protocol_version,
             "gateway": gateway.protocol_version,
             "embedded": embedded.protocol_version,
         }
         if set(out["eras"].values()) != {MODERN}:
             raise RuntimeError(f"not the modern era: {out['eras']}")
         args = {"payload": PAYLOAD}
-        checks = [(direct, "gw_echo"), (gateway, "gw_echo"), (gateway, "bench.echo")]
-        checks += [(embedded, "gw_echo"), (embedded, "bench.echo")]
+        checks = [(direct, "gw_echo"), (relay, "gw_echo"), (gateway, "gw_echo")]
+        checks += [(gateway, "bench.echo"), (embedded, "gw_echo"), (embedded, "bench.echo")]
         for client, tool in checks:
             got = await client.call_tool(tool, args)
             if got.is_error or (got.structured_content or {}).get("payload") != PAYLOAD:
@@ -148,7 +153,9 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
 
         pids = dict(a.pid or [])
         for pid, cmd in children().items():
-            if "gateway_mcp.py" in cmd:
+            if "bench.relay" in cmd:
+                pids["plain relay"] = pid
+            elif "gateway_mcp.py" in cmd:
                 pids["direct server"] = pid
             elif "--embedded" in cmd:
                 pids["toolhost mcp --embedded"] = pid
@@ -157,6 +164,7 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
         out["pids"] = pids
         calls: dict[str, Op] = {
             "direct": lambda: direct.call_tool("gw_echo", args),
+            "relay": lambda: relay.call_tool("gw_echo", args),
             "gateway": lambda: gateway.call_tool("gw_echo", args),
             "gateway_sdk": lambda: gateway.call_tool("bench.echo", args),
             "embedded": lambda: embedded.call_tool("gw_echo", args),

@@ -2,9 +2,11 @@
 
 ``python -m bench.relay SOCKET COMMAND [ARG...]`` starts COMMAND with pipes, listens on SOCKET,
 prints ``listening`` on stdout, accepts one client and forwards bytes both ways (client ->
-worker stdin, worker stdout -> client) until either side closes. It parses nothing: it is the
-least work any relay between a socket and a worker's pipes can do, so the host's end-to-end
-latency divided by this floor's is the cost of everything toolhost adds on top of a second hop.
+worker stdin, worker stdout -> client) until either side closes. With ``-`` for SOCKET the client
+is this process's own stdin and stdout (a stdio MCP server's plain one-hop floor). It parses
+nothing: it is the least work any relay between a socket and a worker's pipes can do, so the
+host's end-to-end latency divided by this floor's is the cost of everything toolhost adds on top
+of a second hop.
 
 # Strategy: one thread, ``selectors``, non-blocking descriptors and a byte buffer per direction,
 # so a large payload in one direction can never deadlock against the other.
@@ -21,25 +23,33 @@ import sys
 CHUNK = 1 << 16
 
 
-def relay(client: socket.socket, to_worker: int, from_worker: int) -> None:
-    """Forward bytes between ``client`` and the worker's pipe ends until one side closes."""
+def relay(client: socket.socket | tuple[int, int], to_worker: int, from_worker: int) -> None:
+    """Forward bytes between ``client`` (a socket, or the descriptors ``(read, write)`` of
+    pipes) and the worker's pipe ends until one side closes."""
     sel = selectors.DefaultSelector()
-    cfd = client.fileno()
-    for fd in (cfd, to_worker, from_worker):
+    cin, cout = _ends(client)
+    for fd in {cin, cout, to_worker, from_worker}:
         os.set_blocking(fd, False)
-    pending = {cfd: bytearray(), to_worker: bytearray()}  # bytes waiting to be written to fd
-    sel.register(cfd, selectors.EVENT_READ)
-    sel.register(from_worker, selectors.EVENT_READ)
-    watching_write: set[int] = set()
+    pending = {cout: bytearray(), to_worker: bytearray()}  # bytes waiting to be written to fd
+    events: dict[int, int] = {cin: selectors.EVENT_READ, from_worker: selectors.EVENT_READ}
+    for fd, ev in events.items():
+        sel.register(fd, ev)
 
-    def want_write(fd: int) -> None:
-        if fd in watching_write:
+    def watch(fd: int, ev: int, on: bool) -> None:
+        was = events.get(fd, 0)
+        now = was | ev if on else was & ~ev
+        if now == was:
             return
-        watching_write.add(fd)
-        if fd == cfd:
-            sel.modify(cfd, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        if not was:
+            sel.register(fd, now)
+        elif not now:
+            sel.unregister(fd)
         else:
-            sel.register(fd, selectors.EVENT_WRITE)
+            sel.modify(fd, now)
+        if now:
+            events[fd] = now
+        else:
+            events.pop(fd, None)
 
     def flush(fd: int) -> None:
         buf = pending[fd]
@@ -47,21 +57,16 @@ def relay(client: socket.socket, to_worker: int, from_worker: int) -> None:
             try:
                 n = os.write(fd, buf)
             except BlockingIOError:
-                want_write(fd)
+                watch(fd, selectors.EVENT_WRITE, True)
                 return
             del buf[:n]
-        if fd in watching_write:
-            watching_write.discard(fd)
-            if fd == cfd:
-                sel.modify(cfd, selectors.EVENT_READ)
-            else:
-                sel.unregister(fd)
+        watch(fd, selectors.EVENT_WRITE, False)
 
     while True:
         for key, mask in sel.select():
             fd = key.fd
-            if mask & selectors.EVENT_READ:
-                src_to = to_worker if fd == cfd else cfd
+            if mask & selectors.EVENT_READ and fd in (cin, from_worker):
+                src_to = to_worker if fd == cin else cout
                 try:
                     data = os.read(fd, CHUNK)
                 except BlockingIOError:
@@ -75,13 +80,26 @@ def relay(client: socket.socket, to_worker: int, from_worker: int) -> None:
                 flush(fd)
 
 
+def _ends(client: socket.socket | tuple[int, int]) -> tuple[int, int]:
+    if isinstance(client, socket.socket):
+        return client.fileno(), client.fileno()
+    return client
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: python -m bench.relay SOCKET COMMAND [ARG...]", file=sys.stderr)
+        print("usage: python -m bench.relay SOCKET|- COMMAND [ARG...]", file=sys.stderr)
         return 64
     path, command = argv[0], argv[1:]
     worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert worker.stdin is not None and worker.stdout is not None
+    if path == "-":  # this process's own stdin and stdout, e.g. in front of an MCP server
+        try:
+            relay((0, 1), worker.stdin.fileno(), worker.stdout.fileno())
+        finally:
+            worker.stdin.close()
+            worker.wait(timeout=10)
+        return 0
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
