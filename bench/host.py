@@ -63,6 +63,8 @@ class BenchHost:
         self.ws_port = free_port() if ws else None
         (self.root / "tools").mkdir()
         host = dict(host or {})
+        self._settings = dict(host)
+        self._embedded: tempfile.TemporaryDirectory[str] | None = None
         if self.ws_port is not None:
             host["ws"] = {
                 "listen": f"127.0.0.1:{self.ws_port}",
@@ -76,6 +78,18 @@ class BenchHost:
         self.spawned_at = 0.0
         self.serving_at = 0.0
         self._control: LineClient | None = None
+
+    @property
+    def embedded_root(self) -> Path:
+        """An app root of its own with the same registry (no gateway), for a ``toolhost mcp
+        --embedded`` beside this host: one host per app root (``.toolhost/host.lock``)."""
+        if self._embedded is None:
+            self._embedded = tempfile.TemporaryDirectory(prefix="toolhost-bench-embedded-")
+            root = Path(self._embedded.name)
+            (root / "tools").mkdir()
+            registry = {"schemaVersion": 2, "host": self._settings, "sidecars": self.sidecars}
+            (root / "tools" / "external.tools.jsonc").write_text(json.dumps(registry, indent=2))
+        return Path(self._embedded.name)
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -118,7 +132,8 @@ class BenchHost:
         serving.set()
 
     def stop(self) -> None:
-        """SIGTERM (graceful drain), then SIGKILL after 15 s; removes the app root."""
+        """SIGTERM (graceful drain), then SIGKILL after 15 s; removes the app root (and the
+        embedded one)."""
         if self._control is not None:
             self._control.close()
             self._control = None
@@ -130,6 +145,8 @@ class BenchHost:
                 self.proc.kill()
                 self.proc.wait()
         self._tmp.cleanup()
+        if self._embedded is not None:
+            self._embedded.cleanup()
 
     def __enter__(self) -> BenchHost:
         return self.start()

@@ -53,6 +53,8 @@ def mcp_gateway(b: Bench) -> None:
         "bench.mcp_gateway_client",
         "--app-root",
         str(host.root),
+        "--embedded-root",
+        str(host.embedded_root),
         "--hang-pid",
         str(hang_pid),
         "--hang-name",

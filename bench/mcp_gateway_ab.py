@@ -137,8 +137,9 @@ async def measure(a: argparse.Namespace, hosts: dict[str, BenchHost]) -> dict[st
                 [("emb", ["--embedded", "--settle", "60"])] if a.embedded else []
             )
             for suffix, extra in modes:
-                argv = ["-m", "supervisor", "mcp", *extra, "--app-root", str(host.root)]
-                env = {"XDG_CONFIG_HOME": str(host.root / ".xdg")}
+                root = host.embedded_root if suffix else host.root  # one host per app root
+                argv = ["-m", "supervisor", "mcp", *extra, "--app-root", str(root)]
+                env = {"XDG_CONFIG_HOME": str(root / ".xdg")}
                 params = _params([*argv, "--no-global"], trees[tree], env)
                 name = tree + (f" {suffix}" if suffix else "")
                 faces[name] = await stack.enter_async_context(
@@ -165,7 +166,7 @@ async def measure(a: argparse.Namespace, hosts: dict[str, BenchHost]) -> dict[st
                 p
                 for p, c in kids.items()
                 if " mcp " in c
-                and str(host.root) in c
+                and str(host.embedded_root if name.endswith("emb") else host.root) in c
                 and ("--embedded" in c) == name.endswith("emb")
             )
             if name.endswith("emb"):  # the host is the face; its workers are the face's

@@ -119,8 +119,8 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
     )
     embedded_argv = ["-m", "supervisor", "mcp", "--embedded", "--settle", "60"]
     embedded_params = _params(
-        [*embedded_argv, "--app-root", a.app_root, "--no-global"],
-        {"XDG_CONFIG_HOME": os.path.join(a.app_root, ".xdg")},
+        [*embedded_argv, "--app-root", a.embedded_root, "--no-global"],
+        {"XDG_CONFIG_HOME": os.path.join(a.embedded_root, ".xdg")},
     )
     out: dict[str, Any] = {}
     async with (
@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m bench.mcp_gateway_client")
     p.add_argument("--app-root", required=True)
+    p.add_argument(
+        "--embedded-root", required=True, help="the same registry's own root (one host per root)"
+    )
     p.add_argument("--hang-pid", type=int, required=True)
     p.add_argument("--hang-name", default="s5")
     p.add_argument("--calls", type=int, default=2000)

@@ -87,7 +87,7 @@ def mcp_server(b: Bench) -> None:
     b.results.add(row)
 
     samples, start = drive_mcp_direct(
-        b, "--via", "embedded", "--app-root", root, "--tool", "bench.echo"
+        b, "--via", "embedded", "--app-root", str(host.embedded_root), "--tool", "bench.echo"
     )
     b.results.add(latency_row("mcp_server", EMBEDDED, samples, baseline=DIRECT, startS=start))
 

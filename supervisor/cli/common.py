@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from supervisor.packages.fsio import FileLock
 from supervisor.registry.load import load_registry
 
 EXIT_OK = 0
@@ -27,6 +28,36 @@ SERVING_FILE = os.path.join(".toolhost", "serving.json")
 """Under the app root: what the running ``toolhost serve`` listens on (its pid, socket and
 gateway), written once it listens and removed when it ends. The CLI reads it before the
 registry, whose ``host.socket`` may have been edited since (a reload does not move the socket)."""
+
+HOST_LOCK = os.path.join(".toolhost", "host.lock")
+"""Under the app root: an ``flock`` held by the one host running on it (``toolhost serve``, or
+``toolhost mcp --embedded``) for as long as it runs, its pid inside. Two hosts on one root would
+each count quotas, overwrite ``.toolhost/quota-state.json`` and run every sidecar twice."""
+
+
+class RootTaken(Exception):
+    """Another host runs on the app root (the message names it and what to do)."""
+
+
+def lock_root(root: str) -> FileLock:
+    """Take :data:`HOST_LOCK` for this process's host; release it when the host ends.
+
+    Raises:
+        RootTaken: Another host holds it, or it cannot be taken (one line for the operator).
+    """
+    lock = FileLock(os.path.join(root, HOST_LOCK))
+    try:
+        os.makedirs(lock.path.parent, mode=0o700, exist_ok=True)
+        if lock.try_acquire():
+            return lock
+    except OSError as exc:
+        raise RootTaken(f"cannot lock {lock.path}: {exc.strerror or exc}") from exc
+    raise RootTaken(
+        f"another toolhost host (pid {lock.holder()}: `toolhost serve` or "
+        f"`toolhost mcp --embedded`) already runs on {root}; two would each count quotas and "
+        "overwrite its state. Use `toolhost mcp` without --embedded to reach the running one, "
+        "or stop it first"
+    )
 
 
 def write_serving(root: str, endpoints: dict[str, str]) -> None:

@@ -24,7 +24,15 @@ from typing import Any
 import trio
 
 from supervisor import telemetry
-from supervisor.cli.common import EXIT_FAILED, EXIT_USAGE, app_root, die, socket_path
+from supervisor.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    RootTaken,
+    app_root,
+    die,
+    lock_root,
+    socket_path,
+)
 from supervisor.client import open_client
 from supervisor.host.host import Host, HostStartError, build_host
 from supervisor.host.loading import HostOptions
@@ -86,28 +94,35 @@ async def _main(args: argparse.Namespace) -> int:
     options = HostOptions(
         app_root=app_root(args), registry_path=args.registry, use_global=not args.no_global
     )
-    host = await build_host(options)
-    async with trio.open_nursery() as nursery:
-        try:
-            await nursery.start(host.run)
-        except HostStartError as exc:  # a symlinked audit log or token: one line, no traceback
-            return die(str(exc), EXIT_FAILED)
-        with trio.move_on_after(args.settle):
-            await _settled(host)
-        try:
-            code = await _serve(
-                args,
-                reg,
-                embedded_connector(host, nursery),
-                _host_health(host),
-                host.telemetry,
-                host=host,
-            )
-        finally:
-            host.stop()
-            with trio.move_on_after(10):
-                await host.wait_stopped()
-            nursery.cancel_scope.cancel()
+    try:  # one host per app root: not beside a `toolhost serve` of it, or another embedded one
+        lock = lock_root(options.app_root)
+    except RootTaken as exc:
+        return die(str(exc), EXIT_FAILED)
+    try:
+        host = await build_host(options)
+        async with trio.open_nursery() as nursery:
+            try:
+                await nursery.start(host.run)
+            except HostStartError as exc:  # a symlinked audit log or token: one line, no traceback
+                return die(str(exc), EXIT_FAILED)
+            with trio.move_on_after(args.settle):
+                await _settled(host)
+            try:
+                code = await _serve(
+                    args,
+                    reg,
+                    embedded_connector(host, nursery),
+                    _host_health(host),
+                    host.telemetry,
+                    host=host,
+                )
+            finally:
+                host.stop()
+                with trio.move_on_after(10):
+                    await host.wait_stopped()
+                nursery.cancel_scope.cancel()
+    finally:
+        lock.release()
     return code
 
 

@@ -11,7 +11,15 @@ import sys
 
 import trio
 
-from supervisor.cli.common import EXIT_USAGE, app_root, die, remove_serving, write_serving
+from supervisor.cli.common import (
+    EXIT_USAGE,
+    RootTaken,
+    app_root,
+    die,
+    lock_root,
+    remove_serving,
+    write_serving,
+)
 from supervisor.host.host import Host, HostStartError, build_host
 from supervisor.host.loading import HostOptions
 from supervisor.mcp_face.adopted import McpAdopter
@@ -68,92 +76,105 @@ async def _serve(args: argparse.Namespace) -> int:
     unix_listener, ws_listeners = await _listen(
         path, "--socket" if args.socket else "host.socket", reg
     )
-    async with trio.open_nursery() as nursery:
-        host = await build_host(options, redactor=redactor)
-        try:
-            await nursery.start(host.run)
-        except HostStartError as exc:
-            return die(str(exc), 1)
-        backend = Backend.of(host)
-        backend.adopter = McpAdopter(host, backend)  # mcp.adopt: stdio sessions served here
-        reg = host.registry
-        limits = ConnectionLimits(
-            max_frame=reg.host.max_frame_bytes, max_connections=reg.host.max_connections
-        )
-        server_scope = trio.CancelScope()
-        gateway_scope = trio.CancelScope()
-
-        async def serve(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-            with server_scope:
-                await serve_unix(
-                    backend, path, limits=limits, listener=unix_listener, task_status=task_status
-                )
-
-        await nursery.start(serve)
-        host.endpoints["unix"] = path
-        ws = reg.host.ws
-        if ws is not None:
-            token = TokenFile(reg.path(ws.token_file))  # read now and at reload only
+    # One host per app root (a second serve on another socket, an `mcp --embedded`).
+    try:
+        lock = lock_root(options.app_root)
+    except RootTaken as exc:
+        await _unlisten(path, unix_listener, ws_listeners)
+        return die(str(exc), 1)
+    try:
+        async with trio.open_nursery() as nursery:
+            host = await build_host(options, redactor=redactor)
             try:
-                token.load()
-                host.tokens.add("gateway", token)
-            except (OSError, ValueError) as exc:
-                log.error("WebSocket gateway disabled: %s", exc)
-            else:
+                await nursery.start(host.run)
+            except HostStartError as exc:
+                return die(str(exc), 1)
+            backend = Backend.of(host)
+            backend.adopter = McpAdopter(host, backend)  # mcp.adopt: stdio sessions served here
+            reg = host.registry
+            limits = ConnectionLimits(
+                max_frame=reg.host.max_frame_bytes, max_connections=reg.host.max_connections
+            )
+            server_scope = trio.CancelScope()
+            gateway_scope = trio.CancelScope()
 
-                async def serve_gateway(
-                    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-                ) -> None:
-                    with gateway_scope:
-                        await serve_ws(
-                            backend,
-                            ws.listen,
-                            token,
-                            limits=limits,
-                            listeners=ws_listeners,
-                            task_status=task_status,
-                        )
+            async def serve(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+                with server_scope:
+                    await serve_unix(
+                        backend,
+                        path,
+                        limits=limits,
+                        listener=unix_listener,
+                        task_status=task_status,
+                    )
 
-                port = await nursery.start(serve_gateway)
-                bind, _ = parse_listen(ws.listen)
-                host.endpoints["ws"] = f"ws://{bind}:{port}/ws"
-                log.info(
-                    "WebSocket gateway on %s, web console on http://%s:%s/ (token in %s)",
-                    host.endpoints["ws"],
-                    bind,
-                    port,
-                    ws.token_file,
-                )
-        if "ws" not in host.endpoints:  # the gateway stayed off: free its port
-            for listener in ws_listeners or []:
-                await listener.aclose()
-        log.info(
-            "toolhost serving %d sidecar(s) on %s (registry: %s)",
-            len(host.plan.sidecars),
-            path,
-            ", ".join([*reg.files, *(f"{f} (not usable)" for f in reg.unusable)]) or "none",
-        )
-        try:  # the CLI finds this host even after host.socket was edited
-            write_serving(options.app_root, host.endpoints)
-        except OSError as exc:
-            log.warning("cannot record the endpoints in .toolhost/serving.json: %s", exc)
-        notifier = Notifier()
-        # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
-        # test) must stop the host gracefully, not kill it with the default disposition.
-        await nursery.start(_watch_signals, host, nursery.cancel_scope, notifier)
-        notifier.ready(_status_line(host))
-        nursery.start_soon(notifier.watchdog)
-        nursery.start_soon(
-            notifier.follow_status, lambda: _status_line(host), host.feed.wait_change
-        )
-        # host.run returns once every pool has drained and stopped; then close the socket.
-        try:
-            await host.wait_stopped()
-        finally:
-            remove_serving(options.app_root)
-        server_scope.cancel()
-        gateway_scope.cancel()
-        nursery.cancel_scope.cancel()
+            await nursery.start(serve)
+            host.endpoints["unix"] = path
+            ws = reg.host.ws
+            if ws is not None:
+                token = TokenFile(reg.path(ws.token_file))  # read now and at reload only
+                try:
+                    token.load()
+                    host.tokens.add("gateway", token)
+                except (OSError, ValueError) as exc:
+                    log.error("WebSocket gateway disabled: %s", exc)
+                else:
+
+                    async def serve_gateway(
+                        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+                    ) -> None:
+                        with gateway_scope:
+                            await serve_ws(
+                                backend,
+                                ws.listen,
+                                token,
+                                limits=limits,
+                                listeners=ws_listeners,
+                                task_status=task_status,
+                            )
+
+                    port = await nursery.start(serve_gateway)
+                    bind, _ = parse_listen(ws.listen)
+                    host.endpoints["ws"] = f"ws://{bind}:{port}/ws"
+                    log.info(
+                        "WebSocket gateway on %s, web console on http://%s:%s/ (token in %s)",
+                        host.endpoints["ws"],
+                        bind,
+                        port,
+                        ws.token_file,
+                    )
+            if "ws" not in host.endpoints:  # the gateway stayed off: free its port
+                for listener in ws_listeners or []:
+                    await listener.aclose()
+            log.info(
+                "toolhost serving %d sidecar(s) on %s (registry: %s)",
+                len(host.plan.sidecars),
+                path,
+                ", ".join([*reg.files, *(f"{f} (not usable)" for f in reg.unusable)]) or "none",
+            )
+            try:  # the CLI finds this host even after host.socket was edited
+                write_serving(options.app_root, host.endpoints)
+            except OSError as exc:
+                log.warning("cannot record the endpoints in .toolhost/serving.json: %s", exc)
+            notifier = Notifier()
+            # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
+            # test) must stop the host gracefully, not kill it with the default disposition.
+            await nursery.start(_watch_signals, host, nursery.cancel_scope, notifier)
+            notifier.ready(_status_line(host))
+            nursery.start_soon(notifier.watchdog)
+            nursery.start_soon(
+                notifier.follow_status, lambda: _status_line(host), host.feed.wait_change
+            )
+            # host.run returns once every pool has drained and stopped; then close the socket.
+            try:
+                await host.wait_stopped()
+            finally:
+                remove_serving(options.app_root)
+            server_scope.cancel()
+            gateway_scope.cancel()
+            nursery.cancel_scope.cancel()
+    finally:
+        lock.release()
     return 0
 
 
@@ -175,10 +196,18 @@ async def _listen(
             raise ListenError(f"cannot listen ({exc})") from exc
         return unix_listener, await open_tcp(bind, port, "host.ws.listen")
     except BaseException:
-        await unix_listener.aclose()
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        await _unlisten(path, unix_listener, None)
         raise
+
+
+async def _unlisten(
+    path: str, unix_listener: trio.SocketListener, ws_listeners: list[trio.SocketListener] | None
+) -> None:
+    """Close what :func:`_listen` opened and remove the socket file."""
+    for listener in [unix_listener, *(ws_listeners or [])]:
+        await listener.aclose()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _status_line(host: Host) -> str:

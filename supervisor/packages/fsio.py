@@ -136,7 +136,8 @@ class FileLock:
         if self._fd is not None:
             return True
         make_dirs(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Never through a symlink: the holder truncates the file it locks.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -1,13 +1,14 @@
 """``toolhost mcp`` says what is wrong in one line, like ``toolhost serve``: a registry named with
 ``--registry`` that does not exist, and (``--embedded``) a host that refuses to start because its
-audit log is a symlink (issue 30), never "internal error"."""
+audit log is a symlink (issue 30) or another host runs on its app root, never "internal
+error"."""
 
 from __future__ import annotations
 
 import subprocess
 
-from tests.conftest import write_registry
-from tests.e2e.conftest import cli
+from tests.conftest import echo, write_registry
+from tests.e2e.conftest import cli, serve
 
 
 def _mcp(root, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -32,3 +33,26 @@ def test_an_embedded_host_that_refuses_to_start_says_why(app, tmp_path):
     assert done.returncode == 1, done
     assert "symlink" in done.stderr and "internal error" not in done.stderr, done.stderr
     assert elsewhere.read_text() == "keep\n"
+
+
+def test_one_host_per_app_root(app):
+    """A second host on a served root (``mcp --embedded``, a ``serve`` on another socket) would
+    count quotas apart and overwrite ``.toolhost/quota-state.json``: it is refused in one line
+    naming the running host, and it leaves nothing behind."""
+    write_registry(app, {"echo": echo(tools=["echo.say"])})
+    other = app / ".toolhost" / "other.sock"
+    with serve(app) as running:
+        embedded = _mcp(app, "--embedded")
+        assert embedded.returncode == 1, embedded
+        line = embedded.stderr.strip()
+        assert "\n" not in line and "internal error" not in line, line
+        assert f"pid {running.pid}" in line and "without --embedded" in line, line
+        second = cli(app, "serve", "--no-global", "--socket", str(other))
+        assert second.returncode == 1, second
+        assert f"pid {running.pid}" in second.stderr, second.stderr
+        assert not other.exists()  # the socket it had bound is gone again
+        assert running.poll() is None  # the running host is untouched
+    # The lock goes with its host: the root can be served embedded once the serve has ended.
+    assert (app / ".toolhost" / "host.lock").read_text() == ""
+    done = _mcp(app, "--embedded", "--tools", "echo.*")
+    assert done.returncode == 0, done.stderr
