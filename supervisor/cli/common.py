@@ -39,8 +39,9 @@ class RootTaken(Exception):
     """Another host runs on the app root (the message names it and what to do)."""
 
 
-def lock_root(root: str) -> FileLock:
+def lock_root(root: str, advice: str) -> FileLock:
     """Take :data:`HOST_LOCK` for this process's host; release it when the host ends.
+    ``advice`` ends the refusal: what this command's user can do instead.
 
     Raises:
         RootTaken: Another host holds it, or it cannot be taken (one line for the operator).
@@ -55,8 +56,7 @@ def lock_root(root: str) -> FileLock:
     raise RootTaken(
         f"another toolhost host (pid {lock.holder()}: `toolhost serve` or "
         f"`toolhost mcp --embedded`) already runs on {root}; two would each count quotas and "
-        "overwrite its state. Use `toolhost mcp` without --embedded to reach the running one, "
-        "or stop it first"
+        f"overwrite its state. {advice}"
     )
 
 

@@ -95,7 +95,10 @@ async def _main(args: argparse.Namespace) -> int:
         app_root=app_root(args), registry_path=args.registry, use_global=not args.no_global
     )
     try:  # one host per app root: not beside a `toolhost serve` of it, or another embedded one
-        lock = lock_root(options.app_root)
+        lock = lock_root(
+            options.app_root,
+            "Use `toolhost mcp` without --embedded to reach the running one, or stop it first",
+        )
     except RootTaken as exc:
         return die(str(exc), EXIT_FAILED)
     try:

@@ -50,6 +50,7 @@ def test_one_host_per_app_root(app):
         second = cli(app, "serve", "--no-global", "--socket", str(other))
         assert second.returncode == 1, second
         assert f"pid {running.pid}" in second.stderr, second.stderr
+        assert "--app-root" in second.stderr and "--embedded to" not in second.stderr
         assert not other.exists()  # the socket it had bound is gone again
         assert running.poll() is None  # the running host is untouched
     # The lock goes with its host: the root can be served embedded once the serve has ended.
