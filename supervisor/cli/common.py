@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -39,12 +41,14 @@ class RootTaken(Exception):
     """Another host runs on the app root (the message names it and what to do)."""
 
 
-def lock_root(root: str, advice: str) -> FileLock:
+def lock_root(root: str, advice: str) -> FileLock | None:
     """Take :data:`HOST_LOCK` for this process's host; release it when the host ends.
-    ``advice`` ends the refusal: what this command's user can do instead.
+    ``advice`` ends the refusal: what this command's user can do instead. None (and a warning)
+    when the lock cannot be made at all (a read-only app root): then there is no state there for
+    a second host to overwrite either.
 
     Raises:
-        RootTaken: Another host holds it, or it cannot be taken (one line for the operator).
+        RootTaken: Another host holds it, or the lock file is a symlink (one line).
     """
     lock = FileLock(os.path.join(root, HOST_LOCK))
     try:
@@ -52,7 +56,14 @@ def lock_root(root: str, advice: str) -> FileLock:
         if lock.try_acquire():
             return lock
     except OSError as exc:
-        raise RootTaken(f"cannot lock {lock.path}: {exc.strerror or exc}") from exc
+        if exc.errno == errno.ELOOP:  # planted, as a symlinked audit log would be: refuse
+            raise RootTaken(f"cannot lock {lock.path}: it is a symlink; remove it") from exc
+        logging.getLogger("toolhost").warning(
+            "cannot lock %s (%s): a second host on this app root would not be refused",
+            lock.path,
+            exc.strerror or exc,
+        )
+        return None
     raise RootTaken(
         f"another toolhost host (pid {lock.holder()}: `toolhost serve` or "
         f"`toolhost mcp --embedded`) already runs on {root}; two would each count quotas and "

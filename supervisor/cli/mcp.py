@@ -125,7 +125,8 @@ async def _main(args: argparse.Namespace) -> int:
                     await host.wait_stopped()
                 nursery.cancel_scope.cancel()
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     return code
 
 

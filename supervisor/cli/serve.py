@@ -174,7 +174,8 @@ async def _serve(args: argparse.Namespace) -> int:
             gateway_scope.cancel()
             nursery.cancel_scope.cancel()
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     return 0
 
 
