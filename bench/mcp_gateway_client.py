@@ -33,6 +33,17 @@ from typing import Any
 from bench.floors import SIDECARS
 
 MODERN = "2026-07-28"
+GAP_S = float(os.environ.get("TOOLHOST_BENCH_GAP_MS", "0")) / 1000.0
+"""Idle time before each timed request (not timed): ``TOOLHOST_BENCH_GAP_MS=10`` measures calls
+as an agent makes them, each after a pause, every process in the chain resuming cold."""
+
+
+async def _sleep(s: float) -> None:
+    import anyio
+
+    await anyio.sleep(s)
+
+
 PAYLOAD = "x" * 64
 
 Op = Callable[[], Awaitable[Any]]
@@ -88,6 +99,8 @@ async def _blocks(
             op, out = ops[name], samples[name]
             before = {k: cpu_us(p) for k, p in pids.items()} | {"client": cpu_us(me)}
             for _ in range(block):
+                if GAP_S:
+                    await _sleep(GAP_S)
                 t = clock()
                 await op()
                 out.append(clock() - t)
