@@ -8,8 +8,8 @@ era, response cache off) holds a session on the same server spawned directly and
 in-process on the same registry), and alternates blocks of requests between them:
 
 - ``tools/call`` of ``gw_echo`` (64-byte payload) through the gateway vs directly: p50 <= 1.3x;
-  next to it, the same call through :mod:`bench.relay` (a process that only copies bytes): the
-  floor any gateway in the middle starts from on this machine;
+  next to it, the same call (and the read below) through :mod:`bench.relay` (a process that
+  only copies bytes): the floor any gateway in the middle starts from on this machine;
 - ``resources/read`` of the 1 MiB ``blob://gw/1mb`` through the gateway vs directly: <= 1.3x;
 - ``tools/call`` of ``bench.echo`` (toolhost's SDK) through the gateway vs the direct SDK
   ``tools/call``: <= 0.7x;
@@ -36,6 +36,7 @@ CALL_SDK_EMB = "gateway: SDK client -> toolhost mcp --embedded -> toolhost SDK e
 READ_EMB = "gateway: SDK client -> toolhost mcp --embedded -> SDK server, resources/read 1 MiB"
 READ_DIRECT = "gateway: SDK client -> SDK server (direct), resources/read 1 MiB"
 READ = "gateway: SDK client -> toolhost mcp -> SDK server, resources/read 1 MiB"
+READ_RELAY = "gateway: SDK client -> plain relay -> SDK server, resources/read 1 MiB (the floor)"
 TOOLS_LIST = "gateway: tools/list, 1 of 5 servers hanging"
 RESOURCES_LIST = "gateway: resources/list, 1 of 5 servers hanging"
 HANGING = "s5"
@@ -94,6 +95,7 @@ def mcp_gateway(b: Bench) -> None:
     )
     row.target = Target("toolhost SDK echo via the gateway p50 <= 0.7x SDK direct", 0.7, "le")
     add(latency_row("mcp_gateway", READ_DIRECT, r["direct"], cpuUs=rc["direct"]))
+    add(latency_row("mcp_gateway", READ_RELAY, r["relay"], baseline=READ_DIRECT, cpuUs=rc["relay"]))
     row = add(
         latency_row("mcp_gateway", READ, r["gateway"], baseline=READ_DIRECT, cpuUs=rc["gateway"])
     )

@@ -158,7 +158,7 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
             if got.is_error or (got.structured_content or {}).get("payload") != PAYLOAD:
                 raise RuntimeError(f"{tool}: unexpected answer {got}")
         uri = "blob://gw/1mb"
-        for client in (direct, gateway, embedded):
+        for client in (direct, relay, gateway, embedded):
             read = await client.read_resource(uri, cache_mode="bypass")
             text = getattr(read.contents[0], "text", "")
             if len(text) != 1 << 20:
@@ -186,6 +186,7 @@ async def measure(a: argparse.Namespace) -> dict[str, Any]:
         out["calls"], out["callsCpuUs"] = await _blocks(calls, a.calls, a.warmup, a.rounds, pids)
         reads: dict[str, Op] = {
             "direct": lambda: direct.read_resource(uri, cache_mode="bypass"),
+            "relay": lambda: relay.read_resource(uri, cache_mode="bypass"),
             "gateway": lambda: gateway.read_resource(uri, cache_mode="bypass"),
             "embedded": lambda: embedded.read_resource(uri, cache_mode="bypass"),
         }
