@@ -96,6 +96,23 @@ def backend_connector(backend: Any, nursery: trio.Nursery, name: str = "mcp-embe
     return connect
 
 
+def _note(event: Any, on_change: OnChange, on_updated: OnUpdated | None) -> bool:
+    """Hand a kernel event to the face's callbacks; True for a ``catalog.changed`` (the visible
+    tools must be listed again)."""
+    name = event.get("event")
+    data = event.get("data")
+    data = data if isinstance(data, dict) else {}
+    if name == "resource.updated":
+        uri = data.get("uri")
+        if on_updated is not None and isinstance(uri, str):
+            on_updated(uri)
+    elif name == "offers.changed":
+        for kind in data.get("kinds") or []:
+            if kind in ("resources", "prompts"):
+                on_change(kind)
+    return name == "catalog.changed"
+
+
 def _fingerprint(tools: list[Any]) -> bytes:
     return msgspec.json.encode(sorted(tools, key=lambda t: str(t.get("name"))))
 
@@ -395,22 +412,17 @@ class McpFace:
             await self.kernel.subscribe()
             self._visible = _fingerprint(await self._tools())
             task_status.started()
-            async for event in self.kernel.events:
-                name = event.get("event")
-                data = event.get("data")
-                data = data if isinstance(data, dict) else {}
-                if name == "resource.updated":
-                    uri = data.get("uri")
-                    if on_updated is not None and isinstance(uri, str):
-                        on_updated(uri)
+            events = self.kernel.events
+            async for event in events:
+                if not _note(event, on_change, on_updated):
                     continue
-                if name == "offers.changed":
-                    for kind in data.get("kinds") or []:
-                        if kind in ("resources", "prompts"):
-                            on_change(kind)
-                    continue
-                if name != "catalog.changed":
-                    continue
+                # One tools/list answers every catalog change queued meanwhile: the events that
+                # came while the last one was asked are taken now, so they cannot pile up.
+                while True:
+                    try:
+                        _note(events.receive_nowait(), on_change, on_updated)
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
                 fingerprint = _fingerprint(await self._tools())
                 if fingerprint != self._visible:
                     self._visible = fingerprint
