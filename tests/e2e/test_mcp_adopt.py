@@ -354,8 +354,8 @@ def test_a_client_that_does_not_read_is_not_buffered_without_bound(app):
         thread.join(timeout=5)
         assert thread.is_alive(), "the host read every request although none was answered"
         # Read at most: the answers that fill the client's pipe (1 MiB) and the face's 4 MiB
-        # (~87 of ~60 KB), the 64 requests in flight, what the stdin pipe holds (~17 of ~60 KB)
-        # and one being written: ~170 (90-125 in quiet runs, 151 seen on a busy machine).
+        # (~87 of ~60 KB), the 64 requests in flight, what the stdin pipe holds (64 KiB: one)
+        # and one being written: ~153 (90-125 in quiet runs, 151 seen on a busy machine).
         # Without the bound all 300 are written within the 5 s above.
         assert len(written) < 250
         seen = set()
