@@ -38,7 +38,12 @@ each count quotas, overwrite ``.toolhost/quota-state.json`` and run every sideca
 
 
 class RootTaken(Exception):
-    """Another host runs on the app root (the message names it and what to do)."""
+    """Another host runs on the app root (the message names it and what to do); ``holder``:
+    its pid as written in the lock ("" when the lock itself is the problem)."""
+
+    def __init__(self, message: str, holder: str = "") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 def lock_root(root: str, advice: str) -> FileLock | None:
@@ -64,11 +69,19 @@ def lock_root(root: str, advice: str) -> FileLock | None:
             exc.strerror or exc,
         )
         return None
+    holder = lock.holder()
     raise RootTaken(
-        f"another toolhost host (pid {lock.holder()}: `toolhost serve` or "
+        f"another toolhost host (pid {holder}: `toolhost serve` or "
         f"`toolhost mcp --embedded`) already runs on {root}; two would each count quotas and "
-        f"overwrite its state. {advice}"
+        f"overwrite its state. {advice}",
+        holder,
     )
+
+
+def serving_pid(root: str) -> int | None:
+    """The pid of the ``toolhost serve`` that recorded :data:`SERVING_FILE` under ``root``."""
+    pid = _serving_record(os.path.join(root, SERVING_FILE)).get("pid")
+    return pid if isinstance(pid, int) else None
 
 
 def write_serving(root: str, endpoints: dict[str, str]) -> None:

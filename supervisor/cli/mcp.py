@@ -31,6 +31,7 @@ from supervisor.cli.common import (
     app_root,
     die,
     lock_root,
+    serving_pid,
     socket_path,
 )
 from supervisor.client import open_client
@@ -39,6 +40,7 @@ from supervisor.host.loading import HostOptions
 from supervisor.mcp_face.face import Connect, embedded_connector, unix_connector
 from supervisor.mcp_face.http import HealthHook, HttpLimits
 from supervisor.mcp_face.profiles import Profile, from_patterns, named
+from supervisor.packages.fsio import FileLock
 from supervisor.registry.load import Registry, load_registry
 from supervisor.server.health import http_answer
 
@@ -95,10 +97,7 @@ async def _main(args: argparse.Namespace) -> int:
         app_root=app_root(args), registry_path=args.registry, use_global=not args.no_global
     )
     try:  # one host per app root: not beside a `toolhost serve` of it, or another embedded one
-        lock = lock_root(
-            options.app_root,
-            "Use `toolhost mcp` without --embedded to reach the running one, or stop it first",
-        )
+        lock = await _lock_embedded(options.app_root)
     except RootTaken as exc:
         return die(str(exc), EXIT_FAILED)
     try:
@@ -128,6 +127,30 @@ async def _main(args: argparse.Namespace) -> int:
         if lock is not None:
             lock.release()
     return code
+
+
+EMBEDDED_LOCK_WAIT_S = 15.0
+"""How long ``--embedded`` waits for another embedded host of its app root to end: a front-end
+restarting its MCP server starts the new one while the old one still stops (up to 10 s)."""
+
+
+async def _lock_embedded(root: str) -> FileLock | None:
+    """The app root's host lock for this embedded host: refused at once beside a ``toolhost
+    serve``, after :data:`EMBEDDED_LOCK_WAIT_S` beside another embedded host still running.
+
+    Raises:
+        RootTaken: Another host holds it (or the lock is a symlink).
+    """
+    advice = "Use `toolhost mcp` without --embedded to reach the running one, or stop it first"
+    deadline = trio.current_time() + EMBEDDED_LOCK_WAIT_S
+    while True:
+        try:
+            return lock_root(root, advice)
+        except RootTaken as exc:
+            serve = serving_pid(root)
+            if not exc.holder or str(serve) == exc.holder or trio.current_time() >= deadline:
+                raise
+        await trio.sleep(0.1)
 
 
 async def _adopted(args: argparse.Namespace, reg: Registry, path: str) -> int | None:

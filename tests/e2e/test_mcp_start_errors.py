@@ -6,6 +6,8 @@ error"."""
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 
 from tests.conftest import echo, write_registry
 from tests.e2e.conftest import cli, serve
@@ -57,3 +59,26 @@ def test_one_host_per_app_root(app):
     assert (app / ".toolhost" / "host.lock").read_text() == ""
     done = _mcp(app, "--embedded", "--tools", "echo.*")
     assert done.returncode == 0, done.stderr
+
+
+def test_an_embedded_host_waits_for_the_one_still_stopping(app):
+    """A front-end restarting its MCP server starts the new ``--embedded`` while the old one
+    still stops (its lock held for up to 10 s): the new one waits for it instead of failing."""
+    write_registry(app, {"echo": echo(tools=["echo.say"])})
+    holder = subprocess.Popen(  # the old embedded host, stopping: holds the lock ~1.5 s more
+        [
+            sys.executable,
+            "-c",
+            "import time; from supervisor.cli.common import lock_root; "
+            f"lock = lock_root({str(app)!r}, ''); print('held', flush=True); time.sleep(1.5)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    started = time.monotonic()
+    done = _mcp(app, "--embedded", "--tools", "echo.*")
+    assert holder.wait(timeout=10) == 0
+    assert done.returncode == 0, done.stderr
+    assert "already runs" not in done.stderr
+    assert time.monotonic() - started > 1.0  # it did wait for the holder to go
