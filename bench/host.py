@@ -70,14 +70,17 @@ class BenchHost:
                 "listen": f"127.0.0.1:{self.ws_port}",
                 "tokenFile": ".toolhost/ws.token",
             }
-        registry = {"schemaVersion": 2, "host": host, "sidecars": self.sidecars}
-        (self.root / "tools" / "external.tools.jsonc").write_text(json.dumps(registry, indent=2))
+        self._write_registry(self.root, host)
         self.sock_path = self.root / ".toolhost" / "host.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr_tail: deque[str] = deque(maxlen=200)
         self.spawned_at = 0.0
         self.serving_at = 0.0
         self._control: LineClient | None = None
+
+    def _write_registry(self, root: Path, host: dict[str, Any]) -> None:
+        registry = {"schemaVersion": 2, "host": host, "sidecars": self.sidecars}
+        (root / "tools" / "external.tools.jsonc").write_text(json.dumps(registry, indent=2))
 
     @property
     def embedded_root(self) -> Path:
@@ -87,8 +90,7 @@ class BenchHost:
             self._embedded = tempfile.TemporaryDirectory(prefix="toolhost-bench-embedded-")
             root = Path(self._embedded.name)
             (root / "tools").mkdir()
-            registry = {"schemaVersion": 2, "host": self._settings, "sidecars": self.sidecars}
-            (root / "tools" / "external.tools.jsonc").write_text(json.dumps(registry, indent=2))
+            self._write_registry(root, self._settings)
         return Path(self._embedded.name)
 
     # lifecycle ---------------------------------------------------------------------------

@@ -4,15 +4,11 @@ pile up behind the face (a hosted server re-listing its tools as fast as the hos
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import trio
 
-from supervisor.client import client_on_stream
-from supervisor.mcp_face.face import McpFace, embedded_connector
-from supervisor.protocols.mcp_server import McpServerConnection
 from tests.conftest import echo, running_host, wait_available
+from tests.integration.test_mcp_live import face_on
 
 pytestmark = pytest.mark.trio
 
@@ -22,35 +18,27 @@ BURST = 600
 async def test_a_burst_of_catalog_changes_costs_a_few_lists_not_one_each(app):
     async with running_host(app, {"echo": echo(tools=["echo.say"])}) as host:
         await wait_available(host, "echo.say")
-        async with trio.open_nursery() as nursery:
-            stream = await embedded_connector(host, nursery)()
-            async with client_on_stream(stream, name="watch") as kernel:
-                conn = McpServerConnection()
-                init = {"protocolVersion": "2025-11-25", "capabilities": {}}
-                msg = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
-                conn.feed(json.dumps(msg).encode() + b"\n")
-                face = McpFace(conn, kernel, nursery)
-                lists = 0
-                real_tools = face._tools
+        async with face_on(host, "watch") as (face, nursery):
+            lists = 0
+            real_tools = face._tools
 
-                async def counted() -> list:
-                    nonlocal lists
-                    lists += 1
-                    return await real_tools()
+            async def counted() -> list:
+                nonlocal lists
+                lists += 1
+                return await real_tools()
 
-                face._tools = counted  # type: ignore[method-assign]
-                changed: list[str] = []
-                await nursery.start(face.watch_catalog, changed.append)
-                lists = 0
-                # One change per scheduler pass: the host's forwarder keeps up (one event a
-                # pass), the face's tools/list round trips (several passes each) cannot.
-                for _ in range(BURST):
-                    host.feed.publish([], force=True)
-                    await trio.sleep(0)
-                with trio.fail_after(30):
-                    while kernel.events.statistics().current_buffer_used:
-                        await trio.sleep(0.01)
-                    await trio.testing.wait_all_tasks_blocked(0.05)
-                assert 1 <= lists < BURST // 5, lists  # one a change: 600
-                assert changed == []  # nothing the client sees changed
-            nursery.cancel_scope.cancel()
+            face._tools = counted  # type: ignore[method-assign]
+            changed: list[str] = []
+            await nursery.start(face.watch_catalog, changed.append)
+            lists = 0
+            # One change per scheduler pass: the host's forwarder keeps up (one event a
+            # pass), the face's tools/list round trips (several passes each) cannot.
+            for _ in range(BURST):
+                host.feed.publish([], force=True)
+                await trio.sleep(0)
+            with trio.fail_after(30):
+                while face.kernel.events.statistics().current_buffer_used:
+                    await trio.sleep(0.01)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+            assert 1 <= lists < BURST // 5, lists  # one a change: 600
+            assert changed == []  # nothing the client sees changed

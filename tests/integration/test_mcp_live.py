@@ -9,6 +9,8 @@ sidecar publishes that another owns, in its status and in ``toolhost doctor``; t
 lists paged with ``nextCursor``."""
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,21 @@ from tests.kernel import served
 
 LIVE = FIXTURES.parent / "mcp" / "live.py"
 OFFERS = FIXTURES.parent / "mcp" / "offers.py"
+
+
+@asynccontextmanager
+async def face_on(host: Any, name: str) -> AsyncIterator[tuple[McpFace, trio.Nursery]]:
+    """An MCP face in this process on ``host`` (its kernel connection in memory), its client's
+    ``initialize`` already read; the nursery its tasks run in, cancelled at the end."""
+    async with trio.open_nursery() as nursery:
+        stream = await embedded_connector(host, nursery)()
+        async with client_on_stream(stream, name=name) as kernel:
+            conn = McpServerConnection()
+            init = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            msg = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+            conn.feed(json.dumps(msg).encode() + b"\n")
+            yield McpFace(conn, kernel, nursery), nursery
+        nursery.cancel_scope.cancel()
 
 
 def live(log: Path) -> dict:
@@ -327,51 +344,40 @@ async def test_the_faces_lists_are_paged_with_cursors(app, tmp_path):
         known = HostedOffers(host.views)
         await wait_for(host, lambda: known.listed("resources"), 30)
         await wait_available(host, "bump", "add_prompt")
-        async with trio.open_nursery() as nursery:
-            stream = await embedded_connector(host, nursery)()
-            async with client_on_stream(stream, name="pages") as kernel:
-                conn = McpServerConnection()
-                init = {"protocolVersion": "2025-11-25", "capabilities": {}}
-                conn.feed(
-                    json.dumps(
-                        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
-                    ).encode()
-                    + b"\n"
-                )
-                face = McpFace(conn, kernel, nursery)
-                face.page_size = 1
-                rid = 0
+        async with face_on(host, "pages") as (face, _):
+            conn = face.conn
+            face.page_size = 1
+            rid = 0
 
-                async def ask(method: str, params: dict) -> dict:
-                    nonlocal rid
-                    rid += 1
-                    msg = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-                    [ev] = conn.feed(json.dumps(msg).encode() + b"\n")
-                    if isinstance(ev, ListTools):
-                        return json.loads(await face.list_tools(ev.id, ev.cursor))
-                    assert isinstance(ev, Forward)
-                    return json.loads(await face.forward(ev))
+            async def ask(method: str, params: dict) -> dict:
+                nonlocal rid
+                rid += 1
+                msg = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+                [ev] = conn.feed(json.dumps(msg).encode() + b"\n")
+                if isinstance(ev, ListTools):
+                    return json.loads(await face.list_tools(ev.id, ev.cursor))
+                assert isinstance(ev, Forward)
+                return json.loads(await face.forward(ev))
 
-                async def walk(method: str, key: str, ident: str) -> list[str]:
-                    names: list[str] = []
-                    params: dict = {}
-                    while True:
-                        result = (await ask(method, params))["result"]
-                        assert len(result[key]) <= 1
-                        names += [item[ident] for item in result[key]]
-                        if "nextCursor" not in result:
-                            return names
-                        params = {"cursor": result["nextCursor"]}
+            async def walk(method: str, key: str, ident: str) -> list[str]:
+                names: list[str] = []
+                params: dict = {}
+                while True:
+                    result = (await ask(method, params))["result"]
+                    assert len(result[key]) <= 1
+                    names += [item[ident] for item in result[key]]
+                    if "nextCursor" not in result:
+                        return names
+                    params = {"cursor": result["nextCursor"]}
 
-                assert sorted(await walk("tools/list", "tools", "name")) == ["add_prompt", "bump"]
-                uris = await walk("resources/list", "resources", "uri")
-                assert uris == ["live://a", "live://slow"]
-                assert await walk("prompts/list", "prompts", "name") == ["slow"]
-                bad = await ask("resources/list", {"cursor": "not ours"})
-                assert bad["error"]["code"] == -32602
-                bad = await ask("tools/list", {"cursor": "not ours"})
-                assert bad["error"]["code"] == -32602
-            nursery.cancel_scope.cancel()
+            assert sorted(await walk("tools/list", "tools", "name")) == ["add_prompt", "bump"]
+            uris = await walk("resources/list", "resources", "uri")
+            assert uris == ["live://a", "live://slow"]
+            assert await walk("prompts/list", "prompts", "name") == ["slow"]
+            bad = await ask("resources/list", {"cursor": "not ours"})
+            assert bad["error"]["code"] == -32602
+            bad = await ask("tools/list", {"cursor": "not ours"})
+            assert bad["error"]["code"] == -32602
 
 
 @pytest.mark.parametrize("era", ["handshake", "modern"])
@@ -444,36 +450,29 @@ async def test_a_cancelled_read_is_cancelled_at_the_server(app, tmp_path):
                     await trio.sleep(0.02)
             assert "resources/read" not in client.conn.pending.values()
 
-        async with trio.open_nursery() as nursery:
-            stream = await embedded_connector(host, nursery)()
-            async with client_on_stream(stream, name="cancel") as kernel:
-                conn = McpServerConnection()
-                init = {"protocolVersion": "2025-11-25", "capabilities": {}}
-                msg = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
-                conn.feed(json.dumps(msg).encode() + b"\n")
-                face = McpFace(conn, kernel, nursery)
-                get = {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "prompts/get",
-                    "params": {"name": "slow"},
-                }
-                [ev] = conn.feed(json.dumps(get).encode() + b"\n")
-                assert isinstance(ev, Forward)
-                answers: list = []
+        async with face_on(host, "cancel") as (face, nursery):
+            conn = face.conn
+            get = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "prompts/get",
+                "params": {"name": "slow"},
+            }
+            [ev] = conn.feed(json.dumps(get).encode() + b"\n")
+            assert isinstance(ev, Forward)
+            answers: list = []
 
-                async def run() -> None:
-                    answers.append(await face.forward(ev))
+            async def run() -> None:
+                answers.append(await face.forward(ev))
 
-                nursery.start_soon(run)
-                await until_logged(log, "prompts/get")
-                note = {"method": "notifications/cancelled", "params": {"requestId": 1}}
-                [cancel] = conn.feed(json.dumps({"jsonrpc": "2.0", **note}).encode() + b"\n")
-                face.cancel(cancel)
-                with trio.fail_after(10):
-                    while len(cancels(log)) < 2:
-                        await trio.sleep(0.02)
-                    while not answers:
-                        await trio.sleep(0.02)
-                assert answers == [None]  # MCP: a cancelled request gets no response
-            nursery.cancel_scope.cancel()
+            nursery.start_soon(run)
+            await until_logged(log, "prompts/get")
+            note = {"method": "notifications/cancelled", "params": {"requestId": 1}}
+            [cancel] = conn.feed(json.dumps({"jsonrpc": "2.0", **note}).encode() + b"\n")
+            face.cancel(cancel)
+            with trio.fail_after(10):
+                while len(cancels(log)) < 2:
+                    await trio.sleep(0.02)
+                while not answers:
+                    await trio.sleep(0.02)
+            assert answers == [None]  # MCP: a cancelled request gets no response
