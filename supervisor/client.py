@@ -19,19 +19,20 @@ import math
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 import trio
 
 from supervisor.contracts.envelope import EnvelopeView
-from supervisor.contracts.rpc import Catalog, CatalogChanged, HealthResult
+from supervisor.contracts.rpc import Catalog, CatalogChanged, HealthResult, Request
 from supervisor.contracts.snapshot import Descriptor
 from supervisor.processes.direct_write import read_ready
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 from supervisor.server.link import FrameLink
 
 EventSink = Callable[[str, Any], None]
+T = TypeVar("T")
 MAX_FRAME = 256 * 1024 * 1024
 READ_SIZE = 1 << 16
 BIG_READ_SIZE = 1 << 20
@@ -107,7 +108,17 @@ Answered = Callable[[Any, "BaseException | None"], None]
 
 
 class _Pending:
-    __slots__ = ("done", "error", "members", "on_answer", "on_event", "raw", "result", "split")
+    __slots__ = (
+        "done",
+        "error",
+        "members",
+        "on_answer",
+        "on_event",
+        "raw",
+        "result",
+        "split",
+        "typed",
+    )
 
     def __init__(
         self,
@@ -115,12 +126,16 @@ class _Pending:
         raw: bool = False,
         members: bool = False,
         on_answer: Answered | None = None,
+        typed: type | None = None,
     ) -> None:
         self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
         self.on_event = on_event
-        self.raw = raw or members
+        self.typed = typed
+        """The result is wanted as this msgspec type: handed over as the object on an in-memory
+        link, decoded from the answer's JSON in one pass on a socket."""
+        self.raw = raw or members or typed is not None
         self.members = members
         self.split = False
         """The result is already the members (decoded in one pass by the reader)."""
@@ -128,11 +143,25 @@ class _Pending:
         """Called by the reader when the answer comes (:meth:`Client.request_soon`)."""
 
     def finish(self) -> None:
+        if self.typed is not None and self.error is None:
+            self._as_typed(self.typed)
         self.done.set()
         on_answer = self.on_answer
         if on_answer is not None:
             self.on_answer = None
             on_answer(self.result, self.error)
+
+    def _as_typed(self, tp: type) -> None:
+        result = self.result
+        if isinstance(result, tp):
+            return
+        try:
+            if not isinstance(result, msgspec.Raw):  # MessagePack: plain values
+                result = msgspec.json.encode(result)
+            self.result = msgspec.json.decode(result, type=tp)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.result = None
+            self.error = RpcError("internal", f"the host's answer is not a {tp.__name__}: {exc}")
 
 
 class _Answer(msgspec.Struct):
@@ -277,21 +306,52 @@ class Client:
         callback raising) is raised in this task, as on a socket, never in the host's."""
         failed: list[Exception] = []
 
+        def fail(exc: Exception) -> None:
+            failed.append(exc)
+            link.on_frame = link.on_object = None
+            try:
+                link.to_client.send_nowait(b"")  # wakes this task to raise it
+                link.queued += 1
+            except trio.ClosedResourceError:
+                pass  # the host's end closed: this task wakes and raises it anyway
+
         def take(frame: bytes) -> None:
             if failed:
                 return
             try:
                 self._frames_in([frame])
             except Exception as exc:
-                failed.append(exc)
-                link.on_frame = None
-                try:
-                    link.to_client.send_nowait(b"")  # wakes this task to raise it
-                    link.queued += 1
-                except trio.ClosedResourceError:
-                    pass  # the host's end closed: this task wakes and raises it anyway
+                fail(exc)
+
+        def take_object(request_id: Any, result: Any) -> bool:
+            """A response as the host's object: taken when its request is ``typed`` so, or
+            when it wants JSON and the result is JSON already (a hosted server's read, passed
+            on as it came: no frame around it to encode here and split there)."""
+            if failed:
+                return False
+            pending = self._pending.get(request_id)
+            if pending is None:
+                return False
+            if pending.typed is not None:
+                if not isinstance(result, pending.typed):
+                    return False
+            elif not pending.raw or not isinstance(result, msgspec.Raw):
+                return False
+            elif pending.members:
+                result = _split(result)
+                if result is None:  # not an object: as a frame, the way a socket's goes
+                    return False
+                pending.split = True
+            del self._pending[request_id]
+            pending.result = result
+            try:
+                pending.finish()
+            except Exception as exc:
+                fail(exc)
+            return True
 
         link.on_frame = take
+        link.on_object = take_object
         try:
             async for frame in link.frames:
                 link.queued -= 1
@@ -299,7 +359,7 @@ class Client:
                     raise failed[0]
                 self._frames_in([frame])
         finally:
-            link.on_frame = None
+            link.on_frame = link.on_object = None
         if failed:
             raise failed[0]
 
@@ -398,11 +458,15 @@ class Client:
         on_event: EventSink | None = None,
         raw: bool = False,
         members: bool = False,
+        typed: type | None = None,
     ) -> Any:
         """Send one request and wait for its response; with ``raw`` the result is the JSON
         the host sent (``msgspec.Raw``), for a caller that passes it on without looking in;
         with ``members`` (a result that is an object) a dict of its members, each value the
-        JSON the host sent, for a caller that passes them on but picks among them.
+        JSON the host sent, for a caller that passes them on but picks among them; with
+        ``typed`` (a msgspec type, e.g. :class:`~supervisor.contracts.envelope.Envelope`) the
+        result as that type: the host's own object on an in-memory link, decoded in one pass
+        on a socket.
 
         Raises:
             RpcError: The host answered with an error.
@@ -411,7 +475,7 @@ class Client:
         if self._closed:
             raise ConnectionLost("connection closed")
         rid = request_id if request_id is not None else self.new_id()
-        pending = _Pending(on_event, raw, members)
+        pending = _Pending(on_event, raw, members, typed=typed)
         self._pending[rid] = pending
         body: dict[str, Any] = {"id": rid, "method": method, "params": params or {}}
         if method == "server.hello" and (params or {}).get("encoding") == "msgpack":
@@ -426,7 +490,7 @@ class Client:
             self._raw -= pending.raw
             self._members -= members
             self._pending.pop(rid, None)
-        if pending.raw and pending.error is None and not pending.split:
+        if pending.raw and pending.typed is None and pending.error is None and not pending.split:
             result = pending.result
             if not isinstance(result, msgspec.Raw):
                 result = msgspec.Raw(msgspec.json.encode(result))  # MessagePack
@@ -438,16 +502,37 @@ class Client:
         return pending.result
 
     def request_soon(
-        self, method: str, params: Any, *, request_id: Any, on_answer: Answered
+        self,
+        method: str,
+        params: Any,
+        *,
+        request_id: Any,
+        on_answer: Answered,
+        typed: type | None = None,
     ) -> None:
         """Send one request now and return; ``on_answer`` is called from the connection's
-        reader with the result (decoded) or the error, exactly once (at once when the
-        connection is closed). For a caller that answers from the reader, with no task per
-        request."""
+        reader with the result (decoded; with ``typed`` as in :meth:`request`) or the error,
+        exactly once (at once when the connection is closed). For a caller that answers from
+        the reader, with no task per request. ``params`` may be the method's params struct: on
+        an in-memory link it is handed over as it is (no encode, and no decode in the host)."""
         if self._closed:
             on_answer(None, ConnectionLost("connection closed"))
             return
-        self._pending[request_id] = _Pending(None, on_answer=on_answer)
+        if typed is not None:
+            self._raw += 1  # on a socket its answer is split off as JSON, then decoded typed
+
+            def answered(result: Any, error: BaseException | None) -> None:
+                self._raw -= 1
+                on_answer(result, error)
+
+            self._pending[request_id] = _Pending(None, on_answer=answered, typed=typed)
+        else:
+            self._pending[request_id] = _Pending(None, on_answer=on_answer)
+        link = self._link
+        if link is not None and isinstance(params, msgspec.Struct):
+            # The host's in-memory end takes params that are already the method's struct.
+            link.send(Request(id=request_id, method=method, params=cast(msgspec.Raw, params)))
+            return
         self._push(self._encode({"id": request_id, "method": method, "params": params}))
 
     async def hello(

@@ -30,6 +30,8 @@ import trio
 
 from supervisor.client import Client, ConnectionLost, RpcError
 from supervisor.contracts import mcp
+from supervisor.contracts.envelope import Envelope
+from supervisor.contracts.rpc import InvokeParams, TraceContext
 from supervisor.mcp_face.profiles import Profile
 from supervisor.protocols.mcp_pages import PAGE_SIZE, BadCursor, paginate
 from supervisor.protocols.mcp_server import (
@@ -195,13 +197,12 @@ class McpFace:
             return True
         krid = self.kernel.new_id()
         self._calls[rid] = krid
-        params: dict[str, Any] = {"tool": ev.name, "input": ev.arguments}
+        trace = None
         if ev.traceparent:
-            params["trace"] = {"traceparent": ev.traceparent}
-            if ev.tracestate:
-                params["trace"]["tracestate"] = ev.tracestate
+            trace = TraceContext(traceparent=ev.traceparent, tracestate=ev.tracestate or None)
+        params = InvokeParams(tool=ev.name, input=ev.arguments, trace=trace)
 
-        def answered(envelope: Any, error: BaseException | None) -> None:
+        def answered(envelope: Envelope | None, error: BaseException | None) -> None:
             self._calls.pop(rid, None)
             try:
                 _answer(envelope, error)
@@ -209,7 +210,7 @@ class McpFace:
                 if on_end is not None:
                     on_end()
 
-        def _answer(envelope: Any, error: BaseException | None) -> None:
+        def _answer(envelope: Envelope | None, error: BaseException | None) -> None:
             if isinstance(error, RpcError):
                 self._cancelled.discard(rid)
                 code = _RPC_TO_MCP.get(error.code, mcp.INTERNAL_ERROR)
@@ -219,10 +220,14 @@ class McpFace:
                 write(conn.error(rid, mcp.INTERNAL_ERROR, "toolhost: the host connection closed"))
             elif rid in self._cancelled:
                 self._cancelled.discard(rid)
-            else:
+            elif envelope is not None:
                 write(conn.result(rid, call_result(envelope)))
 
-        self.kernel.request_soon("tools.invoke", params, request_id=krid, on_answer=answered)
+        # In the host's process the params go over as the struct and the envelope comes back
+        # as the host's object: neither is encoded or decoded on the way (server/link.py).
+        self.kernel.request_soon(
+            "tools.invoke", params, request_id=krid, on_answer=answered, typed=Envelope
+        )
         return True
 
     async def call_tool(self, ev: CallTool, notify: Notify) -> bytes | None:
@@ -269,11 +274,11 @@ class McpFace:
 
         error: tuple[str, str] | None = ("cancelled", "cancelled")
         try:
-            envelope = await self.kernel.request(
-                "tools.invoke", params, request_id=krid, on_event=on_event
+            envelope: Envelope = await self.kernel.request(
+                "tools.invoke", params, request_id=krid, on_event=on_event, typed=Envelope
             )
-            failure = envelope.get("error") if isinstance(envelope, dict) else None
-            error = (failure.get("code"), failure.get("message", "")) if failure else None
+            failure = envelope.error
+            error = (failure.code, failure.message) if failure is not None else None
         except RpcError as exc:
             error = (exc.code, exc.message)
             code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)

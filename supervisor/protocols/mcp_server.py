@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from supervisor.contracts import mcp
+from supervisor.contracts.envelope import Envelope, Meta
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LineSplitter
 from supervisor.protocols.mcp_http import decode_header_value
@@ -640,35 +641,57 @@ def progress_fields(data: Any, seq: int) -> tuple[float, float | None, str | Non
     return float(seq), None, text
 
 
-def call_result(envelope: dict[str, Any]) -> dict[str, Any]:
+def call_result(envelope: Envelope) -> dict[str, Any]:
     """A kernel result envelope (PROTOCOL 5) as an MCP ``CallToolResult``.
 
     Success: a text block with ``content`` and ``structuredContent`` = ``data`` when it is an
     object (``{"result": data}`` otherwise, as MCP wants an object). Failure or unavailable:
     ``isError: true``, the text ``[code] message`` and ``structuredContent`` ``{status, error}``
-    so the caller keeps our code. ``_meta.toolhost`` carries the envelope's ``meta``.
+    so the caller keeps our code. ``_meta.toolhost`` carries the envelope's ``meta``. ``data``
+    stays the JSON the tool gave (``msgspec.Raw``): copied into the answer, never decoded.
     """
-    status = envelope.get("status")
-    content = envelope.get("content") or ""
-    meta = envelope.get("meta") or {}
+    status = envelope.status
+    content = envelope.content
+    data = _data_of(envelope.data)
     out: dict[str, Any] = {}
     if status == "success":
-        data = envelope.get("data")
         out["content"] = [{"type": "text", "text": content}]
-        if isinstance(data, dict):
-            out["structuredContent"] = data
-        elif data is not None:
-            out["structuredContent"] = {"result": data}
+        if data is not None:
+            out["structuredContent"] = data if _is_object(data) else {"result": data}
         out["isError"] = False
     else:
-        error = envelope.get("error") or {}
-        code = error.get("code") or status or "failed"
-        message = error.get("message") or content
+        error = envelope.error
+        code = (error.code if error is not None else "") or status or "failed"
+        message = (error.message if error is not None else "") or content
         out["content"] = [{"type": "text", "text": f"[{code}] {message}"}]
-        structured: dict[str, Any] = {"status": status, "error": error}
-        if envelope.get("data") is not None:
-            structured["data"] = envelope["data"]
+        structured: dict[str, Any] = {"status": status, "error": error or {}}
+        if data is not None:
+            structured["data"] = data
         out["structuredContent"] = structured
         out["isError"] = True
-    out["_meta"] = {"toolhost": {"status": status, **meta}}
+    out["_meta"] = {"toolhost": {"status": status, **_meta_fields(envelope.meta)}}
     return out
+
+
+def _data_of(raw: msgspec.Raw) -> msgspec.Raw | None:
+    """An envelope's ``data``; None when it is JSON ``null`` (or empty)."""
+    return None if _first(raw) in (b"", b"n") else raw
+
+
+def _is_object(raw: msgspec.Raw) -> bool:
+    return _first(raw) == b"{"
+
+
+def _first(raw: msgspec.Raw) -> bytes:
+    """The first character of a JSON value (b"" when there is none), without copying it."""
+    view = memoryview(raw)
+    i, n = 0, len(view)
+    while i < n and view[i] in b" \t\r\n":
+        i += 1
+    return bytes(view[i : i + 1])
+
+
+def _meta_fields(meta: Meta) -> dict[str, Any]:
+    fields = msgspec.to_builtins(meta)  # its defaults left out, as on the wire
+    assert isinstance(fields, dict)
+    return fields

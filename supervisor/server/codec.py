@@ -93,12 +93,15 @@ class Codec:
 
     # decoding ----------------------------------------------------------------------------
 
-    def request(self, frame: bytes) -> Request:
-        """Decode one frame into a request.
+    def request(self, frame: bytes | Request) -> Request:
+        """Decode one frame into a request (one an in-memory client handed over decoded is
+        taken as it is: ``server/memory.py``).
 
         Raises:
             BadFrame: Not a valid request.
         """
+        if isinstance(frame, Request):
+            return frame
         json_mode = self.encoding == "json"
         try:
             return _json_request.decode(frame) if json_mode else _msgpack_request.decode(frame)

@@ -17,7 +17,11 @@
 # context, corked), unless frames wait ahead of it, the client is at its cap (the reader's
 # fairness), or it comes from inside the handling of another (an answer's callback sending a
 # request): then it goes through the channel to the reader, in order, and the host is never
-# re-entered.
+# re-entered. Both ends share the process, so two things cross without bytes: a request the
+# client built as the method's params struct (``tools.invoke`` from the MCP face: no encode in
+# the client, no decode here; :class:`LinkCodec`), and a response the client asked for as an
+# object (the call's envelope: no encode here, no decode there; ``FrameLink.answer_now``).
+# What does not cross as an object is the same frame a socket carries.
 """
 
 from __future__ import annotations
@@ -25,16 +29,36 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import trio
 
+from supervisor.contracts.rpc import RequestId
 from supervisor.processes.direct_write import cork, uncork
 from supervisor.server.backend import Backend
 from supervisor.server.codec import Codec
-from supervisor.server.link import FrameLink
+from supervisor.server.link import FrameLink, Outgoing
 from supervisor.server.transport import QueuedTransport
 
 log = logging.getLogger("toolhost.server")
+
+T = TypeVar("T")
+
+
+class LinkCodec(Codec):
+    """JSON, and params a client in this process handed over decoded: a request's ``params``
+    that is already the method's params struct is taken as it is (the client built it, typed,
+    in this process: nothing to check that a decode would)."""
+
+    def __init__(self) -> None:
+        super().__init__("json", framed=False)
+
+    def params(self, raw: Any, tp: type[T]) -> T:
+        if type(raw) is tp:
+            result: T = raw
+            return result
+        return super().params(raw, tp)
 
 
 class MemoryConnection(QueuedTransport):
@@ -42,8 +66,8 @@ class MemoryConnection(QueuedTransport):
 
     def __init__(self, backend: Backend, name: str, max_queue_bytes: int = 64 << 20) -> None:
         super().__init__(backend, name, max_queue_bytes)
-        self.codec = Codec("json", framed=False)
-        self._in_send, self._in_recv = trio.open_memory_channel[bytes](math.inf)
+        self.codec: Codec = LinkCodec()
+        self._in_send, self._in_recv = trio.open_memory_channel[Outgoing](math.inf)
         self.link = FrameLink(self.incoming, self.client_left)
         self._context: contextvars.Context | None = None
         """The reader's context, while it reads: a frame handled at once runs in it."""
@@ -55,7 +79,7 @@ class MemoryConnection(QueuedTransport):
 
     # the client's side ---------------------------------------------------------------------
 
-    def incoming(self, frame: bytes) -> None:
+    def incoming(self, frame: Outgoing) -> None:
         """One frame from the client: handled at once, in the client's task (no pass through
         the reader task), when the reader runs, nothing waits ahead of it, the client is under
         its cap and this is not a frame sent from inside the handling of another (an answer's
@@ -84,12 +108,21 @@ class MemoryConnection(QueuedTransport):
     # QueuedTransport -----------------------------------------------------------------------
 
     def send(self, frame: bytes, binary: bool) -> None:
+        self._to_client(self.link.to_client_now, frame)
+
+    def send_result(self, request_id: RequestId, result: Any, codec: Codec) -> None:
+        def frame() -> bytes:
+            return codec.response(request_id, result)
+
+        self._to_client(self.link.answer_now, request_id, result, frame)
+
+    def _to_client(self, hand: Callable[..., None], *args: Any) -> None:
         if self.out.closed:
             return
         handling = self._handling
         self._handling = True  # what the client's callbacks send from here is queued
         try:
-            self.link.to_client_now(frame)
+            hand(*args)
         except trio.ClosedResourceError:
             self.gone("the client closed its end")
         finally:

@@ -61,6 +61,8 @@ class SessionLike(Protocol):
 
     def send(self, frame: bytes, codec: Codec) -> None: ...
 
+    def send_result(self, request_id: RequestId, result: Any, codec: Codec) -> None: ...
+
     def switch_encoding(self, encoding: str) -> Codec: ...
 
     def start_subscription(self, codec: Codec) -> None: ...
@@ -276,13 +278,13 @@ def tools_invoke(c: RequestContext, raw: msgspec.Raw) -> None:
         def done(env: Envelope) -> None:
             tel.end_span(server)
             session.call_done(rid)
-            session.send(codec.response(rid, env), codec)
+            session.send_result(rid, env, codec)
 
     else:
 
         def done(env: Envelope) -> None:
             session.call_done(rid)
-            session.send(codec.response(rid, env), codec)
+            session.send_result(rid, env, codec)
 
     request = InvokeRequest(
         tool,

@@ -26,7 +26,7 @@ import msgspec
 import trio
 
 from supervisor.contracts.events import SubscribeParams
-from supervisor.contracts.rpc import RequestId
+from supervisor.contracts.rpc import Request, RequestId
 from supervisor.server.adopt import Adopter
 from supervisor.server.backend import Backend
 from supervisor.server.codec import BadFrame, BadParams, Codec
@@ -54,6 +54,8 @@ class Transport(Protocol):
     """What a session needs of its transport."""
 
     def send(self, frame: bytes, binary: bool) -> None: ...
+
+    def send_result(self, request_id: RequestId, result: Any, codec: Codec) -> None: ...
 
     def disconnect(self, reason: str) -> None: ...
 
@@ -114,6 +116,12 @@ class Session:
     def send(self, frame: bytes, codec: Codec) -> None:
         if not self.closed:
             self.transport.send(frame, codec.binary)
+
+    def send_result(self, request_id: RequestId, result: Any, codec: Codec) -> None:
+        """The response to ``request_id``: encoded by the transport (an in-memory one hands a
+        client in this process the object when it asked for it)."""
+        if not self.closed:
+            self.transport.send_result(request_id, result, codec)
 
     def switch_encoding(self, encoding: str) -> Codec:
         return self.transport.switch_encoding(encoding)
@@ -254,7 +262,7 @@ class Session:
 
     # handling ----------------------------------------------------------------------------
 
-    def handle(self, frame: bytes, codec: Codec) -> None:
+    def handle(self, frame: bytes | Request, codec: Codec) -> None:
         """Decode one frame and answer it (now, or from a runner task)."""
         try:
             req = codec.request(frame)
@@ -283,7 +291,7 @@ class Session:
                 )
             else:
                 if result is not ALREADY_SENT:
-                    self.send(codec.response(rid, result), codec)
+                    self.send_result(rid, result, codec)
             return
         if rid in self._inflight:
             self.send(
@@ -369,7 +377,7 @@ class Session:
             log.exception("async method failed")
             self.send(codec.error(ctx.rid, "internal", f"{type(exc).__name__}: {exc}"), codec)
         else:
-            self.send(codec.response(ctx.rid, result), codec)
+            self.send_result(ctx.rid, result, codec)
 
     async def _forward_events(
         self, sub: Subscription, scope: trio.CancelScope, codec: Codec

@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from supervisor.contracts.rpc import RequestId
 from supervisor.processes.direct_write import hung_up, wait_hung_up
 from supervisor.server.adopt import Adopter, AdoptRefused
 from supervisor.server.backend import Backend
@@ -97,6 +98,11 @@ class QueuedTransport:
 
     def send(self, frame: bytes, binary: bool) -> None:
         self.out.put(frame, binary)
+
+    def send_result(self, request_id: RequestId, result: Any, codec: Codec) -> None:
+        """The response to ``request_id`` (encoded here; an in-memory connection may hand the
+        object over instead)."""
+        self.send(codec.response(request_id, result), codec.binary)
 
     def disconnect(self, reason: str) -> None:
         if not self.close_reason:

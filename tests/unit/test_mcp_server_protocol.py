@@ -5,6 +5,7 @@ import json
 import msgspec
 import pytest
 
+from supervisor.contracts.envelope import Envelope, ErrorInfo, Meta
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
     Accepted,
@@ -188,26 +189,67 @@ def test_progress_fields():
     assert progress_fields("text", 2) == (2.0, None, "text")
 
 
+def _mcp(result: dict) -> dict:
+    """What the client reads: the result as JSON, decoded."""
+    return msgspec.json.decode(msgspec.json.encode(result))
+
+
 def test_call_result_success_and_failure():
     ok = call_result(
-        {"status": "success", "tool": "t", "content": "hi", "data": {"a": 1}, "meta": {"pid": 3}}
+        Envelope(
+            status="success",
+            tool="t",
+            content="hi",
+            data=msgspec.Raw(b'{"a": 1}'),
+            meta=Meta(pid=3, durationMs=1.5),
+        )
     )
-    assert ok == {
+    assert _mcp(ok) == {
         "content": [{"type": "text", "text": "hi"}],
         "structuredContent": {"a": 1},
         "isError": False,
-        "_meta": {"toolhost": {"status": "success", "pid": 3}},
+        "_meta": {"toolhost": {"status": "success", "pid": 3, "durationMs": 1.5}},
     }
-    scalar = call_result({"status": "success", "content": "5", "data": 5})
-    assert scalar["structuredContent"] == {"result": 5}
-    failed = call_result(
-        {
-            "status": "unavailable",
-            "content": "needs approval",
-            "error": {"code": "approval-required", "message": "needs approval"},
-        }
+    scalar = call_result(Envelope(status="success", tool="t", content="5", data=msgspec.Raw(b"5")))
+    assert _mcp(scalar)["structuredContent"] == {"result": 5}
+    listed = call_result(
+        Envelope(status="success", tool="t", content="", data=msgspec.Raw(b' \n [1, {"b": 2}]'))
     )
-    assert failed["isError"] is True
-    assert failed["content"][0]["text"] == "[approval-required] needs approval"
-    assert failed["structuredContent"]["error"]["code"] == "approval-required"
-    msgspec.json.encode(failed)
+    assert _mcp(listed)["structuredContent"] == {"result": [1, {"b": 2}]}
+    spaced = call_result(
+        Envelope(status="success", tool="t", content="", data=msgspec.Raw(b'\t {"c": []} '))
+    )
+    assert _mcp(spaced)["structuredContent"] == {"c": []}
+    for nothing in (b"null", b"  null\n", b""):
+        none = call_result(
+            Envelope(status="success", tool="t", content="x", data=msgspec.Raw(nothing))
+        )
+        assert "structuredContent" not in _mcp(none), nothing
+    failed = call_result(
+        Envelope(
+            status="unavailable",
+            tool="t",
+            content="needs approval",
+            error=ErrorInfo(code="approval-required", message="needs approval"),
+        )
+    )
+    got = _mcp(failed)
+    assert got["isError"] is True
+    assert got["content"][0]["text"] == "[approval-required] needs approval"
+    assert got["structuredContent"] == {
+        "status": "unavailable",
+        "error": {"code": "approval-required", "message": "needs approval"},
+    }
+    assert got["_meta"] == {"toolhost": {"status": "unavailable"}}  # defaults left out
+    with_data = call_result(
+        Envelope(
+            status="failed",
+            tool="t",
+            content="boom",
+            data=msgspec.Raw(b'{"partial": true}'),
+            error=ErrorInfo(code="", message=""),
+        )
+    )
+    got = _mcp(with_data)
+    assert got["content"][0]["text"] == "[failed] boom"  # no code: the status; no message: content
+    assert got["structuredContent"]["data"] == {"partial": True}

@@ -30,6 +30,7 @@ from sidecars.sdk.execution import execute_async
 from sidecars.sdk.stdio import READ_CHUNK, fatal
 from sidecars.sdk.tools import ToolSpec
 from supervisor.contracts import wire
+from supervisor.contracts.envelope import Envelope, ErrorInfo
 from supervisor.contracts.mcp import INVALID_REQUEST, RequestId
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.mcp_server import (
@@ -57,18 +58,21 @@ def mcp_tool(spec: ToolSpec) -> dict[str, Any]:
     return tool
 
 
-def result_envelope(result: wire.Result) -> dict[str, Any]:
-    """A sidecar result in the envelope shape :func:`call_result` maps to MCP."""
-    data = msgspec.json.decode(result.data) if result.data is not None else None
+def result_envelope(result: wire.Result, tool: str) -> Envelope:
+    """A sidecar result as the envelope :func:`call_result` maps to MCP (``data`` kept as the
+    JSON the tool gave)."""
     if result.ok:
         content = result.content
         if content is None:
+            data = msgspec.json.decode(result.data)
             content = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-        return {"status": "success", "content": content, "data": data}
-    error: dict[str, Any] = {"code": result.code or "failed", "message": result.error or ""}
-    if result.details:
-        error["details"] = result.details
-    return {"status": "failed", "content": result.error or "failed", "data": data, "error": error}
+        return Envelope(status="success", tool=tool, content=content, data=result.data)
+    error = ErrorInfo(
+        code=result.code or "failed", message=result.error or "", details=result.details or None
+    )
+    return Envelope(
+        status="failed", tool=tool, content=result.error or "failed", data=result.data, error=error
+    )
 
 
 class _ProgressContext(Context):
@@ -135,7 +139,7 @@ class _Server:
             self.calls.pop(ev.id, None)
         if result is None or flag.is_set():
             return  # cancelled: MCP wants no answer
-        self.write(self.conn.result(ev.id, call_result(result_envelope(result))))
+        self.write(self.conn.result(ev.id, call_result(result_envelope(result, ev.name))))
 
     def cancel(self, ev: Cancelled) -> None:
         entry = self.calls.get(ev.id)
