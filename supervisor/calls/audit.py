@@ -3,10 +3,12 @@
 # Strategy: the invoke path only appends a small record to an in-memory queue (no disk I/O, no
 # hashing there); a writer task computes the input digest, encodes whole lines and appends each
 # batch with one ``write`` on an ``O_APPEND`` descriptor, so a crash can tear at most the last
-# line. The writer wakes once per batch - at most :data:`FLUSH_DELAY_S` after the first record
-# of a batch, or at once when :data:`FLUSH_BATCH` records wait - so a crash of the host loses at
-# most that window's records, and a busy host pays one wake-up per batch, not per call: a record
-# only moves the deadline of the writer's sleep (nothing is woken until it is due). When the
+# line. A batch is written at most :data:`FLUSH_DELAY_S` after its first record, or once
+# :data:`FLUSH_BATCH` records wait - so a crash of the host loses at most that window's records:
+# by the tick of the record that finds it due or full (after that tick's answers are written,
+# :func:`~supervisor.processes.direct_write.after_flush`), else by the writer task, whose sleep's
+# deadline a record only moves (nothing is woken until it is due). A busy host writes its audit
+# with no wake-up of its own; an idle one's last batch waits for the writer. When the
 # file passes ``host.auditMaxBytes`` it is rotated to ``.1``,
 # ``.2``, ... keeping ``host.auditKeep`` old files. Before each batch the open descriptor is
 # compared (``st_dev``/``st_ino``) with what the path names now (``lstat``): a file deleted or
@@ -30,6 +32,7 @@ import trio
 import trio.lowlevel
 
 from supervisor.private_files import open_private
+from supervisor.processes.direct_write import after_flush
 
 log = logging.getLogger("toolhost.audit")
 
@@ -125,6 +128,8 @@ class AuditLog:
         self._encoder = msgspec.json.Encoder()
         self._sec = -1
         self._sec_text = ""
+        self._written_by_tick = False
+        """A batch is due and the current tick writes it (:func:`after_flush`)."""
         self._lost: str | None = None
         """Why the file the host had open is no longer at ``path`` (until a reopen succeeds)."""
 
@@ -160,10 +165,28 @@ class AuditLog:
                 links,
             )
         )
-        if len(self._queue) == 1:
+        queued = len(self._queue)
+        if queued == 1:
             self._arm(FLUSH_DELAY_S)
-        elif len(self._queue) >= FLUSH_BATCH:
-            self._arm(0.0)
+        elif not self._written_by_tick and (queued >= FLUSH_BATCH or self._past_due()):
+            # Due (or full) while calls go on: this tick writes the batch once its answers are
+            # out, where the writer would wake for it; a busy host writes its audit without a
+            # wake-up of its own. The writer still wakes for the last batch when calls stop.
+            self._written_by_tick = True
+            after_flush(self._flush_due)
+
+    def _past_due(self) -> bool:
+        try:
+            return trio.current_time() >= self._due
+        except RuntimeError:  # outside the host's loop: the writer's first pass writes it
+            return False
+
+    def _flush_due(self) -> None:
+        self._written_by_tick = False
+        self.flush()
+        self._due = float("inf")  # nothing queued: the next record arms the writer again
+        if self._sleep is not None:
+            self._sleep.deadline = self._due
 
     def event(
         self,

@@ -74,3 +74,64 @@ async def test_audit_can_be_turned_off(app):
         await host.invoker.invoke(InvokeRequest("echo.say", raw({"text": "x"})))
         assert host.audit is None
     assert not (app / ".toolhost" / "audit.jsonl").exists()
+
+
+def _record(log, tool: str) -> None:
+    log.record(
+        client="test",
+        tool=tool,
+        input_json=b"{}",
+        status="success",
+        error_code=None,
+        duration_ms=1.0,
+        sidecar="echo",
+        pid=1,
+        attempts=1,
+        approval=None,
+    )
+
+
+def _tools(path) -> list[str]:
+    return [json.loads(line)["tool"] for line in path.read_text().splitlines()]
+
+
+def test_a_due_batch_is_written_by_the_next_record_and_the_last_one_by_the_writer(
+    tmp_path,
+):
+    """While calls go on, the record that finds the batch due writes it (once its tick's answers
+    are out) and the writer is not woken for it; when calls stop, the writer writes the rest
+    within the window."""
+    import trio
+    import trio.testing
+
+    from supervisor.calls.audit import FLUSH_DELAY_S, AuditLog
+    from supervisor.processes.direct_write import cork, uncork
+
+    clock = trio.testing.MockClock()
+    path = tmp_path / "audit.log"
+
+    async def main() -> None:
+        log = AuditLog(str(path))
+        log.open()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(log.run)
+            _record(log, "a")
+            _record(log, "b")
+            clock.jump(FLUSH_DELAY_S * 0.5)
+            _record(log, "c")  # not due yet: nothing written
+            assert path.read_text() == ""
+            clock.jump(FLUSH_DELAY_S)  # due; the writer has had no turn since
+            cork()
+            _record(log, "d")
+            assert path.read_text() == ""  # written once the tick's answers are out...
+            uncork()
+            assert _tools(path) == ["a", "b", "c", "d"]  # ...by this tick, not the writer
+            _record(log, "e")
+            _record(log, "f")
+            assert _tools(path) == ["a", "b", "c", "d"]  # a new window
+            clock.jump(FLUSH_DELAY_S * 2)  # calls stopped: the writer's deadline passes
+            await trio.testing.wait_all_tasks_blocked()
+            assert _tools(path) == ["a", "b", "c", "d", "e", "f"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
