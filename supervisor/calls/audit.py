@@ -5,10 +5,11 @@
 # batch with one ``write`` on an ``O_APPEND`` descriptor, so a crash can tear at most the last
 # line. A batch is written at most :data:`FLUSH_DELAY_S` after its first record, or once
 # :data:`FLUSH_BATCH` records wait - so a crash of the host loses at most that window's records:
-# by the tick of the record that finds it due or full (after that tick's answers are written,
-# :func:`~supervisor.processes.direct_write.after_flush`), else by the writer task, whose sleep's
-# deadline a record only moves (nothing is woken until it is due). A busy host writes its audit
-# with no wake-up of its own; an idle one's last batch waits for the writer. When the
+# by the tick of a record that finds it full or half that window old (after that tick's answers
+# are written, :func:`~supervisor.processes.direct_write.after_flush`), else by the writer task
+# at the window's end, whose sleep's deadline a record only moves (nothing is woken until it is
+# due). A busy host writes its audit with no wake-up of its own; an idle one's last batch waits
+# for the writer. When the
 # file passes ``host.auditMaxBytes`` it is rotated to ``.1``,
 # ``.2``, ... keeping ``host.auditKeep`` old files. Before each batch the open descriptor is
 # compared (``st_dev``/``st_ino``) with what the path names now (``lstat``): a file deleted or
@@ -176,8 +177,10 @@ class AuditLog:
             after_flush(self._flush_due)
 
     def _past_due(self) -> bool:
+        """The batch is half its window old: a record now writes it, before the writer's
+        deadline (a record arriving after it would find the writer woken already)."""
         try:
-            return trio.current_time() >= self._due
+            return trio.current_time() >= self._due - FLUSH_DELAY_S / 2
         except RuntimeError:  # outside the host's loop: the writer's first pass writes it
             return False
 

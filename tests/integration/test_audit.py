@@ -98,9 +98,9 @@ def _tools(path) -> list[str]:
 def test_a_due_batch_is_written_by_the_next_record_and_the_last_one_by_the_writer(
     tmp_path,
 ):
-    """While calls go on, the record that finds the batch due writes it (once its tick's answers
-    are out) and the writer is not woken for it; when calls stop, the writer writes the rest
-    within the window."""
+    """While calls go on, a record that finds the batch half its window old writes it (once its
+    tick's answers are out), before the writer's deadline: the writer is not woken for it. When
+    calls stop, the writer writes the rest at the window's end."""
     import trio
     import trio.testing
 
@@ -117,10 +117,10 @@ def test_a_due_batch_is_written_by_the_next_record_and_the_last_one_by_the_write
             await nursery.start(log.run)
             _record(log, "a")
             _record(log, "b")
-            clock.jump(FLUSH_DELAY_S * 0.5)
-            _record(log, "c")  # not due yet: nothing written
+            clock.jump(FLUSH_DELAY_S * 0.25)
+            _record(log, "c")  # a quarter of the window: nothing written
             assert path.read_text() == ""
-            clock.jump(FLUSH_DELAY_S)  # due; the writer has had no turn since
+            clock.jump(FLUSH_DELAY_S * 0.5)  # three quarters: the writer's deadline is ahead
             cork()
             _record(log, "d")
             assert path.read_text() == ""  # written once the tick's answers are out...
