@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import gc
 import json
 import logging
 import os
@@ -161,3 +162,12 @@ def add_location_args(p: argparse.ArgumentParser) -> None:
 def die(message: str, code: int = EXIT_NO_HOST) -> int:
     print(f"toolhost: {message}", file=sys.stderr)
     return code
+
+
+def freeze_start_up() -> None:
+    """Leave what start-up made (imported modules, the registry, the catalog, the pools) out of
+    the cyclic collector from now on: a full collection then walks only what serving made since,
+    where it walked the ~46,000 start-up objects too (~40 ms, once every few thousand calls, in
+    the middle of one of them). Reclaimed by reference counting as before; a cycle among them
+    stays (start-up builds them once)."""
+    gc.freeze()

@@ -30,6 +30,7 @@ from supervisor.cli.common import (
     RootTaken,
     app_root,
     die,
+    freeze_start_up,
     lock_root,
     serving_pid,
     socket_path,
@@ -109,6 +110,7 @@ async def _main(args: argparse.Namespace) -> int:
                 return die(str(exc), EXIT_FAILED)
             with trio.move_on_after(args.settle):
                 await _settled(host)
+            freeze_start_up()
             try:
                 code = await _serve(
                     args,

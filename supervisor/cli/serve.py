@@ -16,6 +16,7 @@ from supervisor.cli.common import (
     RootTaken,
     app_root,
     die,
+    freeze_start_up,
     lock_root,
     remove_serving,
     write_serving,
@@ -156,6 +157,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 write_serving(options.app_root, host.endpoints)
             except OSError as exc:
                 log.warning("cannot record the endpoints in .toolhost/serving.json: %s", exc)
+            freeze_start_up()
             notifier = Notifier()
             # The signal handlers are in place before READY: a SIGTERM right after it (systemd, a
             # test) must stop the host gracefully, not kill it with the default disposition.
