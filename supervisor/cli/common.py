@@ -38,25 +38,32 @@ HOST_LOCK = os.path.join(".toolhost", "host.lock")
 each count quotas, overwrite ``.toolhost/quota-state.json`` and run every sidecar twice."""
 
 
+HOST_ROLES = {"serve": "`toolhost serve`", "embedded": "`toolhost mcp --embedded`"}
+"""What a host writes after its pid in :data:`HOST_LOCK`, and how a refusal names it."""
+
+
 class RootTaken(Exception):
     """Another host runs on the app root (the message names it and what to do); ``holder``:
-    its pid as written in the lock ("" when the lock itself is the problem)."""
+    its pid as written in the lock ("" when the lock itself is the problem); ``role``: what it
+    is (a key of :data:`HOST_ROLES`; "" when it did not say: a version before roles)."""
 
-    def __init__(self, message: str, holder: str = "") -> None:
+    def __init__(self, message: str, holder: str = "", role: str = "") -> None:
         super().__init__(message)
         self.holder = holder
+        self.role = role
 
 
-def lock_root(root: str, advice: str) -> FileLock | None:
-    """Take :data:`HOST_LOCK` for this process's host; release it when the host ends.
-    ``advice`` ends the refusal: what this command's user can do instead. None (and a warning)
-    when the lock cannot be made at all (a read-only app root): then there is no state there for
-    a second host to overwrite either.
+def lock_root(root: str, advice: str, role: str) -> FileLock | None:
+    """Take :data:`HOST_LOCK` for this process's host (``role``: what it is, a key of
+    :data:`HOST_ROLES`, written after its pid); release it when the host ends. ``advice`` ends
+    the refusal: what this command's user can do instead. None (and a warning) when the lock
+    cannot be made at all (a read-only app root): then there is no state there for a second
+    host to overwrite either.
 
     Raises:
         RootTaken: Another host holds it, or the lock file is a symlink (one line).
     """
-    lock = FileLock(os.path.join(root, HOST_LOCK))
+    lock = FileLock(os.path.join(root, HOST_LOCK), role=role)
     try:
         os.makedirs(lock.path.parent, mode=0o700, exist_ok=True)
         if lock.try_acquire():
@@ -70,12 +77,13 @@ def lock_root(root: str, advice: str) -> FileLock | None:
             exc.strerror or exc,
         )
         return None
-    holder = lock.holder()
+    holder, held_as = lock.holder(), lock.holder_role()
+    what = HOST_ROLES.get(held_as, "`toolhost serve` or `toolhost mcp --embedded`")
     raise RootTaken(
-        f"another toolhost host (pid {holder}: `toolhost serve` or "
-        f"`toolhost mcp --embedded`) already runs on {root}; two would each count quotas and "
-        f"overwrite its state. {advice}",
+        f"another toolhost host (pid {holder}: {what}) already runs on {root}; two would each "
+        f"count quotas and overwrite its state. {advice}",
         holder,
+        held_as if held_as in HOST_ROLES else "",
     )
 
 

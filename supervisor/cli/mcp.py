@@ -138,7 +138,8 @@ restarting its MCP server starts the new one while the old one still stops (up t
 
 async def _lock_embedded(root: str) -> FileLock | None:
     """The app root's host lock for this embedded host: refused at once beside a ``toolhost
-    serve``, after :data:`EMBEDDED_LOCK_WAIT_S` beside another embedded host still running.
+    serve`` (still starting, or serving), after :data:`EMBEDDED_LOCK_WAIT_S` beside another
+    embedded host still running.
 
     Raises:
         RootTaken: Another host holds it (or the lock is a symlink).
@@ -147,10 +148,11 @@ async def _lock_embedded(root: str) -> FileLock | None:
     deadline = trio.current_time() + EMBEDDED_LOCK_WAIT_S
     while True:
         try:
-            return lock_root(root, advice)
+            return lock_root(root, advice, "embedded")
         except RootTaken as exc:
-            serve = serving_pid(root)
-            if not exc.holder or str(serve) == exc.holder or trio.current_time() >= deadline:
+            # A serve says so in the lock from its start; an older one only once serving.
+            serve = exc.role == "serve" or str(serving_pid(root)) == exc.holder
+            if not exc.holder or serve or trio.current_time() >= deadline:
                 raise
         await trio.sleep(0.1)
 

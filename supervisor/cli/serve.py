@@ -79,7 +79,9 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     # One host per app root (a second serve on another socket, an `mcp --embedded`).
     try:
-        lock = lock_root(options.app_root, "Stop it first, or serve another folder (--app-root)")
+        lock = lock_root(
+            options.app_root, "Stop it first, or serve another folder (--app-root)", "serve"
+        )
     except RootTaken as exc:
         await _unlisten(path, unix_listener, ws_listeners)
         return die(str(exc), 1)

@@ -120,11 +120,13 @@ class LockBusy(Exception):
 class FileLock:
     """An exclusive ``flock`` on one file; released by the kernel if the holder dies.
 
-    The holder's pid is written into the file so a refusal can say who holds it.
+    The holder's pid is written into the file so a refusal can say who holds it, followed by
+    ``role`` when one is given (what the holder is: ``serve``).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], role: str = "") -> None:
         self.path = Path(path)
+        self.role = role
         self._fd: int | None = None
 
     @property
@@ -147,16 +149,24 @@ class FileLock:
             os.close(fd)
             raise
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.write(fd, f"{os.getpid()} {self.role}".strip().encode() + b"\n")
         self._fd = fd
         return True
 
     def holder(self) -> str:
         """The pid written by the current holder, or ``"?"``."""
+        return self._written()[0] or "?"
+
+    def holder_role(self) -> str:
+        """The role the current holder wrote ("" when none, or written by an older version)."""
+        return self._written()[1]
+
+    def _written(self) -> tuple[str, str]:
         try:
-            return self.path.read_text().strip() or "?"
+            pid, _, role = self.path.read_text().strip().partition(" ")
         except OSError:
-            return "?"
+            return "", ""
+        return pid, role.strip()
 
     def acquire(self) -> None:
         """Take the lock or raise :class:`LockBusy` naming the holder."""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from supervisor.cli.mcp import EMBEDDED_LOCK_WAIT_S
 from tests.conftest import echo, write_registry
 from tests.e2e.conftest import cli, serve
 
@@ -70,7 +71,8 @@ def test_an_embedded_host_waits_for_the_one_still_stopping(app):
             sys.executable,
             "-c",
             "import time; from supervisor.cli.common import lock_root; "
-            f"lock = lock_root({str(app)!r}, ''); print('held', flush=True); time.sleep(1.5)",
+            f"lock = lock_root({str(app)!r}, '', 'embedded'); print('held', flush=True); "
+            "time.sleep(1.5)",
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -82,3 +84,34 @@ def test_an_embedded_host_waits_for_the_one_still_stopping(app):
     assert done.returncode == 0, done.stderr
     assert "already runs" not in done.stderr
     assert time.monotonic() - started > 1.0  # it did wait for the holder to go
+
+
+def test_an_embedded_host_beside_a_serve_still_starting_is_refused_at_once(app):
+    """A ``toolhost serve`` holds the lock from its start, before it records ``serving.json``
+    (its sidecars may take seconds to start): an ``--embedded`` started then is refused at once,
+    naming the serve, instead of waiting as it does for another embedded host."""
+    write_registry(app, {"echo": echo(tools=["echo.say"])})
+    starting = subprocess.Popen(  # a serve between its lock and serving.json
+        [
+            sys.executable,
+            "-c",
+            "import sys; from supervisor.cli.common import lock_root; "
+            f"lock = lock_root({str(app)!r}, '', 'serve'); print('held', flush=True); "
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert starting.stdout is not None and starting.stdout.readline() == "held\n"
+        assert not (app / ".toolhost" / "serving.json").exists()
+        began = time.monotonic()
+        done = _mcp(app, "--embedded", "--tools", "echo.*")
+        waited = time.monotonic() - began
+        assert done.returncode != 0
+        assert f"pid {starting.pid}: `toolhost serve`)" in done.stderr
+        assert "without --embedded" in done.stderr
+        assert waited < EMBEDDED_LOCK_WAIT_S  # not the wait for an embedded host to end
+    finally:
+        starting.communicate("", timeout=10)

@@ -19,7 +19,7 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_goes_with_it(t
             sys.executable,
             "-c",
             "import sys; from supervisor.cli.common import lock_root; "
-            f"lock = lock_root({str(tmp_path)!r}, ''); print('held', flush=True); "
+            f"lock = lock_root({str(tmp_path)!r}, '', 'serve'); print('held', flush=True); "
             "sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
@@ -29,20 +29,21 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_goes_with_it(t
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         with pytest.raises(RootTaken) as taken:
-            lock_root(str(tmp_path), "Do something else")
-        assert f"pid {holder.pid}" in str(taken.value)
+            lock_root(str(tmp_path), "Do something else", "embedded")
+        assert f"pid {holder.pid}: `toolhost serve`)" in str(taken.value)  # named, and what
+        assert (taken.value.holder, taken.value.role) == (str(holder.pid), "serve")
         assert str(taken.value).endswith("Do something else")
     finally:
         holder.communicate("", timeout=10)
-    lock = lock_root(str(tmp_path), "")  # the holder is gone: the kernel dropped its flock
-    assert lock is not None and (tmp_path / HOST_LOCK).read_text() == f"{os.getpid()}\n"
+    lock = lock_root(str(tmp_path), "", "embedded")  # the holder is gone: its flock went too
+    assert lock is not None and (tmp_path / HOST_LOCK).read_text() == f"{os.getpid()} embedded\n"
     lock.release()
 
 
 def test_a_root_where_no_lock_can_be_made_warns_and_goes_on(tmp_path, caplog):
     (tmp_path / ".toolhost").write_text("not a folder")
     with caplog.at_level(logging.WARNING, logger="toolhost"):
-        assert lock_root(str(tmp_path), "") is None
+        assert lock_root(str(tmp_path), "", "serve") is None
     assert "would not be refused" in caplog.text
 
 
@@ -52,5 +53,34 @@ def test_the_lock_is_never_taken_through_a_symlink(tmp_path):
     (tmp_path / ".toolhost").mkdir()
     (tmp_path / HOST_LOCK).symlink_to(victim)
     with pytest.raises(RootTaken, match="symlink"):
-        lock_root(str(tmp_path), "")
+        lock_root(str(tmp_path), "", "serve")
     assert victim.read_text() == "keep"
+
+
+def test_a_holder_from_before_roles_is_named_as_either_host(tmp_path):
+    """A lock written by a version that wrote only its pid: the refusal names both hosts."""
+    (tmp_path / ".toolhost").mkdir()
+    lock_file = tmp_path / HOST_LOCK
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; "
+            f"fd = os.open({str(lock_file)!r}, os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'%d\\n' % os.getpid()); "
+            "print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(RootTaken) as taken:
+            lock_root(str(tmp_path), "", "serve")
+        assert f"pid {holder.pid}: `toolhost serve` or `toolhost mcp --embedded`" in str(
+            taken.value
+        )
+        assert (taken.value.holder, taken.value.role) == (str(holder.pid), "")
+    finally:
+        holder.communicate("", timeout=10)
