@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -19,6 +20,35 @@ from supervisor.processes.pids_cgroup import PidsCgroups
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "sidecars"
+
+
+def hold_host_lock(
+    root: Path, role: str = "serve", *, seconds: float | None = None, legacy: bool = False
+) -> subprocess.Popen[str]:
+    """Another process holding ``root``'s host lock as a host of ``role`` does (``legacy``: as
+    a host of a version that wrote only its pid), returned once it holds it. It lets go when its
+    stdin closes (``.communicate("")``), or after ``seconds``."""
+    if legacy:
+        lock = str(root / ".toolhost" / "host.lock")
+        take = (
+            f"import fcntl, os; fd = os.open({lock!r}, os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'%d\\n' % os.getpid())"
+        )
+    else:
+        take = (
+            "from supervisor.cli.common import lock_root; "
+            f"lock = lock_root({str(root)!r}, '', {role!r})"
+        )
+    wait = "sys.stdin.read()" if seconds is None else f"time.sleep({seconds})"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import sys, time; {take}; print('held', flush=True); {wait}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
 
 
 @pytest.fixture(scope="session", autouse=True)

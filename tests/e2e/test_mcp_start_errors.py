@@ -6,11 +6,10 @@ error"."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 from supervisor.cli.mcp import EMBEDDED_LOCK_WAIT_S
-from tests.conftest import echo, write_registry
+from tests.conftest import echo, hold_host_lock, write_registry
 from tests.e2e.conftest import cli, serve
 
 
@@ -66,18 +65,7 @@ def test_an_embedded_host_waits_for_the_one_still_stopping(app):
     """A front-end restarting its MCP server starts the new ``--embedded`` while the old one
     still stops (its lock held for up to 10 s): the new one waits for it instead of failing."""
     write_registry(app, {"echo": echo(tools=["echo.say"])})
-    holder = subprocess.Popen(  # the old embedded host, stopping: holds the lock ~1.5 s more
-        [
-            sys.executable,
-            "-c",
-            "import time; from supervisor.cli.common import lock_root; "
-            f"lock = lock_root({str(app)!r}, '', 'embedded'); print('held', flush=True); "
-            "time.sleep(1.5)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    holder = hold_host_lock(app, "embedded", seconds=1.5)  # the old one, stopping
     started = time.monotonic()
     done = _mcp(app, "--embedded", "--tools", "echo.*")
     assert holder.wait(timeout=10) == 0
@@ -91,20 +79,8 @@ def test_an_embedded_host_beside_a_serve_still_starting_is_refused_at_once(app):
     (its sidecars may take seconds to start): an ``--embedded`` started then is refused at once,
     naming the serve, instead of waiting as it does for another embedded host."""
     write_registry(app, {"echo": echo(tools=["echo.say"])})
-    starting = subprocess.Popen(  # a serve between its lock and serving.json
-        [
-            sys.executable,
-            "-c",
-            "import sys; from supervisor.cli.common import lock_root; "
-            f"lock = lock_root({str(app)!r}, '', 'serve'); print('held', flush=True); "
-            "sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    starting = hold_host_lock(app, "serve")  # a serve between its lock and serving.json
     try:
-        assert starting.stdout is not None and starting.stdout.readline() == "held\n"
         assert not (app / ".toolhost" / "serving.json").exists()
         began = time.monotonic()
         done = _mcp(app, "--embedded", "--tools", "echo.*")

@@ -4,30 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 
 import pytest
 
 from supervisor.cli.common import HOST_LOCK, RootTaken, lock_root
+from tests.conftest import hold_host_lock
 
 
 def test_a_second_holder_is_refused_naming_the_first_and_the_lock_goes_with_it(tmp_path):
     # The first host is another process, as in real use (flock is per open file).
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from supervisor.cli.common import lock_root; "
-            f"lock = lock_root({str(tmp_path)!r}, '', 'serve'); print('held', flush=True); "
-            "sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_host_lock(tmp_path, "serve")
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         with pytest.raises(RootTaken) as taken:
             lock_root(str(tmp_path), "Do something else", "embedded")
         assert f"pid {holder.pid}: `toolhost serve`)" in str(taken.value)  # named, and what
@@ -60,22 +47,8 @@ def test_the_lock_is_never_taken_through_a_symlink(tmp_path):
 def test_a_holder_from_before_roles_is_named_as_either_host(tmp_path):
     """A lock written by a version that wrote only its pid: the refusal names both hosts."""
     (tmp_path / ".toolhost").mkdir()
-    lock_file = tmp_path / HOST_LOCK
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, os, sys; "
-            f"fd = os.open({str(lock_file)!r}, os.O_RDWR | os.O_CREAT); "
-            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'%d\\n' % os.getpid()); "
-            "print('held', flush=True); sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_host_lock(tmp_path, legacy=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         with pytest.raises(RootTaken) as taken:
             lock_root(str(tmp_path), "", "serve")
         assert f"pid {holder.pid}: `toolhost serve` or `toolhost mcp --embedded`" in str(
