@@ -161,7 +161,9 @@ class _Pending:
             self.result = msgspec.json.decode(result, type=tp)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.result = None
-            self.error = RpcError("internal", f"the host's answer is not a {tp.__name__}: {exc}")
+            self.error = RpcError(
+                "internal", f"the host's answer does not fit {tp.__name__}: {exc}"
+            )
 
 
 class _Answer(msgspec.Struct):
