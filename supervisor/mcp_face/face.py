@@ -34,13 +34,12 @@ from supervisor.contracts.envelope import Envelope
 from supervisor.contracts.rpc import InvokeParams, TraceContext
 from supervisor.mcp_face.profiles import Profile
 from supervisor.protocols.mcp_pages import PAGE_SIZE, BadCursor, paginate
+from supervisor.protocols.mcp_results import call_result, progress_fields
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
     Forward,
     McpServerConnection,
-    call_result,
-    progress_fields,
 )
 from supervisor.server.link import FrameLink
 

@@ -7,6 +7,7 @@ import pytest
 
 from supervisor.contracts.envelope import Envelope, ErrorInfo, Meta
 from supervisor.protocols.errors import LineTooLong
+from supervisor.protocols.mcp_results import call_result, progress_fields
 from supervisor.protocols.mcp_server import (
     Accepted,
     CallTool,
@@ -14,9 +15,7 @@ from supervisor.protocols.mcp_server import (
     ListTools,
     McpServerConnection,
     Reply,
-    call_result,
     negotiate,
-    progress_fields,
 )
 
 

@@ -33,14 +33,13 @@ from supervisor.contracts import wire
 from supervisor.contracts.envelope import Envelope, ErrorInfo
 from supervisor.contracts.mcp import INVALID_REQUEST, RequestId
 from supervisor.protocols.errors import LineTooLong
+from supervisor.protocols.mcp_results import call_result, progress_fields
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
     ListTools,
     McpServerConnection,
     Reply,
-    call_result,
-    progress_fields,
 )
 
 
