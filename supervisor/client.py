@@ -19,7 +19,7 @@ import math
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, cast
 
 import msgspec
 import trio
@@ -32,7 +32,6 @@ from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, len
 from supervisor.server.link import FrameLink
 
 EventSink = Callable[[str, Any], None]
-T = TypeVar("T")
 MAX_FRAME = 256 * 1024 * 1024
 READ_SIZE = 1 << 16
 BIG_READ_SIZE = 1 << 20

@@ -4,9 +4,10 @@
 # kernel client (``supervisor/client.py``, imported by every CLI command) can tell a link from a
 # socket without importing the server's session, methods and host. Both ends live in one
 # process, so what needs no bytes is handed over as objects: a request whose params are already
-# the method's struct (``tools.invoke`` from the MCP face), and the response to a request the
-# client made ``typed`` (the call's envelope), taken by the client's reader at once. Everything
-# else is a frame, as on a socket.
+# the method's struct (``tools.invoke`` from the MCP face), the response to a request the client
+# made ``typed`` (the call's envelope), and a result that is JSON already (a hosted server's
+# read) for a request that wants JSON, taken by the client's reader at once. Everything else is
+# a frame, as on a socket.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class FrameLink(trio.abc.AsyncResource):
         raises (the reader keeps a failure and raises it in its own task)."""
         self.on_object: Callable[[Any, Any], bool] | None = None
         """Set by the client's reader once it runs: offered each response as its id and result
-        object (:meth:`answer_now`); True when it took it (a ``typed`` request), False to have
-        it as a frame. It never raises."""
+        object (:meth:`answer_now`); True when it took it (a ``typed`` request, or JSON for a
+        request that wants JSON), False to have it as a frame. It never raises."""
         self.queued = 0
         """Frames on ``to_client`` the client's reader has not taken yet."""
         self.closed = False
