@@ -10,9 +10,11 @@
 # answering a batch). While such a chunk is handled the writers are *corked*
 # (:func:`cork`/:func:`uncork` around the handling): writes gather in memory and each touched
 # writer makes one ``write`` when the chunk is done - one syscall per batch instead of one per
-# message, and no task hop either way. Bookkeeping that no answer waits for (a finished call's
-# audit record and accounting) is handed to :func:`after_flush` and runs right after that write,
-# in the same tick: off the path between the worker's answer and the client's.
+# message, and no task hop either way. A chunk that holds one message has nothing to gather its
+# writes with: :func:`one_message` lets them go out at once, before the call stack unwinds to
+# the uncork. Bookkeeping that no answer waits for (a finished call's audit record and
+# accounting) is handed to :func:`after_flush` and runs at the outermost uncork, in the same
+# tick, after those writes: off the path between the worker's answer and the client's.
 """
 
 from __future__ import annotations
@@ -80,21 +82,37 @@ def grow_pipe(fd: int, size: int = 1 << 20) -> None:
 
 
 _corked = 0
+_one = False
+"""The outermost cork's chunk holds one message: writes go out at once (:func:`one_message`)."""
 _touched: list[DirectWriter] = []
 _after: list[Callable[[], object]] = []
 
 
 def cork() -> None:
-    """Gather writes until the matching :func:`uncork` (calls nest)."""
-    global _corked
+    """Gather writes until the matching :func:`uncork` (calls nest; a nested cork gathers even
+    under :func:`one_message`)."""
+    global _corked, _one
     _corked += 1
+    if _corked > 1:
+        _one = False
+
+
+def one_message() -> None:
+    """The outermost cork's chunk holds one message (one answer, one request): there is nothing
+    to gather its writes with, so they go out at once instead of after the call stack has
+    unwound to :func:`uncork`; what :func:`after_flush` was handed still waits for the uncork.
+    Ignored once something was gathered, or inside a nested cork."""
+    global _one
+    if _corked == 1 and not _touched:
+        _one = True
 
 
 def uncork() -> None:
     """End a :func:`cork`; the outermost one writes what gathered, one write per writer."""
-    global _corked
+    global _corked, _one
     _corked -= 1
     if _corked == 0:
+        _one = False
         if _touched:
             touched = list(_touched)
             _touched.clear()
@@ -144,7 +162,7 @@ class DirectWriter:
         corked, gather it for one write at :func:`uncork`."""
         if self.broken or self._closing:
             return
-        if _corked:
+        if _corked and not _one:
             if not self._gathered:
                 _touched.append(self)
             self._gathered.append(data)

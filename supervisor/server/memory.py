@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import trio
 
 from supervisor.contracts.rpc import RequestId
-from supervisor.processes.direct_write import cork, uncork
+from supervisor.processes.direct_write import cork, one_message, uncork
 from supervisor.server.backend import Backend
 from supervisor.server.codec import Codec
 from supervisor.server.link import FrameLink, Outgoing
@@ -90,6 +90,7 @@ class MemoryConnection(QueuedTransport):
             if not session.full and not self.out.closed:
                 self._handling = True
                 cork()
+                one_message()  # one frame: its call to a worker goes out at once
                 try:
                     context.run(session.handle, frame, self.codec)
                 finally:
@@ -168,6 +169,8 @@ class MemoryConnection(QueuedTransport):
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
             cork()  # answers and worker writes of this batch go out in one write each
+            if len(batch) == 1:
+                one_message()
             try:
                 for frame in batch:
                     if session.full:  # fairness, as on the socket

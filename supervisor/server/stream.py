@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import trio
 
-from supervisor.processes.direct_write import DirectWriter, cork, read_ready, uncork
+from supervisor.processes.direct_write import DirectWriter, cork, one_message, read_ready, uncork
 from supervisor.protocols.errors import LineTooLong
 from supervisor.protocols.framing import LengthPrefixSplitter, LineSplitter, length_prefixed
 from supervisor.server.admission import ConnectionCount
@@ -185,6 +185,8 @@ class StreamConnection(QueuedTransport):
             cork()  # answers and worker writes of this chunk go out in one write each
             try:
                 frames = self._feed(data)
+                if len(frames) == 1:
+                    one_message()  # its answer, or its call to a worker, goes out at once
                 i = 0
                 while i < len(frames):
                     frame = frames[i]

@@ -23,7 +23,14 @@ import trio
 from supervisor.calls.call import Call
 from supervisor.contracts.confine import ConfinementFacts
 from supervisor.processes.child import Child
-from supervisor.processes.direct_write import DirectWriter, cork, grow_pipe, read_ready, uncork
+from supervisor.processes.direct_write import (
+    DirectWriter,
+    cork,
+    grow_pipe,
+    one_message,
+    read_ready,
+    uncork,
+)
 from supervisor.processes.limits import cpu_limit_of
 from supervisor.protocols.errors import LineTooLong, ProtocolError
 from supervisor.protocols.outcome import CallOutcome
@@ -302,6 +309,8 @@ class LineWorker(Worker):
                 # read it in bigger pieces, one wake-up each, then go back to small reads.
                 size = BIG_READ if len(data) == size else READ_CHUNK
                 cork()
+                if len(data) <= READ_CHUNK and data.find(b"\n") == len(data) - 1:
+                    one_message()  # one whole line: its answer goes out at once
                 try:
                     receive(data)
                 except ProtocolError as exc:
