@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
-from supervisor.processes.direct_write import DirectWriter, after_flush, cork, uncork
+import pytest
+
+from supervisor.processes.direct_write import (
+    DirectWriter,
+    after_flush,
+    cork,
+    one_message,
+    uncork,
+)
 
 
 def test_corked_work_runs_after_the_gathered_write_and_once() -> None:
@@ -51,53 +60,48 @@ def _readable(r: int) -> bytes:
         return b""
 
 
-def test_a_chunk_of_one_message_writes_at_once_and_its_bookkeeping_still_waits() -> None:
-    from supervisor.processes.direct_write import one_message
-
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    """A pipe, both ends non-blocking: (read end, write end)."""
     r, w = os.pipe()
-    os.set_blocking(w, False)
     os.set_blocking(r, False)
-    try:
-        writer = DirectWriter(w)
-        done: list[bytes] = []
-        cork()
-        one_message()
-        writer.write(b"answer\n")
-        assert _readable(r) == b"answer\n"  # out before the call stack unwinds to uncork
-        after_flush(lambda: done.append(b"kept"))
-        assert done == []  # the bookkeeping still waits for the uncork
-        cork()  # a nested cork (a batch inside) gathers again
-        writer.write(b"one\n")
-        writer.write(b"two\n")
-        uncork()
-        assert _readable(r) == b""
-        uncork()
-        assert _readable(r) == b"one\ntwo\n" and done == [b"kept"]
-        cork()  # the next chunk is not one message unless it says so
-        writer.write(b"later\n")
-        assert _readable(r) == b""
-        uncork()
-        assert _readable(r) == b"later\n"
-    finally:
-        os.close(r)
-        os.close(w)
-
-
-def test_one_message_is_ignored_once_something_was_gathered() -> None:
-    from supervisor.processes.direct_write import one_message
-
-    r, w = os.pipe()
     os.set_blocking(w, False)
-    os.set_blocking(r, False)
-    try:
-        writer = DirectWriter(w)
-        cork()
-        writer.write(b"first\n")
-        one_message()  # too late: "second" must not overtake "first"
-        writer.write(b"second\n")
-        assert _readable(r) == b""
-        uncork()
-        assert _readable(r) == b"first\nsecond\n"
-    finally:
-        os.close(r)
-        os.close(w)
+    yield r, w
+    os.close(r)
+    os.close(w)
+
+
+def test_a_chunk_of_one_message_writes_at_once_and_its_bookkeeping_still_waits(pipe) -> None:
+    r, w = pipe
+    writer = DirectWriter(w)
+    done: list[bytes] = []
+    cork()
+    one_message()
+    writer.write(b"answer\n")
+    assert _readable(r) == b"answer\n"  # out before the call stack unwinds to uncork
+    after_flush(lambda: done.append(b"kept"))
+    assert done == []  # the bookkeeping still waits for the uncork
+    cork()  # a nested cork (a batch inside) gathers again
+    writer.write(b"one\n")
+    writer.write(b"two\n")
+    uncork()
+    assert _readable(r) == b""
+    uncork()
+    assert _readable(r) == b"one\ntwo\n" and done == [b"kept"]
+    cork()  # the next chunk is not one message unless it says so
+    writer.write(b"later\n")
+    assert _readable(r) == b""
+    uncork()
+    assert _readable(r) == b"later\n"
+
+
+def test_one_message_is_ignored_once_something_was_gathered(pipe) -> None:
+    r, w = pipe
+    writer = DirectWriter(w)
+    cork()
+    writer.write(b"first\n")
+    one_message()  # too late: "second" must not overtake "first"
+    writer.write(b"second\n")
+    assert _readable(r) == b""
+    uncork()
+    assert _readable(r) == b"first\nsecond\n"
