@@ -9,7 +9,7 @@ import msgspec
 import pytest
 import trio
 
-from supervisor.client import Client, RpcError
+from supervisor.client import RpcError, client_on_stream
 from supervisor.contracts.envelope import Envelope
 
 pytestmark = pytest.mark.trio
@@ -38,11 +38,8 @@ async def test_typed_answers_over_a_socket():
         {"error": {"code": "unknown-tool", "message": "no tool named 'x'"}},
         {"result": ENVELOPE},
     ]
-    async with trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery, client_on_stream(client_end, hello=False) as client:
         nursery.start_soon(_fake_host, host_end, answers)
-        client = Client(client_end)
-        nursery.start_soon(client._reader)
-        nursery.start_soon(client._writer)
         got = await client.request("tools.invoke", {"tool": "t"}, typed=Envelope)
         assert isinstance(got, Envelope) and got.content == "hi"
         assert msgspec.json.decode(got.data) == {"a": [1, 2]}  # data kept as the JSON it was
