@@ -327,7 +327,8 @@ class Client:
         def take_object(request_id: Any, result: Any) -> bool:
             """A response as the host's object: taken when its request is ``typed`` so, or
             when it wants JSON and the result is JSON already (a hosted server's read, passed
-            on as it came: no frame around it to encode here and split there)."""
+            on as it came: no frame around it to encode here and split there), or its members
+            are wanted and the result is them already."""
             if failed:
                 return False
             pending = self._pending.get(request_id)
@@ -336,6 +337,12 @@ class Client:
             if pending.typed is not None:
                 if not isinstance(result, pending.typed):
                     return False
+            elif (
+                pending.members
+                and type(result) is dict
+                and all(type(v) is msgspec.Raw for v in result.values())
+            ):
+                pending.split = True  # members already (a hosted server's long answer)
             elif not pending.raw or not isinstance(result, msgspec.Raw):
                 return False
             elif pending.members:

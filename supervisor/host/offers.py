@@ -36,6 +36,7 @@ import trio
 from supervisor.host.catalog_feed import CatalogFeed
 from supervisor.host.offer_lists import KEYS, clients_of, owned, sessions
 from supervisor.host.views import HostViews
+from supervisor.protocols.mcp import Result
 from supervisor.workers.mcp_client import McpClient
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -132,10 +133,10 @@ class HostedOffers:
         params: dict[str, Any],
         name: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> msgspec.Raw:
+    ) -> Result:
         """Ask sidecar ``sid``'s server ``method``; its result as the JSON the server sent (the
         host passes it on as it is: a 1 MiB ``resources/read`` is never decoded and encoded
-        again here).
+        again here, and arrives as its members, split in the pass that read its line).
 
         Raises:
             OfferError: The server is not available, did not answer in time, or answered with

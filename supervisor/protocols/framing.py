@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from supervisor.protocols.errors import LineTooLong
 
+SMALL_PART = 4096
+"""An unfinished line's chunks shorter than this are gathered in one buffer (a trickle of
+one-byte chunks costs no more memory than the bytes); longer ones are kept as they came."""
+
 
 class LineSplitter:
     """Accumulates bytes and yields complete ``\\n``-terminated lines.
@@ -12,12 +16,16 @@ class LineSplitter:
         max_line: Longest line accepted, in bytes, excluding the newline.
     """
 
-    __slots__ = ("_buf", "_scan_from", "max_line")
+    # Strategy: the chunks of an unfinished line are kept as they came (the small ones gathered)
+    # and joined once when its newline arrives: a 1 MiB message read in three chunks is copied
+    # once, not into a buffer and then out of it.
+
+    __slots__ = ("_parts", "_size", "max_line")
 
     def __init__(self, max_line: int) -> None:
         self.max_line = max_line
-        self._buf = bytearray()
-        self._scan_from = 0
+        self._parts: list[bytes | bytearray] = []
+        self._size = 0
 
     def feed(self, data: bytes | bytearray) -> list[bytes]:
         """Add ``data``; return the complete lines it finished (without the newline).
@@ -25,44 +33,64 @@ class LineSplitter:
         Raises:
             LineTooLong: A line (complete or still growing) is over ``max_line``.
         """
-        buf = self._buf
-        if not buf:
+        parts = self._parts
+        if not parts:
             # Fast path: most chunks hold whole lines and nothing is pending.
             if data.endswith(b"\n"):
                 lines = (data if type(data) is bytes else bytes(data)).split(b"\n")
                 lines.pop()
                 self._check(lines)
                 return lines
-            buf += data
-        else:
-            buf += data
-        end = buf.rfind(b"\n", self._scan_from)
+            return self._start(data)
+        end = data.find(b"\n")
         if end < 0:
-            self._scan_from = len(buf)
-            if len(buf) > self.max_line:
-                raise self._too_long(f"line longer than {self.max_line} bytes")
+            self._add(data)
             return []
-        # One copy out of the buffer (a memoryview slice, not a bytearray slice then bytes), and
-        # none more when it ends a single line (a large message): no split.
-        with memoryview(buf) as view, view[:end] as part:
-            if buf.find(b"\n", self._scan_from, end) < 0:
-                lines = [bytes(part)]
-            else:
-                lines = bytes(part).split(b"\n")
-        del buf[: end + 1]
-        self._scan_from = 0
+        if self._size + end > self.max_line:  # refused before it is joined
+            raise self._too_long(
+                f"line of {self._size + end} bytes is over the {self.max_line}-byte limit"
+            )
+        with memoryview(data) as view, view[:end] as tail:
+            first = b"".join([*parts, tail])
+        parts.clear()
+        self._size = 0
+        self._check([first])
+        if end + 1 == len(data):
+            return [first]
+        return [first, *self._start(data[end + 1 :])]
+
+    def _start(self, data: bytes | bytearray) -> list[bytes]:
+        """Split ``data`` with nothing pending: its whole lines, and its rest kept."""
+        if data.rfind(b"\n") < 0:
+            self._add(data)
+            return []
+        lines = (data if type(data) is bytes else bytes(data)).split(b"\n")
+        rest = lines.pop()
         self._check(lines)
-        if len(buf) > self.max_line:
-            raise self._too_long(f"line longer than {self.max_line} bytes")
+        if rest:
+            self._add(rest)
         return lines
+
+    def _add(self, data: bytes | bytearray) -> None:
+        """Keep ``data`` as part of the unfinished line."""
+        parts = self._parts
+        if len(data) < SMALL_PART:
+            if parts and type(parts[-1]) is bytearray:
+                parts[-1] += data
+            else:
+                parts.append(bytearray(data))
+        else:
+            parts.append(data if type(data) is bytes else bytes(data))
+        self._size += len(data)
+        if self._size > self.max_line:
+            raise self._too_long(f"line longer than {self.max_line} bytes")
 
     def _too_long(self, message: str) -> LineTooLong:
         """The error, with the buffer's memory released first: up to ``max_line`` bytes that
         nobody will read, which the connection (kept alive by reference cycles until the
         cyclic collector runs, and by the error's traceback) would otherwise hold on to."""
-        self._buf.clear()
-        self._buf = bytearray()
-        self._scan_from = 0
+        self._parts.clear()  # in place: a caller's frame may hold the list
+        self._size = 0
         return LineTooLong(message)
 
     def _check(self, lines: list[bytes]) -> None:
@@ -74,13 +102,13 @@ class LineSplitter:
     @property
     def pending(self) -> int:
         """Bytes of an unfinished line."""
-        return len(self._buf)
+        return self._size
 
     def take_pending(self) -> bytes:
         """Remove and return the bytes of the unfinished line (for a framing switch)."""
-        data = bytes(self._buf)
-        self._buf.clear()
-        self._scan_from = 0
+        data = b"".join(self._parts)
+        self._parts = []
+        self._size = 0
         return data
 
 

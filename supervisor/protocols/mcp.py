@@ -43,13 +43,45 @@ _decode = mcp.incoming_decoder.decode
 _decode_batch = msgspec.json.Decoder(list[mcp.Incoming]).decode
 _decode_block = msgspec.json.Decoder(mcp.ContentBlock).decode
 
+MEMBERS_FROM = 64 * 1024
+"""A line this long is decoded with its result's members each left as JSON, in the one pass the
+line needs anyway (a 1 MiB ``resources/read`` is passed on as members, never scanned again to
+split them); a shorter one keeps its result as one piece of JSON."""
+
+Result = msgspec.Raw | dict[str, msgspec.Raw]
+"""A result as the server sent it: one piece of JSON, or (a long line's object) its members."""
+
+
+class _IncomingMembers(msgspec.Struct, kw_only=True):
+    """:class:`mcp.Incoming` with an object result split into its members."""
+
+    jsonrpc: str = "2.0"
+    id: mcp.RequestId | msgspec.UnsetType | None = msgspec.UNSET
+    method: str | msgspec.UnsetType = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    error: mcp.RpcErrorInfo | msgspec.UnsetType = msgspec.UNSET
+
+
+_decode_members = msgspec.json.Decoder(_IncomingMembers).decode
+
+
+def result_json(result: Result | None) -> bytes:
+    """``result`` as one piece of JSON (``null`` when there is none), for a typed decode."""
+    if result is None:
+        return b"null"
+    if isinstance(result, dict):
+        return _encode(result)
+    return result or b"null"
+
 
 class Response(msgspec.Struct, frozen=True, kw_only=True):
     """The server answered request ``id`` (whose method was ``method``)."""
 
     id: int
     method: str
-    result: msgspec.Raw | None = None
+    result: Result | None = None
+    """As the server sent it: members when the line was long (:data:`MEMBERS_FROM`)."""
     error: mcp.RpcErrorInfo | None = None
 
 
@@ -232,7 +264,7 @@ class McpConnection:
                     raise RequestFailed("server/discover", response.error)
             return False
         try:
-            result = msgspec.json.decode(response.result or b"null", type=mcp.DiscoverResult)
+            result = msgspec.json.decode(result_json(response.result), type=mcp.DiscoverResult)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return False
         mutual = [v for v in mcp.MODERN_VERSIONS if v in result.supportedVersions]
@@ -304,7 +336,8 @@ class McpConnection:
         if response.error is not None:
             raise RequestFailed("initialize", response.error)
         try:
-            self.server = msgspec.json.decode(response.result or b"null", type=mcp.InitializeResult)
+            raw = result_json(response.result)
+            self.server = msgspec.json.decode(raw, type=mcp.InitializeResult)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             self._fail(f"invalid initialize result: {exc}")
         self.state, self.era = "ready", "handshake"
@@ -418,17 +451,22 @@ class McpConnection:
             exc.accepted = out
             raise
 
-    def _decode(self, line: bytes) -> list[mcp.Incoming]:
+    def _decode(self, line: bytes) -> list[mcp.Incoming] | list[_IncomingMembers]:
         try:
             if line.lstrip().startswith(b"["):
                 return _decode_batch(line)
+            if len(line) >= MEMBERS_FROM:
+                try:
+                    return [_decode_members(line)]
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    pass  # not an object result, or not JSON: the plain decode says which
             return [_decode(line)]
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             raise ProtocolError(
                 f"not a JSON-RPC message {self.channel}: {exc}: {preview(line)}"
             ) from exc
 
-    def _accept(self, msg: mcp.Incoming) -> Event | None:
+    def _accept(self, msg: mcp.Incoming | _IncomingMembers) -> Event | None:
         if msg.jsonrpc != "2.0":
             raise ProtocolError(f'jsonrpc must be "2.0", got {msg.jsonrpc!r}')
         if msg.method is not msgspec.UNSET:
@@ -530,7 +568,7 @@ def tools_page(response: Response) -> tuple[list[ToolInfo], str | None]:
     if response.error is not None:
         raise RequestFailed("tools/list", response.error)
     try:
-        page = msgspec.json.decode(response.result or b"null", type=mcp.ListToolsResult)
+        page = msgspec.json.decode(result_json(response.result), type=mcp.ListToolsResult)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ProtocolError(f"invalid tools/list result: {exc}") from exc
     tools = [
@@ -557,7 +595,7 @@ def list_page(response: Response, key: str) -> tuple[list[dict[str, object]], st
     if response.error is not None:
         raise RequestFailed(response.method, response.error)
     try:
-        page = msgspec.json.decode(response.result or b"null", type=mcp.ListPage)
+        page = msgspec.json.decode(result_json(response.result), type=mcp.ListPage)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ProtocolError(f"invalid {response.method} result: {exc}") from exc
     items = getattr(page, key) or []
@@ -587,7 +625,7 @@ def call_answer(response: Response) -> CallOutcome:
             details=details,
         )
     try:
-        result = msgspec.json.decode(response.result or b"null", type=mcp.CallToolResult)
+        result = msgspec.json.decode(result_json(response.result), type=mcp.CallToolResult)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         return CallOutcome(
             ok=False, code="protocol-error", error=f"invalid tools/call result: {exc}"

@@ -59,6 +59,8 @@ def _json_safe(value: Any) -> Any:
     """Replace Raw JSON by plain values, for encoders other than JSON."""
     if isinstance(value, msgspec.Raw):
         return msgspec.json.decode(value) if bytes(value) else None
+    if type(value) is dict:  # a hosted server's long answer: its members, each still JSON
+        return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, Envelope):
         return EnvelopeView(
             status=value.status,

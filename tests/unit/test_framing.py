@@ -1,3 +1,4 @@
+import random
 import sys
 
 import pytest
@@ -43,11 +44,17 @@ def test_length_prefix_limit():
 
 def _held_bytearrays(exc: BaseException, splitter) -> list[int]:
     """Sizes of the buffers a refused frame leaves reachable: the splitter's own and every
-    bytearray in the frames of the error's traceback (which the reader keeps while it answers)."""
-    sizes = [sys.getsizeof(splitter._buf)]
+    bytearray (or list of pending parts) in the frames of the error's traceback (which the
+    reader keeps while it answers)."""
+    held = getattr(splitter, "_parts", None)
+    sizes = [sum(map(len, held)) if held is not None else sys.getsizeof(splitter._buf)]
     tb = exc.__traceback__
     while tb is not None:
-        sizes += [sys.getsizeof(v) for v in tb.tb_frame.f_locals.values() if type(v) is bytearray]
+        for v in tb.tb_frame.f_locals.values():
+            if type(v) is bytearray:
+                sizes.append(sys.getsizeof(v))
+            elif type(v) is list and all(type(p) in (bytes, bytearray) for p in v):
+                sizes.append(sum(map(len, v)))
         tb = tb.tb_next
     return sizes
 
@@ -74,3 +81,41 @@ def test_a_refused_length_prefix_frame_keeps_nothing():
     with pytest.raises(LineTooLong):
         s.feed(length_prefixed(b"x" * 10) + (1 << 20).to_bytes(4, "big") + b"y" * 60_000)
     assert s.pending == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lines_come_out_whole_whatever_the_chunking(seed):
+    """The chunks of an unfinished line are kept and joined when its newline arrives: any
+    chunking (one byte, small, larger than a part, across several lines, bytearrays the caller
+    reuses) gives the lines the stream holds, in order."""
+    rng = random.Random(seed)
+    lines = [
+        bytes([97 + i % 26]) * rng.choice([0, 1, 7, 4095, 4096, 9000, 70_000]) for i in range(40)
+    ]
+    stream = b"".join(line + b"\n" for line in lines)
+    s = LineSplitter(1 << 20)
+    out: list[bytes] = []
+    reused = bytearray()
+    pos = 0
+    while pos < len(stream):
+        step = rng.choice([1, 3, 100, 4095, 5000, 65536, 200_000])
+        chunk = stream[pos : pos + step]
+        pos += step
+        if rng.random() < 0.3:  # a caller's buffer, overwritten after the call
+            reused[:] = chunk
+            out += s.feed(reused)
+            reused[:] = b"?" * len(reused)
+        else:
+            out += s.feed(chunk)
+    assert out == lines
+    assert s.pending == 0
+
+
+def test_a_trickled_line_is_gathered_not_kept_byte_by_byte():
+    """One-byte chunks of an unfinished line go into one buffer (not one object per byte)."""
+    s = LineSplitter(1 << 20)
+    for _ in range(20_000):
+        assert s.feed(b"x") == []
+    assert s.pending == 20_000
+    assert len(s._parts) == 1
+    assert s.feed(b"y\n") == [b"x" * 20_000 + b"y"]

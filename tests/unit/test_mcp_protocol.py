@@ -319,3 +319,53 @@ def test_call_answer_rpc_errors(code, expected):
     a = answer_of(error=RpcErrorInfo(code=code, message="Unknown tool: x", data={"d": 1}))
     assert (a.ok, a.code, a.error) == (False, expected, "Unknown tool: x")
     assert a.details == {"rpcCode": code, "rpcData": {"d": 1}}
+
+
+BIG = "0123456789abcdef\n" * (proto.MEMBERS_FROM // 17 + 10)  # its line is past MEMBERS_FROM
+
+
+@pytest.mark.parametrize("mode", ["whole", "split"])
+def test_a_long_answer_comes_as_its_members_in_one_pass(mode):
+    """A line past MEMBERS_FROM is decoded with its result's members each left as JSON (what
+    the MCP face needs to stamp a read, without a second pass over 1 MiB); a short one keeps
+    its result as one piece of JSON. Either way it is the JSON the server sent."""
+    c = ready()
+    read = {"contents": [{"uri": "blob://x", "text": BIG}], "_meta": {"k": 1}}
+    rid, _ = c.ask("resources/read", {"uri": "blob://x"})
+    (resp,) = feed_all(c, result(rid, read), mode)
+    assert type(resp.result) is dict
+    assert all(type(v) is msgspec.Raw for v in resp.result.values())
+    assert {k: dec(v) for k, v in resp.result.items()} == read
+    assert dec(proto.result_json(resp.result)) == read
+    rid, _ = c.ask("resources/read", {"uri": "note://x"})
+    (resp,) = feed_all(c, result(rid, {"contents": []}), mode)
+    assert type(resp.result) is msgspec.Raw and dec(resp.result) == {"contents": []}
+
+
+def test_a_long_answer_that_is_not_an_object_or_not_json():
+    """Members only for an object: a long array result stays one piece of JSON; a long line
+    that is not JSON-RPC is the same breach as a short one."""
+    c = ready()
+    rid, _ = c.ask("resources/read", {"uri": "blob://x"})
+    (resp,) = c.feed(result(rid, [BIG]))
+    assert type(resp.result) is msgspec.Raw and dec(resp.result) == [BIG]
+    rid, _ = c.ask("resources/read", {"uri": "blob://x"})
+    with pytest.raises(ProtocolError, match="not a JSON-RPC message"):
+        c.feed(result(rid, {"text": BIG})[:-3] + b"\n")
+    assert proto.result_json(None) == b"null"
+
+
+def test_a_long_tools_call_answer_maps_like_a_short_one():
+    """The host's typed decodes (a call's answer, a list page) read members like one piece."""
+    c = ready()
+    rid, _ = c.call_tool("t", msgspec.Raw(b"{}"))
+    answer = {"content": [{"type": "text", "text": BIG}], "structuredContent": {"n": 1}}
+    (resp,) = c.feed(result(rid, answer))
+    assert type(resp.result) is dict
+    outcome = proto.call_answer(resp)
+    assert outcome.ok and outcome.content == BIG and dec(outcome.data) == {"n": 1}
+    rid, _ = c.ask("resources/list", {})
+    items = [{"uri": f"note://{i}", "name": BIG[:60]} for i in range(1200)]
+    (resp,) = c.feed(result(rid, {"resources": items, "nextCursor": "n2"}))
+    assert type(resp.result) is dict
+    assert proto.list_page(resp, "resources") == (items, "n2")
