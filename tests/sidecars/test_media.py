@@ -177,6 +177,9 @@ def test_missing_command_and_missing_engine_are_unavailable(project: Path) -> No
     configure("vision.ocr", {"command": "no-such-ocr-engine-anywhere"})
     result = run("vision.ocr", {"path": "a.png"})
     assert result.code == "unavailable" and (result.details or {})["reason"] == "command-not-found"
+    # audio.speak's delegate is one that is there on any machine (the bundled one needs
+    # espeak-ng): a missing OCR command must leave it healthy.
+    app.config["localCommands"]["audio.speak"] = py("pass")
     health = app.health_check(app)
     assert health["vision.ocr"].status == "unavailable"
     assert "no-such-ocr-engine-anywhere" in (health["vision.ocr"].reason or "")
