@@ -115,7 +115,7 @@ class ProtocolOutput:
         sys.stdout = sys.stderr
         self._file = os.fdopen(proto_fd, "wb", buffering=1 << 16)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Write and flush ``data`` (whole lines); exit at once when the host is gone."""
         out = self._file
         if out is None:

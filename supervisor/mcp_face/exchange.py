@@ -19,10 +19,11 @@ import h11
 import trio
 
 from supervisor.mcp_face.notices import NoticeQueue
+from supervisor.protocols.mcp_server import Line
 from supervisor.server.gateway_http import linger_close
 
 Headers = list[tuple[bytes, bytes]]
-Produce = Callable[[Callable[[bytes], None]], Awaitable[bytes | None]]
+Produce = Callable[[Callable[[Line], None]], Awaitable[Line | None]]
 """Runs a request, handing what it notifies (progress) to its argument; returns the answer
 (None: nothing to answer, e.g. a cancelled call)."""
 
@@ -30,7 +31,7 @@ SSE_PING = b": ping\n\n"
 """An SSE comment: keeps a quiet stream alive through proxies' idle timeouts."""
 
 
-def sse_frame(message: bytes) -> bytes:
+def sse_frame(message: Line) -> bytes:
     """One JSON-RPC message as an SSE ``message`` event."""
     return b"event: message\ndata: " + message.rstrip(b"\n") + b"\n\n"
 
@@ -47,7 +48,7 @@ class Exchange:
     async def send(
         self,
         status: int,
-        body: bytes,
+        body: Line,
         *,
         content_type: bytes = b"text/plain; charset=utf-8",
         headers: Headers | None = None,
@@ -61,11 +62,11 @@ class Exchange:
             hdrs.append((b"connection", b"close"))
         out = h.send(h11.Response(status_code=status, headers=hdrs)) or b""
         if body:
-            out += h.send(h11.Data(data=body)) or b""
+            out += h.send(h11.Data(data=bytes(body))) or b""
         out += h.send(h11.EndOfMessage()) or b""
         await self.stream.send_all(out)
 
-    async def json(self, status: int, data: bytes, headers: Headers | None = None) -> None:
+    async def json(self, status: int, data: Line, headers: Headers | None = None) -> None:
         """A JSON answer (a JSON-RPC message)."""
         await self.send(status, data, content_type=b"application/json", headers=headers)
 
@@ -85,7 +86,7 @@ class Exchange:
             self.h.send(h11.Response(status_code=200, headers=headers)) or b""
         )
 
-    async def sse_event(self, message: bytes) -> None:
+    async def sse_event(self, message: Line) -> None:
         """One JSON-RPC message on the event stream."""
         await self.stream.send_all(self.h.send(h11.Data(data=sse_frame(message))) or b"")
 

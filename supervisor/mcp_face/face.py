@@ -39,13 +39,14 @@ from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
     Forward,
+    Line,
     McpServerConnection,
 )
 from supervisor.server.link import FrameLink
 
 log = logging.getLogger("toolhost.mcp")
 
-Notify = Callable[[bytes], None]
+Notify = Callable[[Line], None]
 OnChange = Callable[[str], None]
 """Called with the kind of list that changed: ``tools``, ``resources`` or ``prompts``."""
 OnUpdated = Callable[[str], None]
@@ -155,7 +156,7 @@ class McpFace:
         profile = self.profile
         return tools if profile is None else profile.tools_of(tools)
 
-    async def list_tools(self, rid: mcp.RequestId, cursor: str | None = None) -> bytes:
+    async def list_tools(self, rid: mcp.RequestId, cursor: str | None = None) -> Line:
         """The ``tools/list`` answer: the model-visible tools of the profile, as MCP tools, the
         page ``cursor`` starts (:attr:`page_size` a page)."""
         try:
@@ -229,7 +230,7 @@ class McpFace:
         )
         return True
 
-    async def call_tool(self, ev: CallTool, notify: Notify) -> bytes | None:
+    async def call_tool(self, ev: CallTool, notify: Notify) -> Line | None:
         """Run ``tools/call`` as ``tools.invoke``; the answer, or None if the client cancelled
         it (MCP: no response to a cancelled request). Progress goes to ``notify``."""
         conn = self.conn
@@ -294,7 +295,7 @@ class McpFace:
             return None
         return conn.result(ev.id, call_result(envelope))
 
-    async def forward(self, ev: Forward) -> bytes | None:
+    async def forward(self, ev: Forward) -> Line | None:
         """A resources, prompts or completion request answered through its kernel method;
         lists filtered by the profile, a read, get or completion outside it refused; None when
         the client cancelled it (the kernel request is cancelled too, :meth:`cancel`)."""

@@ -22,6 +22,7 @@ from collections.abc import Hashable
 import trio
 
 from supervisor.processes.direct_write import DirectWriter
+from supervisor.protocols.mcp_server import Line
 
 PAUSE_BYTES = 4 << 20
 """Answers waiting for an MCP client that does not read its stdout past this: stdin is not read
@@ -35,7 +36,7 @@ class _Held:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._held: dict[Hashable, bytes] = {}
+        self._held: dict[Hashable, Line] = {}
         self.coalesced = 0
         """Notifications replaced by a later one with the same key before the client read it."""
 
@@ -43,7 +44,7 @@ class _Held:
     def held(self) -> int:
         return len(self._held)
 
-    def _hold(self, key: Hashable, data: bytes) -> None:
+    def _hold(self, key: Hashable, data: Line) -> None:
         if key in self._held:
             self.coalesced += 1
         self._held[key] = data  # a replaced key keeps its place
@@ -64,7 +65,7 @@ class Notices(_Held):
         self._nursery = nursery
         self._flushing = False
 
-    def send(self, key: Hashable, data: bytes) -> None:
+    def send(self, key: Hashable, data: Line) -> None:
         """Write notification ``data`` now, or hold it under ``key`` while the client is behind
         (behind a held one too: they stay in order)."""
         out = self.out
@@ -102,12 +103,12 @@ class NoticeQueue(_Held):
 
     def __init__(self, limit: int = PAUSE_BYTES) -> None:
         super().__init__(limit)
-        self._fifo: collections.deque[bytes] = collections.deque()
+        self._fifo: collections.deque[Line] = collections.deque()
         self._bytes = 0
         self._ready = trio.Event()
         self.closed = False
 
-    def put(self, key: Hashable, data: bytes) -> None:
+    def put(self, key: Hashable, data: Line) -> None:
         """Queue ``data`` (``key``: what a later one replaces while the stream is behind).
 
         Raises:
@@ -127,7 +128,7 @@ class NoticeQueue(_Held):
         self.closed = True
         self._ready.set()
 
-    async def get(self) -> bytes | None:
+    async def get(self) -> Line | None:
         """The oldest waiting notification; None once closed and empty."""
         while not self._fifo and not self._held:
             if self.closed:

@@ -39,6 +39,7 @@ from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
     Forward,
+    Line,
     Listen,
     ListTools,
     McpServerConnection,
@@ -293,10 +294,10 @@ class StatelessFace:
 
 async def _until_answer_or_gone(
     ex: Exchange, face: McpFace, ev: CallTool | Forward, notify: Any
-) -> bytes | None:
+) -> Line | None:
     """Run the call (or read, get, completion) until it answers, or cancel it when the client
     closes its connection (the stateless era's cancel); None when there is nothing to send."""
-    answer: bytes | None = None
+    answer: Line | None = None
     async with trio.open_nursery() as nursery:
 
         async def gone() -> None:
@@ -318,5 +319,5 @@ async def closed(kernel: Client) -> None:
         pass
 
 
-def _drop(_data: bytes) -> None:
+def _drop(_data: Line) -> None:
     """Progress nobody asked for."""

@@ -49,6 +49,7 @@ from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
     Forward,
+    Line,
     Listen,
     ListTools,
     McpServerConnection,
@@ -90,7 +91,7 @@ async def serve_mcp_stdio(
     # pipe could not take (the front-end reads slowly).
     out = DirectWriter(stdout_fd)
 
-    def write(data: bytes) -> None:
+    def write(data: Line) -> None:
         out.write(data)
 
     try:
@@ -207,7 +208,7 @@ async def _read(
     conn: McpServerConnection,
     face: McpFace,
     nursery: trio.Nursery,
-    write: Callable[[bytes], None],
+    write: Callable[[Line], None],
     listeners: dict[RequestId, SubscriptionFilter],
     out: DirectWriter,
     notices: Notices,

@@ -148,7 +148,7 @@ class DirectWriter:
         self._drained = trio.Event()
         self._closing = False
         self.broken = False
-        self._gathered: list[bytes] = []
+        self._gathered: list[bytes | bytearray] = []
 
     def _flush_gathered(self) -> None:
         gathered = self._gathered
@@ -157,7 +157,7 @@ class DirectWriter:
             gathered.clear()
             self._write_now(data)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Write ``data`` now if the descriptor takes it, else queue it (never blocks); while
         corked, gather it for one write at :func:`uncork`."""
         if self.broken or self._closing:
@@ -169,7 +169,7 @@ class DirectWriter:
             return
         self._write_now(data)
 
-    def _write_now(self, data: bytes) -> None:
+    def _write_now(self, data: bytes | bytearray) -> None:
         if self.broken or self._closing:
             return
         if not self._pending:

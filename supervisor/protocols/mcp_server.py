@@ -57,6 +57,22 @@ HTTP_STATUS = {
 """The HTTP status of a JSON-RPC error in the stateless era (200 for any other code)."""
 
 _encode = mcp.encoder.encode
+_encode_into = mcp.encoder.encode_into
+
+Line = bytes | bytearray
+"""One newline-terminated message to write as it is."""
+
+
+def _line(message: object) -> bytearray:
+    """``message`` encoded with its newline, in one buffer: an answer carrying a 1 MiB resource
+    is not copied once more to add the newline (measured: -400 µs of the serve's CPU per read,
+    bench/README.md)."""
+    out = bytearray()
+    _encode_into(message, out)
+    out += b"\n"
+    return out
+
+
 _decode = mcp.incoming_decoder.decode
 
 
@@ -65,7 +81,7 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     (None for a parse error), ``initialized`` is True on the ``initialize`` answer, ``code`` the
     JSON-RPC error code when the reply is an error."""
 
-    data: bytes
+    data: Line
     request: mcp.RequestId | None = None
     initialized: bool = False
     code: int | None = None
@@ -458,21 +474,21 @@ class McpServerConnection:
 
     # server -> client --------------------------------------------------------------------
 
-    def result(self, rid: mcp.RequestId, result: Any) -> bytes:
+    def result(self, rid: mcp.RequestId, result: Any) -> Line:
         """A response line (newline-terminated); in the stateless era an object result gets
         ``resultType`` and the ``serverInfo`` stamp."""
         if self.era == "modern" and isinstance(result, dict):
             return self._stamped(rid, result)
-        return _encode(mcp.OutResult(id=rid, result=result)) + b"\n"
+        return _line(mcp.OutResult(id=rid, result=result))
 
-    def tools_page(self, rid: mcp.RequestId, tools: list[Any], cursor: str | None = None) -> bytes:
+    def tools_page(self, rid: mcp.RequestId, tools: list[Any], cursor: str | None = None) -> Line:
         """The ``tools/list`` answer (``cursor``: its ``nextCursor``); stateless: with its cache
         hints."""
         return self.page(rid, "tools", tools, cursor)
 
     def page(
         self, rid: mcp.RequestId, key: str, items: list[Any], cursor: str | None = None
-    ) -> bytes:
+    ) -> Line:
         """A list answer (``key`` naming its items, ``cursor`` its ``nextCursor`` when more
         follow); stateless: with its cache hints."""
         page: dict[str, Any] = {key: items}
@@ -482,14 +498,14 @@ class McpServerConnection:
             return self._stamped(rid, {**page, "ttlMs": LIST_TTL_MS, "cacheScope": "private"})
         return self.result(rid, page)
 
-    def _stamped(self, rid: mcp.RequestId, result: dict[str, Any]) -> bytes:
+    def _stamped(self, rid: mcp.RequestId, result: dict[str, Any]) -> Line:
         out = dict(result)
         out.setdefault("resultType", "complete")
         meta = out.get("_meta")
         meta = dict(meta) if isinstance(meta, dict) else {}
         meta.setdefault(mcp.SERVER_INFO_KEY, self._stamp_info)
         out["_meta"] = meta
-        return _encode(mcp.OutResult(id=rid, result=out)) + b"\n"
+        return _line(mcp.OutResult(id=rid, result=out))
 
     def error(self, rid: mcp.RequestId | None, code: int, message: str, data: Any = None) -> bytes:
         """An error response line."""

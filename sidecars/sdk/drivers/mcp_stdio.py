@@ -37,6 +37,7 @@ from supervisor.protocols.mcp_results import call_result, progress_fields
 from supervisor.protocols.mcp_server import (
     CallTool,
     Cancelled,
+    Line,
     ListTools,
     McpServerConnection,
     Reply,
@@ -95,7 +96,7 @@ class _ProgressContext(Context):
 
 
 class _Server:
-    def __init__(self, app: SidecarView, write: Callable[[bytes], None]) -> None:
+    def __init__(self, app: SidecarView, write: Callable[[Line], None]) -> None:
         self.app = app
         self.write = write
         self.conn = McpServerConnection(server_name=app.name, server_version=app.version)
@@ -175,7 +176,7 @@ class _Server:
             nursery.cancel_scope.cancel()
 
 
-def serve(app: SidecarView, write: Callable[[bytes], None]) -> None:
+def serve(app: SidecarView, write: Callable[[Line], None]) -> None:
     """Serve ``app``'s tools as an MCP stdio server until stdin closes (stdout is claimed)."""
     raw = os.environ.get("TOOLHOST_CONFIG")
     if raw:
