@@ -58,8 +58,9 @@ def _recover_id(obj: Any) -> RequestId | None:
 def _json_safe(value: Any) -> Any:
     """Replace Raw JSON by plain values, for encoders other than JSON."""
     if isinstance(value, msgspec.Raw):
-        return msgspec.json.decode(value) if bytes(value) else None
-    if type(value) is dict:  # a hosted server's long answer: its members, each still JSON
+        return msgspec.json.decode(value) if len(value) else None
+    if type(value) is dict and any(type(v) is msgspec.Raw for v in value.values()):
+        # a hosted server's long answer: its members, each still JSON
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, Envelope):
         return EnvelopeView(
