@@ -46,8 +46,7 @@ def _held_bytearrays(exc: BaseException, splitter) -> list[int]:
     """Sizes of the buffers a refused frame leaves reachable: the splitter's own and every
     bytearray (or list of pending parts) in the frames of the error's traceback (which the
     reader keeps while it answers)."""
-    held = getattr(splitter, "_parts", None)
-    sizes = [sum(map(len, held)) if held is not None else sys.getsizeof(splitter._buf)]
+    sizes = [sum(map(len, splitter._parts))]
     tb = exc.__traceback__
     while tb is not None:
         for v in tb.tb_frame.f_locals.values():

@@ -369,3 +369,12 @@ def test_a_long_tools_call_answer_maps_like_a_short_one():
     (resp,) = c.feed(result(rid, {"resources": items, "nextCursor": "n2"}))
     assert type(resp.result) is dict
     assert proto.list_page(resp, "resources") == (items, "n2")
+
+
+def test_the_members_decoder_reads_every_field_of_a_message():
+    """The long-line decoder is :class:`mcp.Incoming` with the result split: a field added to
+    one and not the other would be dropped from long lines only."""
+    fields = msgspec.structs.fields
+    assert [f.name for f in fields(proto._IncomingMembers)] == [
+        f.name for f in fields(proto.mcp.Incoming)
+    ]
