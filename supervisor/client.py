@@ -517,6 +517,7 @@ class Client:
         request_id: Any,
         on_answer: Answered,
         typed: type | None = None,
+        members: bool = False,
     ) -> None:
         """Send one request now and return; ``on_answer`` is called from the connection's
         reader with the result (decoded; with ``typed`` as in :meth:`request`) or the error,
@@ -534,6 +535,21 @@ class Client:
                 on_answer(result, error)
 
             self._pending[request_id] = _Pending(None, on_answer=answered, typed=typed)
+        elif members:  # as :meth:`request` with ``members``
+            self._raw += 1
+            self._members += 1
+
+            def split(result: Any, error: BaseException | None) -> None:
+                self._raw -= 1
+                self._members -= 1
+                if error is None and not pending.split:
+                    if not isinstance(result, msgspec.Raw):
+                        result = msgspec.Raw(msgspec.json.encode(result))  # MessagePack
+                    result = _split(result)
+                on_answer(result, error)
+
+            pending = _Pending(None, members=True, on_answer=split)
+            self._pending[request_id] = pending
         else:
             self._pending[request_id] = _Pending(None, on_answer=on_answer)
         link = self._link

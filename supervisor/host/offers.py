@@ -143,19 +143,44 @@ class HostedOffers:
                 an error (``failed``, with its JSON-RPC code in ``data``).
         """
         session = self._pick(sid)
-        if name is None:  # the Mcp-Name of the stateless era's routing headers
-            key = {"resources/read": "uri", "prompts/get": "name"}.get(method)
-            name = str(params.get(key, "")) if key is not None else None
+        if name is None:
+            name = _mcp_name(method, params)
         response = await session.ask(method, params, name, timeout_s)
         if response is None:
-            raise OfferError("unavailable", f"MCP server {sid} did not answer {method} in time")
+            raise no_answer(sid, method)
         if response.error is not None:
-            raise OfferError(
-                "failed",
-                f"{sid}: {response.error.message}",
-                {"rpcCode": response.error.code, "sidecar": sid},
-            )
+            raise _failed(sid, response)
         return response.result if response.result is not None else msgspec.Raw(b"{}")
+
+    def request_soon(
+        self,
+        sid: str,
+        method: str,
+        params: dict[str, Any],
+        done: Callable[[Result | None, OfferError | None], None],
+    ) -> Callable[[], None]:
+        """:meth:`request` with no task waiting: ``done`` is called with the result or the
+        error from the task that reads the server's answer (or that sees the worker end).
+        Returns what abandons it (a timeout, a cancel): the server is told and ``done`` is not
+        called.
+
+        Raises:
+            OfferError: The server is not available (nothing was sent).
+        """
+        session = self._pick(sid)
+
+        def answered(response: Any) -> None:
+            if response is None:
+                done(None, no_answer(sid, method))
+            elif response.error is not None:
+                done(None, _failed(sid, response))
+            else:
+                done(response.result if response.result is not None else msgspec.Raw(b"{}"), None)
+
+        rid = session.ask_soon(method, params, _mcp_name(method, params), answered)
+        if rid is None:
+            raise no_answer(sid, method)
+        return lambda: session.abandon(rid)
 
     # subscriptions -----------------------------------------------------------------------
 
@@ -272,3 +297,22 @@ class HostedOffers:
             if kinds:
                 for on_lists in list(self._watchers.values()):
                     on_lists(kinds)
+
+
+def no_answer(sid: str, method: str) -> OfferError:
+    """Server ``sid`` did not answer ``method``: not ready, not in time, or it ended first."""
+    return OfferError("unavailable", f"MCP server {sid} did not answer {method} in time")
+
+
+def _failed(sid: str, response: Any) -> OfferError:
+    return OfferError(
+        "failed",
+        f"{sid}: {response.error.message}",
+        {"rpcCode": response.error.code, "sidecar": sid},
+    )
+
+
+def _mcp_name(method: str, params: dict[str, Any]) -> str | None:
+    """The ``Mcp-Name`` of the stateless era's routing headers for ``method``."""
+    key = {"resources/read": "uri", "prompts/get": "name"}.get(method)
+    return str(params.get(key, "")) if key is not None else None

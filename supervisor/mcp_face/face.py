@@ -295,10 +295,82 @@ class McpFace:
             return None
         return conn.result(ev.id, call_result(envelope))
 
+    def forward_now(
+        self, ev: Forward, write: Notify, on_end: Callable[[], None] | None = None
+    ) -> bool:
+        """Start a read, get or completion with no task of its own (stdio): asked now, answered
+        from the kernel connection's reader with what :meth:`forward` would answer (nothing
+        when the client cancelled it); ``on_end`` once it is over (at once when refused here).
+        False, with nothing done, for a list (:meth:`forward`'s task pages it)."""
+        if ev.method in _LISTS:
+            return False
+        refusal = self._refused(ev)
+        if refusal is not None:
+            write(refusal)
+            if on_end is not None:
+                on_end()
+            return True
+        rid = ev.id
+        krid = self.kernel.new_id()
+        self._calls[rid] = krid
+
+        def answered(result: Any, error: BaseException | None) -> None:
+            self._calls.pop(rid, None)
+            try:
+                answer = self._answer(ev, result, error)
+                if answer is not None:
+                    write(answer)
+            finally:
+                if on_end is not None:
+                    on_end()
+
+        # Its parts pass through as JSON (split from the kernel's answer in the pass that finds
+        # its id: a 1 MiB read is scanned once), answered from the tick that reads them.
+        self.kernel.request_soon(
+            ev.kernel, ev.params, request_id=krid, on_answer=answered, members=True
+        )
+        return True
+
     async def forward(self, ev: Forward) -> Line | None:
         """A resources, prompts or completion request answered through its kernel method;
         lists filtered by the profile, a read, get or completion outside it refused; None when
         the client cancelled it (the kernel request is cancelled too, :meth:`cancel`)."""
+        refusal = self._refused(ev)
+        if refusal is not None:
+            return refusal
+        listing = _LISTS.get(ev.method)
+        krid = self.kernel.new_id()
+        self._calls[ev.id] = krid
+        try:
+            result = await self.kernel.request(
+                ev.kernel, ev.params, request_id=krid, members=listing is None
+            )
+        except (RpcError, ConnectionLost) as exc:
+            return self._answer(ev, None, exc)
+        finally:
+            self._calls.pop(ev.id, None)
+        if listing is None or ev.id in self._cancelled or not isinstance(result, dict):
+            return self._answer(ev, result, None)
+        key, of = listing
+        items = [
+            {k: v for k, v in i.items() if k != "sidecar"}
+            for i in result.get(key, [])
+            if isinstance(i, dict)
+        ]
+        if self.profile is not None:
+            items = getattr(self.profile, of)(items)
+        cursor = ev.params.get("cursor")
+        try:
+            page, following = paginate(
+                items, cursor if isinstance(cursor, str) else None, _IDENT[key], self.page_size
+            )
+        except BadCursor as exc:
+            return self.conn.error(ev.id, mcp.INVALID_PARAMS, str(exc))
+        return self.conn.page(ev.id, key, page, following)
+
+    def _refused(self, ev: Forward) -> Line | None:
+        """The answer refusing ``ev`` (outside the profile, or its id in flight); None when it
+        may go."""
         conn, profile, params = self.conn, self.profile, ev.params
         if profile is not None:
             raw_ref = params.get("ref")
@@ -317,49 +389,27 @@ class McpFace:
                 return conn.error(ev.id, mcp.INVALID_PARAMS, message, {"profile": profile.name})
         if ev.id in self._calls:
             return conn.error(ev.id, mcp.INVALID_REQUEST, f"request id {ev.id!r} is in flight")
-        listing = _LISTS.get(ev.method)
-        krid = self.kernel.new_id()
-        self._calls[ev.id] = krid
-        try:
-            # A read, get or completion: its parts pass through as JSON (split from the
-            # kernel's answer in the same pass that finds its id: a 1 MiB read is scanned once).
-            result = await self.kernel.request(
-                ev.kernel, params, request_id=krid, members=listing is None
-            )
-        except RpcError as exc:
+        return None
+
+    def _answer(self, ev: Forward, result: Any, error: BaseException | None) -> Line | None:
+        """The MCP answer to ``ev`` from its kernel result (an object) or error; None when the
+        client cancelled it."""
+        conn = self.conn
+        if isinstance(error, RpcError):
             if ev.id in self._cancelled:
                 self._cancelled.discard(ev.id)
                 return None
-            code = _RPC_TO_MCP.get(exc.code, mcp.INTERNAL_ERROR)
-            if exc.code == "not-found":
+            code = _RPC_TO_MCP.get(error.code, mcp.INTERNAL_ERROR)
+            if error.code == "not-found":
                 code = RESOURCE_NOT_FOUND if ev.method in _RESOURCE_METHODS else mcp.INVALID_PARAMS
-            return conn.error(ev.id, code, exc.message, {"code": exc.code})
-        except ConnectionLost:
+            return conn.error(ev.id, code, error.message, {"code": error.code})
+        if error is not None:
             return conn.error(ev.id, mcp.INTERNAL_ERROR, "toolhost: the host connection closed")
-        finally:
-            self._calls.pop(ev.id, None)
         if ev.id in self._cancelled:
             self._cancelled.discard(ev.id)
             return None
         if not isinstance(result, dict):
             return conn.error(ev.id, mcp.INTERNAL_ERROR, f"toolhost: {ev.kernel} gave no object")
-        if listing is not None:
-            key, of = listing
-            items = [
-                {k: v for k, v in i.items() if k != "sidecar"}
-                for i in result.get(key, [])
-                if isinstance(i, dict)
-            ]
-            if profile is not None:
-                items = getattr(profile, of)(items)
-            cursor = params.get("cursor")
-            try:
-                page, following = paginate(
-                    items, cursor if isinstance(cursor, str) else None, _IDENT[key], self.page_size
-                )
-            except BadCursor as exc:
-                return conn.error(ev.id, mcp.INVALID_PARAMS, str(exc))
-            return conn.page(ev.id, key, page, following)
         answer = {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
         return conn.result(ev.id, answer)
 

@@ -274,7 +274,8 @@ async def _read(
                     nursery.start_soon(asked.handed(call_tool), ev)
             elif isinstance(ev, Forward):
                 asked.enter()
-                nursery.start_soon(asked.handed(forward), ev)
+                if not face.forward_now(ev, write, asked.leave):  # a list: a task
+                    nursery.start_soon(asked.handed(forward), ev)
             elif isinstance(ev, Listen):
                 nursery.start_soon(listen, ev)
             elif isinstance(ev, Cancelled):

@@ -35,7 +35,7 @@ from supervisor.contracts.rpc import (
     RestartParams,
     ServerInfo,
 )
-from supervisor.host.offers import OfferError
+from supervisor.host.offers import DEFAULT_TIMEOUT_S, OfferError, no_answer
 from supervisor.packages.errors import PackageError
 from supervisor.server.adopt import GO_AHEAD, Adopter, AdoptParams, AdoptRefused
 from supervisor.server.backend import Backend
@@ -74,6 +74,10 @@ class SessionLike(Protocol):
     def call_done(self, request_id: RequestId) -> None: ...
 
     def cancel_request(self, request_id: RequestId) -> bool: ...
+
+    def read_started(self, request_id: RequestId, cancel: Callable[[], None]) -> None: ...
+
+    def read_done(self, request_id: RequestId) -> bool: ...
 
     def adopt(self, adopter: Adopter, checked: Any) -> None: ...
 
@@ -406,11 +410,38 @@ def _listing(key: str) -> Handler:
     return run
 
 
-async def _offer_call(c: RequestContext, sid: str, method: str, params: dict[str, Any]) -> Any:
+def _offer_call(c: RequestContext, sid: str, method: str, params: dict[str, Any]) -> None:
+    """Ask hosted server ``sid`` ``method`` and answer from the task that reads its answer
+    (no task waits: as ``tools.invoke``); at most ``DEFAULT_TIMEOUT_S``, and ``tools.cancel``
+    or the client leaving abandons it (``Session.read_started``)."""
+    session, codec, rid = c.session, c.codec, c.rid
+    timers = c.backend.invoker.timers
+
+    def done(result: Any, error: OfferError | None) -> None:
+        timers.cancel(timer)
+        if not session.read_done(rid):
+            return  # cancelled, or the client left
+        if error is not None:
+            session.send(codec.error(rid, error.code, error.message, error.data), codec)
+        else:
+            session.send_result(rid, result, codec)
+
     try:
-        return await c.backend.offers.request(sid, method, params)
+        abandon = c.backend.offers.request_soon(sid, method, params, done)
     except OfferError as exc:
         raise RpcFailure(exc.code, exc.message, exc.data) from None
+
+    def expire() -> None:
+        abandon()
+        done(None, no_answer(sid, method))
+
+    timer = timers.at(trio.current_time() + DEFAULT_TIMEOUT_S, expire)
+
+    def cancel() -> None:
+        timers.cancel(timer)
+        abandon()
+
+    session.read_started(rid, cancel)
 
 
 def _owner(find: Callable[[str], str], what: str) -> str:
@@ -420,10 +451,10 @@ def _owner(find: Callable[[str], str], what: str) -> str:
         raise RpcFailure(exc.code, exc.message, exc.data) from None
 
 
-async def resources_read(c: RequestContext, raw: msgspec.Raw) -> Any:
+def resources_read(c: RequestContext, raw: msgspec.Raw) -> None:
     p = c.params(raw, UriParams)
     sid = _owner(c.backend.offers.owner_of_uri, p.uri)
-    return await _offer_call(c, sid, "resources/read", {"uri": p.uri})
+    _offer_call(c, sid, "resources/read", {"uri": p.uri})
 
 
 def resources_subscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
@@ -450,16 +481,16 @@ def resources_unsubscribe(c: RequestContext, raw: msgspec.Raw) -> Any:
     return {}
 
 
-async def prompts_get(c: RequestContext, raw: msgspec.Raw) -> Any:
+def prompts_get(c: RequestContext, raw: msgspec.Raw) -> None:
     p = c.params(raw, PromptParams)
     sid = _owner(c.backend.offers.owner_of_prompt, p.name)
     params: dict[str, Any] = {"name": p.name}
     if p.arguments:
         params["arguments"] = p.arguments
-    return await _offer_call(c, sid, "prompts/get", params)
+    _offer_call(c, sid, "prompts/get", params)
 
 
-async def completion_complete(c: RequestContext, raw: msgspec.Raw) -> Any:
+def completion_complete(c: RequestContext, raw: msgspec.Raw) -> None:
     p = c.params(raw, CompleteParams)
     offers = c.backend.offers
     if p.ref.get("type") == "ref/prompt":
@@ -471,7 +502,7 @@ async def completion_complete(c: RequestContext, raw: msgspec.Raw) -> Any:
     params: dict[str, Any] = {"ref": p.ref, "argument": p.argument}
     if p.context is not None:
         params["context"] = p.context
-    return await _offer_call(c, sid, "completion/complete", params)
+    _offer_call(c, sid, "completion/complete", params)
 
 
 def invoke_changes_state(c: RequestContext, raw: msgspec.Raw) -> bool:
@@ -504,8 +535,9 @@ class Method(msgspec.Struct, frozen=True):
     Attributes:
         run: The handler.
         kind: ``quick``: answered now from its return value; ``started``: starts work that
-            answers later through ``session.call_done`` and ``send``, with no task waiting (it
-            counts as in flight); ``awaited``: a coroutine run by one of the session's runners.
+            answers later through ``session.call_done`` (a read: ``session.read_done``) and
+            ``send``, with no task waiting (it counts as in flight); ``awaited``: a coroutine
+            run by one of the session's runners.
         changes_state: Whether a request, once its frame was read, must run to its end even
             when its client leaves first (``Session.leave``).
     """
@@ -552,12 +584,12 @@ METHODS: dict[str, Method] = {
     "packages.rollback": Method(packages_rollback, "awaited", _always),
     "resources.list": Method(_listing("resources"), "quick"),
     "resources.templates": Method(_listing("resourceTemplates"), "quick"),
-    "resources.read": Method(resources_read, "awaited"),
+    "resources.read": Method(resources_read, "started"),
     "resources.subscribe": Method(resources_subscribe, "quick"),
     "resources.unsubscribe": Method(resources_unsubscribe, "quick"),
     "prompts.list": Method(_listing("prompts"), "quick"),
-    "prompts.get": Method(prompts_get, "awaited"),
-    "completion.complete": Method(completion_complete, "awaited"),
+    "prompts.get": Method(prompts_get, "started"),
+    "completion.complete": Method(completion_complete, "started"),
     "mcp.adopt": Method(mcp_adopt, "quick"),
 }
 """Every method of the kernel protocol, by name."""

@@ -2,8 +2,10 @@
 
 # Strategy: a transport hands the session complete frames with the codec that decodes them; the
 # session looks each method up once in the method table (``server/methods.py``) and answers
-# ``quick`` methods inline, starts ``started`` ones inline (``tools.invoke``: the call answers
-# from the tick that ends it, with no task per call), and gives ``awaited`` operator methods to
+# ``quick`` methods inline, starts ``started`` ones inline (``tools.invoke``, and the reads of
+# hosted MCP servers: each answers from the tick that ends it, with no task per request; a read
+# is abandoned through what it registered, ``read_started``), and gives ``awaited`` operator
+# methods to
 # a pool of long-lived runner tasks it owns, grown on demand. Everything it sends goes through
 # its transport (``server/transport.py``: bounded, a slow client is disconnected). A client that
 # half-closes (EOF: it shut down its sending side, as ``nc`` does when its stdin ends) still
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -46,8 +49,6 @@ MAX_RUNNERS = 8192
 """Runner tasks one session may have (each runs one awaited method at a time)."""
 MAX_IDLE_RUNNERS = 64
 MAX_PENDING_REQUESTS = 65536
-CANCELLABLE = frozenset(("resources.read", "prompts.get", "completion.complete"))
-"""Awaited methods ``tools.cancel`` stops (reads of hosted MCP servers: nothing to undo)."""
 
 
 class Transport(Protocol):
@@ -95,10 +96,12 @@ class Session:
         self._subscribed = False
         self._events: tuple[Subscription, trio.CancelScope] | None = None
         self._started: dict[RequestId, tuple[str, RequestContext, msgspec.Raw]] = {}
+        self._reads: dict[RequestId, Callable[[], None]] = {}
+        """Reads of hosted MCP servers out now (``resources.read``, ``prompts.get``,
+        ``completion.complete``: started methods), with what abandons each."""
         self._running: dict[
             RequestId, tuple[str, RequestContext, msgspec.Raw, trio.CancelScope]
         ] = {}
-        self._cancel_asked: set[RequestId] = set()
         self._leaving = False
         self._settled = trio.Event()
         self.closed = False
@@ -158,20 +161,36 @@ class Session:
         return (id(self), request_id)
 
     def cancel_request(self, request_id: RequestId) -> bool:
-        """``tools.cancel`` of a running read of a hosted MCP server (``resources.read``,
+        """``tools.cancel`` of a read of a hosted MCP server (``resources.read``,
         ``prompts.get``, ``completion.complete``): it stops (the server is told) and is answered
-        with the error ``cancelled``. False when no such request of this client is running."""
-        running = self._running.get(request_id)
-        if running is None or running[0] not in CANCELLABLE:
+        with the error ``cancelled``. False when no such request of this client is out."""
+        cancel = self._reads.pop(request_id, None)
+        if cancel is None:
             return False
-        self._cancel_asked.add(request_id)
-        running[3].cancel()
+        cancel()
+        name, ctx, _ = self._started[request_id]
+        self.call_done(request_id)
+        message = f"{name} cancelled by tools.cancel"
+        self.send(ctx.codec.error(request_id, "cancelled", message), ctx.codec)
         return True
 
     def adopt(self, adopter: Adopter, checked: Any) -> None:
         """``mcp.adopt`` accepted by the adopter: the transport takes the descriptors next
         (raises ``AdoptRefused`` when it cannot)."""
         self.transport.adopt(adopter, checked)
+
+    def read_started(self, request_id: RequestId, cancel: Callable[[], None]) -> None:
+        """A read of a hosted MCP server is out (``methods._offer_call``): ``cancel`` abandons
+        it (``tools.cancel``, the client gone)."""
+        self._reads[request_id] = cancel
+
+    def read_done(self, request_id: RequestId) -> bool:
+        """The read's answer (or error) came: True when it is still to be sent (False: it was
+        cancelled, or its client left)."""
+        if self._reads.pop(request_id, None) is None:
+            return False
+        self.call_done(request_id)
+        return True
 
     def call_done(self, request_id: RequestId) -> None:
         self._started.pop(request_id, None)
@@ -207,8 +226,12 @@ class Session:
         self.closed = True
         self._stop_events()
         self.backend.offers.drop(self)  # its resource subscriptions and list watch end
+        reads, self._reads = self._reads, {}
+        for cancel in reads.values():
+            cancel()
         for rid in list(self._started):
-            self.backend.invoker.cancel(self.call_key(rid), "client disconnected")
+            if rid not in reads:
+                self.backend.invoker.cancel(self.call_key(rid), "client disconnected")
 
     async def leave(self, why: str = "the client left") -> None:
         """The client left after the frames already read: finish what changes state, drop the
@@ -222,6 +245,12 @@ class Session:
         self._leaving = True
         self.backend.offers.drop(self)
         for rid, (name, ctx, params) in list(self._started.items()):
+            cancel = self._reads.pop(rid, None)
+            if cancel is not None:  # a read: nothing to finish
+                self._drop(rid, name, why, "running")
+                cancel()
+                self.call_done(rid)
+                continue
             if changes_state(ctx, name, params):
                 self._keep(rid, name, why)
                 del self._started[rid]  # runs on its worker; close() must not cancel it
@@ -355,11 +384,6 @@ class Session:
                         self._inflight.discard(ctx.rid)
                         self._wake()
                         self._check_settled()
-                if ctx.rid in self._cancel_asked:
-                    self._cancel_asked.discard(ctx.rid)
-                    if scope.cancelled_caught:
-                        message = f"{name} cancelled by tools.cancel"
-                        self.send(ctx.codec.error(ctx.rid, "cancelled", message), ctx.codec)
                 if self._idle >= MAX_IDLE_RUNNERS:
                     return
         finally:

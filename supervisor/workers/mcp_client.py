@@ -356,6 +356,31 @@ class McpClient:
                 self._abandon(rid, CANCELLED)
         return response
 
+    def ask_soon(
+        self,
+        method: str,
+        params: dict[str, object],
+        name: str | None,
+        on_response: Callable[[proto.Response | None], None],
+    ) -> int | None:
+        """Send one request of a ready session; ``on_response`` is called with its answer from
+        the reader (None when the worker ends; never before this returns) and no task waits.
+        The request id (for :meth:`abandon`), or None with nothing sent when the session is not
+        ready."""
+        carrier = self.carrier
+        if not carrier.alive or self.conn.state != "ready":
+            return None
+        rid, line = self.conn.ask(method, params, name)
+        self.calls.when_resolved(rid, on_response)
+        carrier.send(line, rid)
+        return rid
+
+    def abandon(self, rid: int) -> None:
+        """Stop waiting for :meth:`ask_soon`'s request ``rid`` (no answer in time, or the asker
+        cancelled it): the server is told, as for :meth:`ask`."""
+        self.calls.forget(rid)
+        self._abandon(rid, CANCELLED)
+
     def _abandon(self, rid: int, reason: str) -> None:
         """Stop waiting for request ``rid``: ``notifications/cancelled`` is sent when the
         transport cancels that way (stdio in both eras, the handshake era over HTTP; a

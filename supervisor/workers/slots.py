@@ -72,6 +72,7 @@ class SlotTable:
     """
 
     __slots__ = (
+        "_answered",
         "_idle",
         "_listener",
         "_owner",
@@ -92,6 +93,7 @@ class SlotTable:
         self._owner = owner
         self._listener = listener
         self._waiters: dict[Any, list[Any]] = {}
+        self._answered: dict[Any, Callable[[Any], None]] = {}
         self._idle = trio.Event()
         self.explain: Callable[[Call, CallOutcome], None] | None = None
         """Told of every failed outcome before its call ends (a confined worker adds which
@@ -165,6 +167,9 @@ class SlotTable:
         for waiter in self._waiters.values():
             waiter[0].set()
         self._waiters.clear()
+        answered, self._answered = self._answered, {}
+        for fn in answered.values():
+            fn(None)
         self._idle.set()
 
     # what is running ---------------------------------------------------------------------
@@ -207,8 +212,21 @@ class SlotTable:
             self._waiters.pop(key, None)
         return waiter[1]
 
+    def when_resolved(self, key: Any, fn: Callable[[Any], None]) -> None:
+        """Call ``fn`` with :meth:`resolve`'s value of ``key`` (None when the worker ends), from
+        the task that resolves it: no task waits (:meth:`forget` drops it)."""
+        self._answered[key] = fn
+
+    def forget(self, key: Any) -> None:
+        """No more interest in ``key``'s answer (a timeout or a cancel)."""
+        self._answered.pop(key, None)
+
     def resolve(self, key: Any, value: Any) -> None:
         """The answer to request ``key`` came (ignored when nobody waits for it)."""
+        fn = self._answered.pop(key, None)
+        if fn is not None:
+            fn(value)
+            return
         waiter = self._waiters.get(key)
         if waiter is not None:
             waiter[1] = value

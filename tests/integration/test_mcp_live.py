@@ -24,6 +24,7 @@ from supervisor.host.loading import HostOptions
 from supervisor.host.offers import HostedOffers, OfferError
 from supervisor.mcp_face.face import McpFace, embedded_connector
 from supervisor.protocols.mcp_server import Forward, ListTools, McpServerConnection
+from supervisor.server import methods
 from supervisor.workers import mcp_client
 from tests.conftest import (
     FIXTURES,
@@ -87,11 +88,13 @@ def _forget_eras():
 
 
 class Peer:
-    """A kernel peer that keeps the broadcast events it reads while waiting for answers."""
+    """A kernel peer that keeps the broadcast events, and the answers to other requests, it
+    reads while waiting for an answer."""
 
     def __init__(self, peer: Any) -> None:
         self.peer = peer
         self.events: list[dict] = []
+        self.answers: dict[Any, dict] = {}
         self.rid = 100
 
     async def request(self, method: str, params: Any = None) -> dict:
@@ -104,6 +107,19 @@ class Peer:
                 self.events.append(msg)
             elif msg.get("id") == rid:
                 return msg
+            else:
+                self.answers[msg.get("id")] = msg
+
+    async def answer(self, rid: Any, timeout: float = 10) -> dict:
+        """The answer to request ``rid`` (sent raw), whether read already or still to come."""
+        with trio.fail_after(timeout):
+            while rid not in self.answers:
+                msg = await self.peer.recv()
+                if "event" in msg:
+                    self.events.append(msg)
+                else:
+                    self.answers[msg.get("id")] = msg
+        return self.answers.pop(rid)
 
     async def ok(self, method: str, params: Any = None) -> Any:
         resp = await self.request(method, params)
@@ -282,7 +298,7 @@ def cancels(log: Path) -> list[int]:
     return [int(line.split()[-1]) for line in logged(log) if line.startswith("notifications/can")]
 
 
-async def test_a_read_or_get_given_up_on_is_cancelled_at_the_server(app, tmp_path):
+async def test_a_read_or_get_given_up_on_is_cancelled_at_the_server(app, tmp_path, monkeypatch):
     log = tmp_path / "live.log"
     async with running_host(app, {"live": live(log)}) as host:
         known = HostedOffers(host.views)
@@ -310,6 +326,24 @@ async def test_a_read_or_get_given_up_on_is_cancelled_at_the_server(app, tmp_pat
                 while len(cancels(log)) < 2:
                     await trio.sleep(0.02)
             assert "resources/read" not in client.conn.pending.values()
+
+        # A kernel's read past its deadline (no task waits for it: a timer ends it).
+        monkeypatch.setattr(methods, "DEFAULT_TIMEOUT_S", 0.3)
+        async with served(host, app) as srv, srv.peer("unix-json") as raw:
+            await raw.send({"id": 2, "method": "resources.read", "params": {"uri": "live://slow"}})
+            with trio.fail_after(10):
+                msg = await raw.recv()
+            assert msg["id"] == 2 and msg["error"]["code"] == "unavailable"
+            assert "did not answer resources/read in time" in msg["error"]["message"]
+            with trio.fail_after(10):
+                while len(cancels(log)) < 3:
+                    await trio.sleep(0.02)
+            assert "resources/read" not in client.conn.pending.values()
+            # The session goes on: a read that is answered.
+            await raw.send({"id": 3, "method": "resources.read", "params": {"uri": "live://a"}})
+            with trio.fail_after(10):
+                msg = await raw.recv()
+            assert msg["id"] == 3 and msg["result"]["contents"][0]["uri"] == "live://a"
 
 
 async def test_shadowed_entries_show_in_the_status_and_in_doctor(app):
@@ -439,11 +473,7 @@ async def test_a_cancelled_read_is_cancelled_at_the_server(app, tmp_path):
             await raw.send({"id": 7, "method": "resources.read", "params": {"uri": "live://slow"}})
             await until_logged(log, "resources/read")
             assert await peer.ok("tools.cancel", {"id": 7}) == {"cancelled": True}
-            with trio.fail_after(10):
-                while True:
-                    msg = await raw.recv()
-                    if msg.get("id") == 7:
-                        break
+            msg = await peer.answer(7)
             assert msg["error"]["code"] == "cancelled"
             with trio.fail_after(10):
                 while len(cancels(log)) < 1:
@@ -476,3 +506,35 @@ async def test_a_cancelled_read_is_cancelled_at_the_server(app, tmp_path):
                 while not answers:
                     await trio.sleep(0.02)
             assert answers == [None]  # MCP: a cancelled request gets no response
+
+            # The stdio face's way: no task of its own, answered from the kernel link's reader.
+            written: list[Any] = []
+            ended = trio.Event()
+            tasks = len(nursery.child_tasks)
+            get["id"] = 2
+            [ev] = conn.feed(json.dumps(get).encode() + b"\n")
+            assert face.forward_now(ev, written.append, ended.set)
+            assert len(nursery.child_tasks) == tasks
+            await until_logged(log, "prompts/get", count=2)
+            note["params"] = {"requestId": 2}
+            [cancel] = conn.feed(json.dumps({"jsonrpc": "2.0", **note}).encode() + b"\n")
+            face.cancel(cancel)
+            with trio.fail_after(10):
+                await ended.wait()
+                while len(cancels(log)) < 3:
+                    await trio.sleep(0.02)
+            assert written == []  # cancelled: no response
+
+            read = {"jsonrpc": "2.0", "id": 3, "method": "resources/read"}
+            read["params"] = {"uri": "live://a"}
+            [ev] = conn.feed(json.dumps(read).encode() + b"\n")
+            ended = trio.Event()
+            assert face.forward_now(ev, written.append, ended.set)
+            with trio.fail_after(10):
+                await ended.wait()
+            [line] = written
+            answer = json.loads(bytes(line))
+            assert answer["id"] == 3 and answer["result"]["contents"][0]["uri"] == "live://a"
+            listing = {"jsonrpc": "2.0", "id": 4, "method": "resources/list", "params": {}}
+            [ev] = conn.feed(json.dumps(listing).encode() + b"\n")
+            assert not face.forward_now(ev, written.append)  # a list is paged by forward's task

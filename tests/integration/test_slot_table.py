@@ -122,6 +122,23 @@ async def test_wait_for_gets_the_resolved_value_or_none_after_the_timeout():
         assert await slots.wait_for("late", 0.01) is None
 
 
+async def test_when_resolved_calls_back_once_with_the_value_or_none_when_the_worker_ends():
+    slots, _ = table()
+    got: list[tuple[str, object]] = []
+    slots.when_resolved("a", lambda v: got.append(("a", v)))
+    slots.when_resolved("b", lambda v: got.append(("b", v)))
+    slots.when_resolved("c", lambda v: got.append(("c", v)))
+    slots.resolve("a", "pong")
+    slots.resolve("a", "again")  # answered already: ignored
+    slots.forget("b")  # given up (a timeout, a cancel): its late answer is ignored
+    slots.resolve("b", "late")
+    assert got == [("a", "pong")]
+    slots.fail_all(lambda call: CallOutcome(ok=False, code="worker-crashed"))
+    assert got == [("a", "pong"), ("c", None)]
+    slots.resolve("c", "after the end")
+    assert got == [("a", "pong"), ("c", None)]
+
+
 async def test_sole_call_is_the_one_live_call():
     slots, _ = table()
     a, b = FakeCall("a"), FakeCall("b")
