@@ -170,16 +170,17 @@ class HostedOffers:
         session = self._pick(sid)
 
         def answered(response: Any) -> None:
-            if response is None:
-                done(None, no_answer(sid, method))
+            if response is None:  # the worker ended first (it was killed, it crashed)
+                ended = f"MCP server {sid} ended before it answered {method}"
+                done(None, OfferError("unavailable", ended))
             elif response.error is not None:
                 done(None, _failed(sid, response))
             else:
                 done(response.result if response.result is not None else msgspec.Raw(b"{}"), None)
 
         rid = session.ask_soon(method, params, _mcp_name(method, params), answered)
-        if rid is None:
-            raise no_answer(sid, method)
+        if rid is None:  # its worker ended since it was picked
+            raise OfferError("unavailable", f"MCP server {sid} is not available")
         return lambda: session.abandon(rid)
 
     # subscriptions -----------------------------------------------------------------------
@@ -300,7 +301,8 @@ class HostedOffers:
 
 
 def no_answer(sid: str, method: str) -> OfferError:
-    """Server ``sid`` did not answer ``method``: not ready, not in time, or it ended first."""
+    """Server ``sid`` did not answer ``method`` in time (or, for :meth:`HostedOffers.request`,
+    was not ready or ended first)."""
     return OfferError("unavailable", f"MCP server {sid} did not answer {method} in time")
 
 

@@ -9,6 +9,8 @@ sidecar publishes that another owns, in its status and in ``toolhost doctor``; t
 lists paged with ``nextCursor``."""
 
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -344,6 +346,16 @@ async def test_a_read_or_get_given_up_on_is_cancelled_at_the_server(app, tmp_pat
             with trio.fail_after(10):
                 msg = await raw.recv()
             assert msg["id"] == 3 and msg["result"]["contents"][0]["uri"] == "live://a"
+            # A worker that dies while a read is out: the read ends at once, saying so.
+            await raw.send({"id": 4, "method": "resources.read", "params": {"uri": "live://slow"}})
+            await until_logged(log, "resources/read", count=4)
+            os.kill(client.carrier.pid, signal.SIGKILL)
+            with trio.fail_after(10):
+                msg = await raw.recv()
+            assert msg["id"] == 4 and msg["error"]["code"] == "unavailable"
+            assert (
+                msg["error"]["message"] == "MCP server live ended before it answered resources/read"
+            )
 
 
 async def test_shadowed_entries_show_in_the_status_and_in_doctor(app):
