@@ -55,6 +55,11 @@ def _recover_id(obj: Any) -> RequestId | None:
     return None
 
 
+_UNPACKABLE = (OverflowError, TypeError, ValueError, msgspec.EncodeError)
+"""What MessagePack encoding raises for a value it cannot carry."""
+_NO_MSGPACK = "no MessagePack form (ask over JSON)"
+
+
 def _json_safe(value: Any) -> Any:
     """Replace Raw JSON by plain values, for encoders other than JSON."""
     if isinstance(value, msgspec.Raw):
@@ -169,11 +174,17 @@ class Codec:
         return body + self._json_end if self.encoding == "json" else self._pack(body)
 
     def response(self, request_id: RequestId, result: Any) -> bytes:
+        """The response frame; on a MessagePack connection a result that has no MessagePack
+        form (JSON from a sidecar holding an integer over 64 bits) is the error ``internal``,
+        saying so: that JSON is valid, and what a sidecar sends must never end the task that
+        answers (a worker's reader, a connection's)."""
         if self.encoding == "json":
             return _json_encoder.encode(Response(id=request_id, result=result)) + self._json_end
-        return self._pack(
-            _msgpack_encoder.encode(Response(id=request_id, result=_json_safe(result)))
-        )
+        try:
+            body = _msgpack_encoder.encode(Response(id=request_id, result=_json_safe(result)))
+        except _UNPACKABLE as exc:
+            return self.error(request_id, "internal", f"{_NO_MSGPACK}: {exc}")
+        return self._pack(body)
 
     def error(
         self,
@@ -185,13 +196,23 @@ class Codec:
         body = ErrorResponse(id=request_id, error=RpcError(code=code, message=message, data=data))
         if self.encoding == "json":
             return _json_encoder.encode(body) + self._json_end
-        return self._pack(_msgpack_encoder.encode(body))
+        try:
+            return self._pack(_msgpack_encoder.encode(body))
+        except _UNPACKABLE as exc:  # its data (a hosted server's error code, say)
+            body.error.data = None
+            body.error.message = f"{message} ({_NO_MSGPACK} for its data: {exc})"
+            return self._pack(_msgpack_encoder.encode(body))
 
     def event(self, name: str, data: Any, request_id: RequestId | None = None) -> bytes:
         if self.encoding == "json":
             return (
                 _json_encoder.encode(Event(event=name, data=data, id=request_id)) + self._json_end
             )
-        return self._pack(
-            _msgpack_encoder.encode(Event(event=name, data=_json_safe(data), id=request_id))
-        )
+        try:
+            body = _msgpack_encoder.encode(Event(event=name, data=_json_safe(data), id=request_id))
+        except _UNPACKABLE as exc:  # a sidecar's progress: told, not sent
+            message = f"{_NO_MSGPACK} for the data of event {name}: {exc}"
+            body = _msgpack_encoder.encode(
+                Event(event=name, data={"error": message}, id=request_id)
+            )
+        return self._pack(body)

@@ -550,3 +550,27 @@ async def test_a_cancelled_read_is_cancelled_at_the_server(app, tmp_path):
             listing = {"jsonrpc": "2.0", "id": 4, "method": "resources/list", "params": {}}
             [ev] = conn.feed(json.dumps(listing).encode() + b"\n")
             assert not face.forward_now(ev, written.append)  # a list is paged by forward's task
+
+
+async def test_an_answer_a_client_cannot_be_sent_is_an_error_not_a_dead_worker(app, tmp_path):
+    """A hosted server's answer that is valid JSON but has no MessagePack form (an integer over
+    64 bits): a MessagePack client's read of it is answered ``internal``, saying why; the
+    server's worker and the client's connection go on (the answer is sent from the worker's
+    reading task: what fails there must not end it)."""
+    log = tmp_path / "live.log"
+    entry = live(log)
+    entry["env"]["LIVE_BIGINT"] = "1"
+    async with running_host(app, {"live": entry}) as host:
+        known = HostedOffers(host.views)
+        await wait_for(host, lambda: len(known.listed("resources")) == 3, 30)
+        pid = host.pools["live"].workers[0].pid
+        async with served(host, app) as srv, srv.peer("unix-msgpack") as packed:
+            msg = await packed.request(1, "resources.read", {"uri": "live://bigint"})
+            assert msg["error"]["code"] == "internal"
+            assert "no MessagePack form (ask over JSON)" in msg["error"]["message"]
+            msg = await packed.request(2, "resources.read", {"uri": "live://a"})
+            assert msg["result"]["contents"] == [{"uri": "live://a", "text": "A"}]
+            async with srv.peer("unix-json") as plain:
+                msg = await plain.request(3, "resources.read", {"uri": "live://bigint"})
+                assert msg["result"]["_meta"] == {"n": 10**30}
+        assert host.pools["live"].workers[0].pid == pid
