@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -38,6 +39,8 @@ from supervisor.contracts.rpc import Approval
 from supervisor.policy import results, retry
 from supervisor.processes.direct_write import after_flush
 from supervisor.protocols.outcome import CallOutcome
+
+log = logging.getLogger("toolhost.calls")
 
 CallState = Literal["queued", "running", "backoff", "done"]
 ProgressSink = Callable[[msgspec.Raw], None]
@@ -322,7 +325,10 @@ class Call:
             self.trace.progress()
         sink = self.on_progress
         if sink is not None:
-            sink(data)
+            try:
+                sink(data)
+            except Exception:  # the task ending here is a worker's reader: it must go on
+                log.exception("delivering progress of %s#%s failed", self.tool, self.id)
 
     # transitions: the caller's and the clock's side -------------------------------------
 
@@ -406,7 +412,10 @@ class Call:
         # The audit record and accounting run once the answer is written (in the same tick when
         # the answer was corked, at once otherwise): off the path from the worker to the client.
         after_flush(partial(engine.record, self, env))
-        self.on_done(env)
+        try:
+            self.on_done(env)
+        except Exception:  # whichever task ended the call (a worker's reader) must go on
+            log.exception("delivering the answer of %s#%s failed", self.tool, self.id)
 
     def _envelope(self, outcome: CallOutcome | None, message: str, now: float) -> Envelope:
         tool = self.tool

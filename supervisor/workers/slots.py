@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,6 +25,8 @@ import trio
 
 from supervisor.calls.call import Call
 from supervisor.protocols.outcome import CallOutcome
+
+log = logging.getLogger("toolhost.workers")
 
 
 class CallSlot:
@@ -169,7 +172,7 @@ class SlotTable:
         self._waiters.clear()
         answered, self._answered = self._answered, {}
         for fn in answered.values():
-            fn(None)
+            _deliver(fn, None)
         self._idle.set()
 
     # what is running ---------------------------------------------------------------------
@@ -225,9 +228,18 @@ class SlotTable:
         """The answer to request ``key`` came (ignored when nobody waits for it)."""
         fn = self._answered.pop(key, None)
         if fn is not None:
-            fn(value)
+            _deliver(fn, value)
             return
         waiter = self._waiters.get(key)
         if waiter is not None:
             waiter[1] = value
             waiter[0].set()
+
+
+def _deliver(fn: Callable[[Any], None], value: Any) -> None:
+    """Hand an answer over from the worker's reader, which must go on whatever the receiver
+    does with it."""
+    try:
+        fn(value)
+    except Exception:
+        log.exception("delivering a worker's answer failed")

@@ -3,7 +3,7 @@
 import pytest
 import trio
 
-from tests.conftest import echo, running_host, wait_available
+from tests.conftest import echo, running_host, script, wait_available
 from tests.kernel import served
 
 TRANSPORTS = ["unix-json", "unix-msgpack", "ws-json", "ws-msgpack"]
@@ -294,3 +294,29 @@ async def test_msgpack_switch_with_pipelined_frames(app):
                 peer.switch_to_msgpack()
                 second = await peer.recv()
                 assert second["id"] == 2 and second["result"]["data"]["text"] == "pipelined"
+
+
+async def test_a_tool_answer_with_no_msgpack_form_is_an_error_and_everything_goes_on(app):
+    """A sidecar's answer that is valid JSON but holds an integer over 64 bits: a MessagePack
+    client's ``tools.invoke`` is answered ``internal`` (its progress event says why it has no
+    data), a JSON client gets the number; the worker and both connections go on."""
+    async with running_host(app, {"big": script("bigint", ["big.int"])}) as host:
+        await wait_available(host, "big.int")
+        pid = host.pools["big"].workers[0].pid
+        async with served(host, app) as srv, srv.peer("unix-msgpack") as packed:
+            ask = {"tool": "big.int", "input": {}, "stream": True}
+            await packed.send({"id": 1, "method": "tools.invoke", "params": ask})
+            seen = []
+            with trio.fail_after(10):
+                while not seen or "event" in seen[-1]:
+                    seen.append(await packed.recv())
+            answer, events = seen[-1], {m["event"]: m for m in seen[:-1]}
+            assert answer["id"] == 1 and answer["error"]["code"] == "internal"
+            assert "no MessagePack form" in answer["error"]["message"]
+            assert "no MessagePack form" in events["tool.progress"]["data"]["error"]
+            again = await packed.request(2, "tools.invoke", {"tool": "big.int", "input": {}})
+            assert again["error"]["code"] == "internal"
+            async with srv.peer("unix-json") as plain:
+                msg = await plain.request(3, "tools.invoke", {"tool": "big.int", "input": {}})
+                assert msg["result"]["data"] == {"n": 10**30}
+        assert host.pools["big"].workers[0].pid == pid

@@ -139,6 +139,23 @@ async def test_when_resolved_calls_back_once_with_the_value_or_none_when_the_wor
     assert got == [("a", "pong"), ("c", None)]
 
 
+async def test_a_receiver_that_raises_is_logged_not_raised_in_the_reader(caplog):
+    slots, _ = table()
+    got: list[object] = []
+
+    def broken(value: object) -> None:
+        raise ValueError("receiver bug")
+
+    slots.when_resolved("a", broken)
+    slots.when_resolved("b", got.append)
+    slots.when_resolved("c", broken)
+    slots.resolve("a", "pong")  # raises nothing
+    slots.resolve("b", "pong")
+    slots.fail_all(lambda call: CallOutcome(ok=False, code="worker-crashed"))
+    assert got == ["pong"]
+    assert [r.getMessage() for r in caplog.records] == ["delivering a worker's answer failed"] * 2
+
+
 async def test_sole_call_is_the_one_live_call():
     slots, _ = table()
     a, b = FakeCall("a"), FakeCall("b")

@@ -355,3 +355,28 @@ def test_many_calls_one_envelope_each():
     for call in calls:
         rig.one(call.key)
     rig.settled()
+
+
+def test_a_receiver_that_raises_does_not_reach_the_worker(caplog):
+    """Delivering an answer or progress runs in the task that ended the call (a worker's
+    reader): a receiver raising is logged there, the call still ends once, and the next call
+    runs (before, such an error went up that task and ended the host)."""
+    rig = Rig()
+    call = rig.call("a")
+
+    def broken(env: object) -> None:
+        raise OverflowError("no MessagePack form")
+
+    call.on_done = broken
+    call.on_progress = broken
+    call.progress(msgspec.Raw(b'{"n":1}'))
+    rig.workers[0].answer(call, OK)  # raises nothing
+    assert call.state == "done" and rig.released.count(("a",)) == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert (
+        "delivering progress of t#" in messages[0] and "delivering the answer of t#" in messages[1]
+    )
+    b = rig.call("b")
+    rig.workers[0].answer(b, OK)
+    assert rig.one("b").status == "success"
+    rig.settled()
