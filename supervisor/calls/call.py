@@ -325,6 +325,10 @@ class Call:
             self.trace.progress()
         sink = self.on_progress
         if sink is not None:
+            why = results.unreadable(data)
+            if why is not None:  # one such event would end the connection it is sent on
+                text = f"{self.tool} sent progress its clients cannot read ({why}); withheld"
+                data = msgspec.Raw(msgspec.json.encode({"error": text}))
             try:
                 sink(data)
             except Exception:  # the task ending here is a worker's reader: it must go on

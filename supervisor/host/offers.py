@@ -36,6 +36,7 @@ import trio
 from supervisor.host.catalog_feed import CatalogFeed
 from supervisor.host.offer_lists import KEYS, clients_of, owned, sessions
 from supervisor.host.views import HostViews
+from supervisor.policy.results import unreadable
 from supervisor.protocols.mcp import Result
 from supervisor.workers.mcp_client import McpClient
 
@@ -150,7 +151,7 @@ class HostedOffers:
             raise no_answer(sid, method)
         if response.error is not None:
             raise _failed(sid, response)
-        return response.result if response.result is not None else msgspec.Raw(b"{}")
+        return _readable(sid, method, response.result)
 
     def request_soon(
         self,
@@ -176,7 +177,12 @@ class HostedOffers:
             elif response.error is not None:
                 done(None, _failed(sid, response))
             else:
-                done(response.result if response.result is not None else msgspec.Raw(b"{}"), None)
+                try:
+                    result = _readable(sid, method, response.result)
+                except OfferError as exc:
+                    done(None, exc)
+                else:
+                    done(result, None)
 
         rid = session.ask_soon(method, params, _mcp_name(method, params), answered)
         if rid is None:  # its worker ended since it was picked
@@ -304,6 +310,24 @@ def no_answer(sid: str, method: str) -> OfferError:
     """Server ``sid`` did not answer ``method`` in time (or, for :meth:`HostedOffers.request`,
     was not ready or ended first)."""
     return OfferError("unavailable", f"MCP server {sid} did not answer {method} in time")
+
+
+def _readable(sid: str, method: str, result: Result | None) -> Result:
+    """The result of a hosted server's answer (``{}`` when it had none).
+
+    Raises:
+        OfferError: ``failed``: it holds JSON no client can read (a number past a double,
+            :func:`~supervisor.policy.results.unreadable`; a long answer, whose members the
+            reader split without decoding them, is not looked into).
+    """
+    if result is None:
+        return msgspec.Raw(b"{}")
+    if isinstance(result, msgspec.Raw):
+        why = unreadable(result)
+        if why is not None:
+            message = f"{sid} answered {method} with JSON its clients cannot read ({why})"
+            raise OfferError("failed", message, {"sidecar": sid})
+    return result
 
 
 def _failed(sid: str, response: Any) -> OfferError:

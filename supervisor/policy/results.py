@@ -108,15 +108,15 @@ def from_answer(
                 durationMs=duration_ms, sidecar=sidecar, pid=pid, attempts=attempts, cpuMs=cpu_ms
             ),
         )
-        return _cap(env, max_output_bytes)
+        return _readable(_cap(env, max_output_bytes))
     if content:
         text = content
-    elif data == NULL or not bytes(data):
+    elif data == NULL or not len(data):
         text = f"{tool} succeeded with no output"
     else:
         text, cut = _text_of(data, CONTENT_PREVIEW_BYTES)
         if cut:
-            text += f"\n[... {len(bytes(data))} bytes in all; the full result is in data]"
+            text += f"\n[... {len(data)} bytes in all; the full result is in data]"
     env = Envelope(
         status="success",
         tool=tool,
@@ -126,14 +126,51 @@ def from_answer(
             durationMs=duration_ms, sidecar=sidecar, pid=pid, attempts=attempts, cpuMs=cpu_ms
         ),
     )
-    return _cap(env, max_output_bytes)
+    return _readable(_cap(env, max_output_bytes))
+
+
+CHECKED_BYTES = 1 << 20
+"""Data up to this size is decoded whole once (:func:`unreadable`); larger data (an operator
+raised ``maxOutputBytes``) passes as the sidecar wrote it."""
+
+
+def unreadable(data: msgspec.Raw) -> str | None:
+    """Why a sidecar's JSON (valid to the host's scan) is JSON its clients cannot read, or None:
+    a number past a double (``1e400``), which msgspec, Go and serde refuse whole, so one such
+    frame would end a kernel's connection and every call on it. Checked up to
+    ``CHECKED_BYTES`` (a full decode: ~1 µs for a typical result, ~25 µs for 64 KiB)."""
+    if len(data) > CHECKED_BYTES:
+        return None
+    try:
+        msgspec.json.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        return str(exc)
+    return None
+
+
+def _readable(env: Envelope) -> Envelope:
+    """``env``, or when its data is JSON clients cannot read (:func:`unreadable`) a failure
+    saying so, the data withheld."""
+    if env.data is NULL:
+        return env
+    why = unreadable(env.data)
+    if why is None:
+        return env
+    message = f"{env.tool} answered JSON its clients cannot read ({why}); the data is withheld"
+    return Envelope(
+        status="failed",
+        tool=env.tool,
+        content=message,
+        error=ErrorInfo(code="protocol-error", message=message),
+        meta=env.meta,
+    )
 
 
 def _cap(env: Envelope, limit: int) -> Envelope:
     """Apply ``maxOutputBytes`` to data + content."""
     if limit <= 0:
         return env
-    data_len = len(bytes(env.data)) if env.data is not NULL else 0
+    data_len = len(env.data) if env.data is not NULL else 0
     content_bytes = env.content.encode("utf-8")
     size = data_len + len(content_bytes)
     if size <= limit:

@@ -55,7 +55,7 @@ def _recover_id(obj: Any) -> RequestId | None:
     return None
 
 
-_UNPACKABLE = (OverflowError, TypeError, ValueError, msgspec.EncodeError)
+_UNPACKABLE = (OverflowError, TypeError, ValueError, RecursionError, msgspec.EncodeError)
 """What MessagePack encoding raises for a value it cannot carry."""
 _NO_MSGPACK = "no MessagePack form (ask over JSON)"
 

@@ -556,13 +556,14 @@ async def test_an_answer_a_client_cannot_be_sent_is_an_error_not_a_dead_worker(a
     """A hosted server's answer that is valid JSON but has no MessagePack form (an integer over
     64 bits): a MessagePack client's read of it is answered ``internal``, saying why; the
     server's worker and the client's connection go on (the answer is sent from the worker's
-    reading task: what fails there must not end it)."""
+    reading task: what fails there must not end it). One that no client can decode (``1e400``)
+    is refused on every connection."""
     log = tmp_path / "live.log"
     entry = live(log)
     entry["env"]["LIVE_BIGINT"] = "1"
     async with running_host(app, {"live": entry}) as host:
         known = HostedOffers(host.views)
-        await wait_for(host, lambda: len(known.listed("resources")) == 3, 30)
+        await wait_for(host, lambda: len(known.listed("resources")) == 4, 30)
         pid = host.pools["live"].workers[0].pid
         async with served(host, app) as srv, srv.peer("unix-msgpack") as packed:
             msg = await packed.request(1, "resources.read", {"uri": "live://bigint"})
@@ -573,4 +574,9 @@ async def test_an_answer_a_client_cannot_be_sent_is_an_error_not_a_dead_worker(a
             async with srv.peer("unix-json") as plain:
                 msg = await plain.request(3, "resources.read", {"uri": "live://bigint"})
                 assert msg["result"]["_meta"] == {"n": 10**30}
+                # A number past a double: no client could decode the frame; refused, saying so.
+                for peer in (plain, packed):
+                    msg = await peer.request(4, "resources.read", {"uri": "live://inf"})
+                    assert msg["error"]["code"] == "failed"
+                    assert "cannot read (Number out of range" in msg["error"]["message"]
         assert host.pools["live"].workers[0].pid == pid

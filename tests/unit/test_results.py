@@ -83,3 +83,21 @@ def test_unavailable_refusal():
     env = results.unavailable("t.x", "quota-limited", "slow down", details={"retryAfterMs": 5})
     assert env.status == "unavailable" and env.meta.attempts == 0
     assert env.error.details == {"retryAfterMs": 5}
+
+
+def test_json_no_client_can_read_is_withheld_saying_why():
+    """A number past a double passes the host's scan (the data stays JSON text) but no
+    msgspec, Go or serde client can decode the frame holding it: withheld, on success and on
+    failure alike; a big integer and a tiny number are readable and kept."""
+    for ok in (True, False):
+        env = answer(ok=ok, data=msgspec.Raw(b'{"x": [1, 1e400]}'), code="failed", error="no")
+        assert env.status == "failed" and env.data is NULL
+        assert env.error is not None and env.error.code == "protocol-error"
+        assert "Number out of range" in env.error.message and "withheld" in env.content
+    for raw in (b'{"n": 1000000000000000000000000000000}', b"-1E-400", b'"\\u0000"'):
+        env = answer(data=msgspec.Raw(raw))
+        assert env.status == "success" and bytes(env.data) == raw
+    assert results.unreadable(msgspec.Raw(b"[1e400]")) is not None
+    assert results.unreadable(msgspec.Raw(b"[1e300]")) is None
+    big = msgspec.Raw(b"[" + b"1e400," * (results.CHECKED_BYTES // 6 + 1) + b"0]")
+    assert results.unreadable(big) is None  # over the checked size: passed as written
