@@ -149,14 +149,18 @@ def unreadable(data: msgspec.Raw) -> str | None:
 
 
 def _readable(env: Envelope) -> Envelope:
-    """``env``, or when its data is JSON clients cannot read (:func:`unreadable`) a failure
-    saying so, the data withheld."""
+    """``env``, its data withheld when it is JSON clients cannot read (:func:`unreadable`): a
+    success becomes a failure saying so; a failure keeps its error, and its content says so."""
     if env.data is NULL:
         return env
     why = unreadable(env.data)
     if why is None:
         return env
     message = f"{env.tool} answered JSON its clients cannot read ({why}); the data is withheld"
+    if env.status != "success":
+        env.data = NULL
+        env.content = f"{env.content}\n[{message}]"
+        return env
     return Envelope(
         status="failed",
         tool=env.tool,

@@ -89,11 +89,17 @@ def test_json_no_client_can_read_is_withheld_saying_why():
     """A number past a double passes the host's scan (the data stays JSON text) but no
     msgspec, Go or serde client can decode the frame holding it: withheld, on success and on
     failure alike; a big integer and a tiny number are readable and kept."""
-    for ok in (True, False):
-        env = answer(ok=ok, data=msgspec.Raw(b'{"x": [1, 1e400]}'), code="failed", error="no")
-        assert env.status == "failed" and env.data is NULL
-        assert env.error is not None and env.error.code == "protocol-error"
-        assert "Number out of range" in env.error.message and "withheld" in env.content
+    env = answer(data=msgspec.Raw(b'{"x": [1, 1e400]}'))
+    assert env.status == "failed" and env.data is NULL
+    assert env.error is not None and env.error.code == "protocol-error"
+    assert "Number out of range" in env.error.message and "withheld" in env.content
+    env = answer(ok=False, data=msgspec.Raw(b"[1e400]"), code="quota-exceeded", error="too much")
+    assert env.status == "failed" and env.data is NULL  # a failure keeps its own error
+    assert env.error is not None and (env.error.code, env.error.message) == (
+        "quota-exceeded",
+        "too much",
+    )
+    assert env.content.startswith("too much\n[t.x answered JSON its clients cannot read")
     for raw in (b'{"n": 1000000000000000000000000000000}', b"-1E-400", b'"\\u0000"'):
         env = answer(data=msgspec.Raw(raw))
         assert env.status == "success" and bytes(env.data) == raw
