@@ -418,6 +418,20 @@ class CatalogState:
                 readOnly=hints.get("readOnlyHint") is True,
                 outputSchema=info.outputSchema if info else None,
             )
+        why = _unportable(schema, annotations.outputSchema)
+        if why is not None:  # one such schema would deny MessagePack clients the whole catalog
+            schema = {"type": "object"}
+            annotations = msgspec.structs.replace(annotations, outputSchema=None)
+            reason = Reason(
+                field="manifest",
+                code="schema-unportable",
+                message=f"{name}'s announced schema cannot reach every client: {why}",
+                hint="the sidecar must announce a schema without integers over 64 bits",
+            )
+            stability = msgspec.structs.replace(
+                stability, effective="unavailable", reasons=[*stability.reasons, reason]
+            )
+            visible = False
         return Descriptor(
             name=name,
             description=description,
@@ -432,6 +446,19 @@ class CatalogState:
     def _is_visible(self, name: str) -> bool:
         d = self._descriptors.get(name)
         return bool(d and d.visible)
+
+
+def _unportable(*schemas: object) -> str | None:
+    """Why a schema a sidecar announced cannot reach every client (MessagePack carries no
+    integer over 64 bits, which JSON allows), or None."""
+    for schema in schemas:
+        if schema is None:
+            continue
+        try:
+            msgspec.msgpack.encode(schema)
+        except (OverflowError, TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+            return str(exc)
+    return None
 
 
 def _same_but_details(old: Descriptor, new: Descriptor) -> bool:

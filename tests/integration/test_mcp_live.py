@@ -571,6 +571,16 @@ async def test_an_answer_a_client_cannot_be_sent_is_an_error_not_a_dead_worker(a
             assert "no MessagePack form (ask over JSON)" in msg["error"]["message"]
             msg = await packed.request(2, "resources.read", {"uri": "live://a"})
             assert msg["result"]["contents"] == [{"uri": "live://a", "text": "A"}]
+            # A tool whose schema MessagePack cannot carry: unavailable, saying why; the
+            # catalog reaches a MessagePack client whole.
+            await wait_for(host, lambda: host.catalog.get("huge") is not None, 30)
+            tools = (await packed.request(5, "capability.catalog.get"))["result"]["tools"]
+            by_name = {t["name"]: t for t in tools}
+            huge = by_name["huge"]
+            assert huge["visible"] is False and huge["stability"]["effective"] == "unavailable"
+            [reason] = [r for r in huge["stability"]["reasons"] if r["field"] == "manifest"]
+            assert reason["code"] == "schema-unportable" and "64" in reason["message"]
+            assert by_name["bump"]["stability"]["effective"] == "available"
             async with srv.peer("unix-json") as plain:
                 msg = await plain.request(3, "resources.read", {"uri": "live://bigint"})
                 assert msg["result"]["_meta"] == {"n": 10**30}
