@@ -33,6 +33,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _name_value(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -112,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prompts", help="hosted MCP prompts, or get one")
     add_location_args(p)
     p.add_argument("name", nargs="?", help="get this prompt")
-    p.add_argument("--arg", action="append", metavar="NAME=VALUE", help="a prompt argument")
+    p.add_argument(
+        "--arg", action="append", type=_name_value, metavar="NAME=VALUE", help="a prompt argument"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_lazy("supervisor.cli.ops", "prompts"))
 

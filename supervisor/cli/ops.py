@@ -245,6 +245,8 @@ def resources(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({**listed, "resourceTemplates": templates["resourceTemplates"]})
             return EXIT_OK
+        if not listed["resources"] and not templates["resourceTemplates"]:
+            _none_offered("resources")
         for r in listed["resources"]:
             print(f"{r['uri']}  [{r['sidecar']}]  {r.get('description') or r.get('name', '')}")
         for t in templates["resourceTemplates"]:
@@ -257,12 +259,21 @@ def resources(args: argparse.Namespace) -> int:
     return _run(args, body)
 
 
+def _none_offered(what: str) -> None:
+    """Say why a list is empty (on stderr: stdout stays the list, empty)."""
+    print(
+        f"no {what}: no available MCP server offers any (a sidecar with protocol mcp or "
+        "mcp-http; docs/mcp-server.md)",
+        file=sys.stderr,
+    )
+
+
 def prompts(args: argparse.Namespace) -> int:
     """``toolhost prompts``: the hosted MCP prompts, or one got with ``--arg k=v``."""
 
     async def body(client: Client) -> int:
         if args.name:
-            arguments = dict(a.split("=", 1) for a in args.arg or [])
+            arguments = dict(args.arg or [])
             got = await client.request("prompts.get", {"name": args.name, "arguments": arguments})
             if args.json:
                 _print_json(got)
@@ -277,6 +288,8 @@ def prompts(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(listed)
             return EXIT_OK
+        if not listed["prompts"]:
+            _none_offered("prompts")
         for p in listed["prompts"]:
             names = ", ".join(a.get("name", "") for a in p.get("arguments") or [])
             print(f"{p['name']}({names})  [{p['sidecar']}]  {p.get('description') or ''}")

@@ -59,3 +59,22 @@ def test_resources_and_prompts_cli(tmp_path):
 
         r = cli(root, "resources", "nowhere://x")
         assert r.returncode != 0 and "not-found" in r.stderr
+
+
+def test_empty_lists_say_why_and_a_bad_arg_is_a_usage_error(tmp_path):
+    """A host with no MCP server: the lists are empty on stdout and say why on stderr; an
+    ``--arg`` without ``=`` is refused before anything is asked (exit 2, never an internal
+    error)."""
+    root = tmp_path / "app"
+    root.mkdir()
+    write_registry(root, {})
+    r = cli(root, "prompts", "greet", "--arg", "who")
+    assert r.returncode == 2 and "expected NAME=VALUE, got 'who'" in r.stderr, r.stderr
+    assert "internal error" not in r.stderr
+    with serve(root):
+        for what in ("resources", "prompts"):
+            r = cli(root, what)
+            assert r.returncode == 0 and r.stdout == "", (r.stdout, r.stderr)
+            assert f"no {what}: no available MCP server offers any" in r.stderr
+        r = cli(root, "resources", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["resources"] == [] and r.stderr == ""
