@@ -17,6 +17,10 @@ from supervisor.contracts.wire import EMPTY_OBJECT
 
 PROTOCOL_NAME = "toolhost/1"
 
+MSGPACK_REFUSES = (OverflowError, TypeError, ValueError, RecursionError, msgspec.EncodeError)
+"""What MessagePack encoding raises for a value it cannot carry (valid JSON such as an integer
+over 64 bits): the codec answers with an error instead, the catalog keeps such a schema out."""
+
 RequestId = int | str
 
 ERROR_CODES = frozenset(

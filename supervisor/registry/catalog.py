@@ -15,6 +15,7 @@ import msgspec
 from msgspec import UNSET
 
 from supervisor.contracts.facts import NOT_STARTED, SidecarFacts, ToolProbe, ToolRuntime
+from supervisor.contracts.rpc import MSGPACK_REFUSES
 from supervisor.contracts.snapshot import (
     Annotations,
     Descriptor,
@@ -322,6 +323,46 @@ class CatalogState:
             pr = tpr.reason if tpr else facts.probe_reason
             if pr is not None:
                 specific["probe"] = pr
+        manifest = tp.manifest
+        requires = list(manifest.requires) if manifest else []
+        if manifest is not None:
+            # Keys neither the manifest nor an announcement gives: the defaults.
+            description = manifest.description if isinstance(manifest.description, str) else ""
+            schema = manifest.input_schema
+            if not isinstance(schema, dict):
+                schema = {"type": "object"}
+            annotations = Annotations(
+                readOnly=manifest.read_only is True,
+                concurrencySafe=manifest.concurrency_safe,
+                exclusive=manifest.exclusive,
+                permission=manifest.permission,
+                resultLimit=manifest.result_limit,
+                timeoutMs=manifest.timeout_ms,
+                requires=requires,
+                outputSchema=out if isinstance(out := manifest.output_schema, dict) else None,
+            )
+        else:
+            description = info.description if info else ""
+            schema = info.inputSchema if info else {"type": "object"}
+            # No manifest: the sidecar's own hints decide read-only (an absent or non-boolean
+            # hint means state-changing, the safe side for disconnects and the MCP face).
+            hints = (info.annotations if info else None) or {}
+            annotations = Annotations(
+                readOnly=hints.get("readOnlyHint") is True,
+                outputSchema=info.outputSchema if info else None,
+            )
+        why = _unportable(schema, annotations.outputSchema)
+        if why is not None:  # one such schema would deny MessagePack clients the whole catalog
+            schema = {"type": "object"}
+            annotations = msgspec.structs.replace(annotations, outputSchema=None)
+            if runtime == "ready":  # the announcement is at fault: runtime schema-error
+                runtime = "schema-error"
+                specific["runtime"] = Reason(
+                    field="runtime",
+                    code="schema-unportable",
+                    message=f"{name}'s announced schema cannot reach every client: {why}",
+                    hint="the sidecar must announce a schema without integers over 64 bits",
+                )
         upgrade = tp.upgrade
         override = self._upgrade.get(tp.sidecar) if tp.sidecar else None
         if override is not None:
@@ -354,8 +395,6 @@ class CatalogState:
             # A tool that cannot run for a static reason (or that policy keeps from starting):
             # runtime noise would only distract.
             reasons = [r for r in reasons if r.field not in ("runtime", "probe")]
-        manifest = tp.manifest
-        requires = list(manifest.requires) if manifest else []
         if requires and eff in ("available", "degraded"):
             blocked = [r for r in requires if not self._is_visible(r)]
             if blocked:
@@ -392,46 +431,6 @@ class CatalogState:
             reasons=reasons,
             details=details,
         )
-        if manifest is not None:
-            # Keys neither the manifest nor an announcement gives: the defaults.
-            description = manifest.description if isinstance(manifest.description, str) else ""
-            schema = manifest.input_schema
-            if not isinstance(schema, dict):
-                schema = {"type": "object"}
-            annotations = Annotations(
-                readOnly=manifest.read_only is True,
-                concurrencySafe=manifest.concurrency_safe,
-                exclusive=manifest.exclusive,
-                permission=manifest.permission,
-                resultLimit=manifest.result_limit,
-                timeoutMs=manifest.timeout_ms,
-                requires=requires,
-                outputSchema=out if isinstance(out := manifest.output_schema, dict) else None,
-            )
-        else:
-            description = info.description if info else ""
-            schema = info.inputSchema if info else {"type": "object"}
-            # No manifest: the sidecar's own hints decide read-only (an absent or non-boolean
-            # hint means state-changing, the safe side for disconnects and the MCP face).
-            hints = (info.annotations if info else None) or {}
-            annotations = Annotations(
-                readOnly=hints.get("readOnlyHint") is True,
-                outputSchema=info.outputSchema if info else None,
-            )
-        why = _unportable(schema, annotations.outputSchema)
-        if why is not None:  # one such schema would deny MessagePack clients the whole catalog
-            schema = {"type": "object"}
-            annotations = msgspec.structs.replace(annotations, outputSchema=None)
-            reason = Reason(
-                field="manifest",
-                code="schema-unportable",
-                message=f"{name}'s announced schema cannot reach every client: {why}",
-                hint="the sidecar must announce a schema without integers over 64 bits",
-            )
-            stability = msgspec.structs.replace(
-                stability, effective="unavailable", reasons=[*stability.reasons, reason]
-            )
-            visible = False
         return Descriptor(
             name=name,
             description=description,
@@ -456,7 +455,7 @@ def _unportable(*schemas: object) -> str | None:
             continue
         try:
             msgspec.msgpack.encode(schema)
-        except (OverflowError, TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+        except MSGPACK_REFUSES as exc:
             return str(exc)
     return None
 

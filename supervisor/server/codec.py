@@ -15,7 +15,15 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from supervisor.contracts.envelope import Envelope, EnvelopeView
-from supervisor.contracts.rpc import ErrorResponse, Event, Request, RequestId, Response, RpcError
+from supervisor.contracts.rpc import (
+    MSGPACK_REFUSES,
+    ErrorResponse,
+    Event,
+    Request,
+    RequestId,
+    Response,
+    RpcError,
+)
 from supervisor.contracts.validation import describe
 from supervisor.protocols.framing import length_prefixed
 
@@ -55,8 +63,6 @@ def _recover_id(obj: Any) -> RequestId | None:
     return None
 
 
-_UNPACKABLE = (OverflowError, TypeError, ValueError, RecursionError, msgspec.EncodeError)
-"""What MessagePack encoding raises for a value it cannot carry."""
 _NO_MSGPACK = "no MessagePack form (ask over JSON)"
 
 
@@ -182,7 +188,7 @@ class Codec:
             return _json_encoder.encode(Response(id=request_id, result=result)) + self._json_end
         try:
             body = _msgpack_encoder.encode(Response(id=request_id, result=_json_safe(result)))
-        except _UNPACKABLE as exc:
+        except MSGPACK_REFUSES as exc:
             return self.error(request_id, "internal", f"{_NO_MSGPACK}: {exc}")
         return self._pack(body)
 
@@ -198,7 +204,7 @@ class Codec:
             return _json_encoder.encode(body) + self._json_end
         try:
             return self._pack(_msgpack_encoder.encode(body))
-        except _UNPACKABLE as exc:  # its data (a hosted server's error code, say)
+        except MSGPACK_REFUSES as exc:  # its data (a hosted server's error code, say)
             body.error.data = None
             body.error.message = f"{message} ({_NO_MSGPACK} for its data: {exc})"
             return self._pack(_msgpack_encoder.encode(body))
@@ -210,7 +216,7 @@ class Codec:
             )
         try:
             body = _msgpack_encoder.encode(Event(event=name, data=_json_safe(data), id=request_id))
-        except _UNPACKABLE as exc:  # a sidecar's progress: told, not sent
+        except MSGPACK_REFUSES as exc:  # a sidecar's progress: told, not sent
             message = f"{_NO_MSGPACK} for the data of event {name}: {exc}"
             body = _msgpack_encoder.encode(
                 Event(event=name, data={"error": message}, id=request_id)

@@ -578,7 +578,8 @@ async def test_an_answer_a_client_cannot_be_sent_is_an_error_not_a_dead_worker(a
             by_name = {t["name"]: t for t in tools}
             huge = by_name["huge"]
             assert huge["visible"] is False and huge["stability"]["effective"] == "unavailable"
-            [reason] = [r for r in huge["stability"]["reasons"] if r["field"] == "manifest"]
+            assert huge["stability"]["runtime"] == "schema-error"  # PROTOCOL 4: effective follows
+            [reason] = [r for r in huge["stability"]["reasons"] if r["field"] == "runtime"]
             assert reason["code"] == "schema-unportable" and "64" in reason["message"]
             assert by_name["bump"]["stability"]["effective"] == "available"
             async with srv.peer("unix-json") as plain:
